@@ -1,0 +1,24 @@
+"""Helpers shared by command modules: the inventory path and loading it once per command."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ddtreectl.cli.app import OPTIONS
+from ddtreectl.inventory.models import Inventory
+
+
+def inventory_path() -> Path:
+    """--inventory/-i, then $DDTREECTL_INVENTORY, then ./hosts.yaml."""
+    if OPTIONS.inventory is not None:
+        return OPTIONS.inventory
+    env = os.environ.get("DDTREECTL_INVENTORY")
+    return Path(env) if env else Path("hosts.yaml")
+
+
+def load_inventory() -> Inventory:
+    """Load and validate the inventory selected by the global options."""
+    from ddtreectl.inventory.loader import load
+
+    return load(inventory_path())

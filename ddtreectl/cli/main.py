@@ -1,0 +1,44 @@
+"""Entry point and the CLI's ONE error boundary: DdtreeError -> `error: ...` + `hint: ...` + exit code."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from ddtreectl.cli.app import OPTIONS, app
+from ddtreectl.errors import DdtreeError, ExitCode
+
+# Each import registers its command(s) on `app`. One module per command (shared/design.md).
+# (add one line per command module here, e.g. `from ddtreectl.cli import status  # noqa: F401,E402`)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns (and exits with) the exit code."""
+    code = run(argv)
+    sys.exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="ddtreectl")
+        return int(result) if isinstance(result, int) else 0
+    except DdtreeError as err:
+        if OPTIONS.debug:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+        return int(err.exit_code)
+    except click.exceptions.Exit as exit_:
+        return int(exit_.exit_code)
+    except click.exceptions.Abort:
+        print("interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except click.ClickException as err:
+        err.show()
+        return int(err.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)

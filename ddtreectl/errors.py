@@ -1,0 +1,93 @@
+"""One error family for the whole CLI. Each error carries its exit code and an optional hint.
+
+Only `ddtreectl.cli` turns these into output and an exit status; every layer below raises them.
+Exit codes (shared/design.md): 0 ok, 1 internal, 2 usage, 3 inventory invalid, 4 connection or
+host-key refused, 5 remote command or build failed, 6 some hosts failed, 7 GPUs busy or not idle,
+8 lock held by someone else, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    INVENTORY = 3
+    CONNECTION = 4
+    REMOTE = 5
+    PARTIAL = 6
+    GPUS_BUSY = 7
+    LOCKED = 8
+    INTERRUPTED = 130
+
+
+class DdtreeError(Exception):
+    """Base of every error ddtreectl reports to the operator."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None, host: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.host = host
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.message}" if self.host else self.message
+
+
+class UsageError(DdtreeError):
+    exit_code = ExitCode.USAGE
+
+
+class InventoryError(DdtreeError):
+    """The inventory file is missing, malformed or inconsistent (message names file:line: key)."""
+
+    exit_code = ExitCode.INVENTORY
+
+
+class ConnectError(DdtreeError):
+    """A host could not be reached (refused, timed out, authentication failed)."""
+
+    exit_code = ExitCode.CONNECTION
+
+
+class HostKeyError(ConnectError):
+    """The host presented a key that is unknown or differs from the one pinned for its name."""
+
+
+class IdentityMismatchError(ConnectError):
+    """The machine at an address is not the machine recorded for the host (key, machine-id, GPUs)."""
+
+
+class RemoteCommandError(DdtreeError):
+    """A remote command, build or self-test failed."""
+
+    exit_code = ExitCode.REMOTE
+
+
+class PartialFailureError(DdtreeError):
+    """Some hosts of a fan-out failed; the others succeeded."""
+
+    exit_code = ExitCode.PARTIAL
+
+
+class GpusBusyError(DdtreeError):
+    """GPUs are busy or their state is unknown where idle GPUs are required."""
+
+    exit_code = ExitCode.GPUS_BUSY
+
+
+class LockHeldError(DdtreeError):
+    """Someone else holds the host's deploy lock or development lease."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class InterruptedByOperatorError(DdtreeError):
+    """The operator interrupted the command (Ctrl-C)."""
+
+    exit_code = ExitCode.INTERRUPTED

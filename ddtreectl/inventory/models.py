@@ -1,0 +1,125 @@
+"""Typed, frozen models of the inventory: hosts, groups, service profiles.
+
+These are the only shapes the rest of ddtreectl sees; `loader.py` builds them from `hosts.yaml`
+after validating every key, so code above this layer may trust every field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping
+
+Role = Literal["prod", "dev"]
+TransportKind = Literal["ssh", "local"]
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Per-phase and total timeouts (seconds) of the restore-service gate, and the readiness path."""
+
+    readiness_path: str = "/health_generate"
+    unit_active_timeout: float = 120.0
+    port_open_timeout: float = 1800.0
+    liveness_timeout: float = 1800.0
+    readiness_timeout: float = 1800.0
+    total_timeout: float = 3600.0
+
+
+@dataclass(frozen=True)
+class ServiceProfile:
+    """What a host serves: the unit template and the values rendered into it."""
+
+    name: str
+    template: str
+    port: int
+    model_path: str
+    served_model_name: str
+    tp_size: int = 1
+    unit_name: str = ""  # systemd unit name without ".service"; defaults to the profile name
+    extra_args: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    speculative: Mapping[str, str] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()  # multi-node: host names in rank order (rank 0 serves HTTP)
+    dist_init_port: int = 0
+    nccl_interface: str = ""
+    health: HealthSettings = field(default_factory=HealthSettings)
+
+    @property
+    def unit(self) -> str:
+        """The systemd unit file name, e.g. `sglang-k26-ddtree.service`."""
+        return f"{self.unit_name or self.name}.service"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine ddtreectl manages, keyed by its NAME (never by its address)."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    jump_host: str | None = None  # a host name from the same inventory (ProxyJump)
+    transport: TransportKind = "ssh"
+    gpus: int = 0  # expected GPU count; 0 means the host has none
+    role: Role = "dev"
+    service: str | None = None  # service profile name
+    host_key: str | None = None  # pinned public key, "ssh-ed25519 AAAA..." (None: not yet trusted)
+    machine_id: str | None = None  # /etc/machine-id recorded at first contact
+    gpu_uuids: tuple[str, ...] = ()  # GPU UUIDs recorded at first contact
+    remote_root: str = "/opt/ddtree"
+    keep_releases: int = 5
+    connect_timeout: float = 5.0
+    command_timeout: float = 60.0
+    line: int = 0  # line of the host's entry in the inventory file (for messages)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A validated inventory file."""
+
+    path: Path
+    hosts: Mapping[str, Host]
+    groups: Mapping[str, tuple[str, ...]]
+    services: Mapping[str, ServiceProfile]
+
+    def host(self, name: str) -> Host:
+        """The host called `name`; raises InventoryError naming the known hosts otherwise."""
+        from ddtreectl.errors import InventoryError
+
+        try:
+            return self.hosts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.hosts)) or "none"
+            raise InventoryError(
+                f"{self.path.name}: no host named {name!r} (known: {known})",
+                hint=f"add it under hosts: in {self.path} or check the spelling",
+            ) from None
+
+    def resolve(self, targets: list[str] | tuple[str, ...]) -> list[Host]:
+        """Expand host names, group names and `all` to hosts, in order, without duplicates.
+
+        An empty target list means every host.
+        """
+        from ddtreectl.errors import InventoryError
+
+        names: list[str] = []
+        for target in targets or ["all"]:
+            if target == "all":
+                names.extend(self.hosts)
+            elif target in self.hosts:
+                names.append(target)
+            elif target in self.groups:
+                names.extend(self.groups[target])
+            else:
+                raise InventoryError(
+                    f"{self.path.name}: {target!r} is neither a host nor a group",
+                    hint="hosts: " + ", ".join(sorted(self.hosts))
+                    + "; groups: " + (", ".join(sorted(self.groups)) or "none"),
+                )
+        return [self.hosts[n] for n in dict.fromkeys(names)]
+
+    def service_of(self, host: Host) -> ServiceProfile | None:
+        """The service profile the host runs, if any."""
+        return self.services[host.service] if host.service else None
