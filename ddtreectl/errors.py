@@ -91,3 +91,9 @@ class InterruptedByOperatorError(DdtreeError):
     """The operator interrupted the command (Ctrl-C)."""
 
     exit_code = ExitCode.INTERRUPTED
+
+
+class TemplateError(DdtreeError):
+    """A unit or config template failed to render (missing variable, syntax error)."""
+
+    exit_code = ExitCode.INVENTORY

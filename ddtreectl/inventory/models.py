@@ -39,11 +39,20 @@ class ServiceProfile:
     unit_name: str = ""  # systemd unit name without ".service"; defaults to the profile name
     extra_args: tuple[str, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
-    speculative: Mapping[str, str] = field(default_factory=dict)
+    speculative: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     nodes: tuple[str, ...] = ()  # multi-node: host names in rank order (rank 0 serves HTTP)
     dist_init_port: int = 0
     nccl_interface: str = ""
     health: HealthSettings = field(default_factory=HealthSettings)
+    # How the unit starts the server: `<python> -m <module> --config <rendered yaml>`, unless an explicit
+    # `exec_start` is given. `python` must be an absolute path (systemd does not search PATH for us).
+    python: str = "/usr/bin/python3"
+    module: str = "sglang.launch_server"
+    exec_start: str = ""
+    user: str = "root"
+    restart_sec: int = 10
+    start_timeout: int = 1800  # TimeoutStartSec: TP-8 loads and kernel warm-up take many minutes
+    stop_timeout: int = 120
 
     @property
     def unit(self) -> str:
