@@ -1,0 +1,167 @@
+"""Pure checks of inventory values that later reach a shell, an SSH config or a systemd unit.
+
+Each check returns None when the value is fine, or the reason it is not (a phrase that completes
+"<value> ..."). Keeping them pure makes them reusable by `set-ip` and cheap to test exhaustively.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+
+# RFC 1123 label: letters, digits, hyphens; no leading/trailing hyphen; 1..63 characters.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# Names we use as identifiers in messages, JSON, file names and shell words.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# systemd unit names (without the ".service" suffix): systemd's own allowed characters.
+_UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]{1,200}$")
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Paths reach unit files (ExecStart, WorkingDirectory) where spaces and `%` have meanings of
+# their own, and shell words: allow only the characters real deployment paths use.
+_PATH_CHARS = re.compile(r"^[A-Za-z0-9._/~+@,:=-]+$")
+_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_MACHINE_ID = re.compile(r"^[0-9a-f]{32}$")
+_GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f-]{8,}$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.,=^:@-]{1,64}$")
+_HTTP_PATH = re.compile(r"^/[A-Za-z0-9._~/?&=%+-]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+)
+
+
+def address_problem(value: str) -> str | None:
+    """An IPv4/IPv6 address (scope ids allowed) or an RFC 1123 host name."""
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    return None if is_hostname(value) else "is not an IP address or hostname"
+
+
+def is_hostname(value: str) -> bool:
+    """RFC 1123 host name. A name whose last label is all digits is rejected (RFC 3696 §2): it is
+    a mistyped IPv4 address (`10.1.230.` or `10.1.230.256`), never a real name."""
+    if not value or len(value) > 253 or value.endswith("."):
+        return False
+    labels = value.split(".")
+    if not all(_LABEL.match(label) for label in labels):
+        return False
+    return not labels[-1].isdigit()
+
+
+def name_problem(value: str) -> str | None:
+    if _NAME.match(value):
+        return None
+    return "is not a valid name (letters, digits, '_', '.', '-'; starting with a letter or digit)"
+
+
+def unit_problem(value: str) -> str | None:
+    if value.endswith(".service"):
+        return "must be given without the '.service' suffix"
+    if _UNIT.match(value):
+        return None
+    return "is not a valid systemd unit name"
+
+
+def user_problem(value: str) -> str | None:
+    return None if _USER.match(value) else "is not a valid user name"
+
+
+def env_name_problem(value: str) -> str | None:
+    if _ENV_NAME.match(value):
+        return None
+    return "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+
+
+def path_problem(value: str) -> str | None:
+    """An absolute path or one starting with `~`, made of characters safe in units and shells."""
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        return "must be an absolute path or start with '~/'"
+    if not _PATH_CHARS.match(value):
+        return "contains characters that are unsafe in a path (spaces, quotes, '%', '$', ...)"
+    if "/../" in value + "/" or value.endswith("/.."):
+        return "must not contain '..' components"
+    return None
+
+
+def python_problem(value: str) -> str | None:
+    """An absolute interpreter path: systemd's ExecStart does not search PATH for us."""
+    if not value.startswith("/"):
+        return "must be an absolute path (systemd does not search PATH)"
+    return path_problem(value)
+
+
+def module_problem(value: str) -> str | None:
+    return None if _MODULE.match(value) else "is not a Python module name"
+
+
+def model_path_problem(value: str) -> str | None:
+    """A model directory (absolute or `~/`) or a Hugging Face repository id (`org/name`)."""
+    if _HF_REPO.match(value) and not value.startswith("~"):
+        return None
+    problem = path_problem(value)
+    if problem is None:
+        return None
+    return "must be an absolute path, a '~/' path or a Hugging Face id 'org/name'"
+
+
+def template_problem(value: str) -> str | None:
+    """A file name relative to the project's templates/ directory."""
+    if value.startswith("/") or value.startswith("~"):
+        return "must be relative to the templates/ directory"
+    if not _PATH_CHARS.match(value) or ".." in value.split("/"):
+        return "is not a safe relative file name"
+    return None
+
+
+def text_problem(value: str) -> str | None:
+    """Free text that ends up as one word of a command line or one unit line."""
+    if _CONTROL.search(value):
+        return "contains control characters (newline, tab, NUL, ...)"
+    return None
+
+
+def machine_id_problem(value: str) -> str | None:
+    return None if _MACHINE_ID.match(value) else "is not a machine-id (32 lowercase hex digits)"
+
+
+def gpu_uuid_problem(value: str) -> str | None:
+    return None if _GPU_UUID.match(value) else "is not a GPU UUID ('GPU-...' as nvidia-smi prints)"
+
+
+def interface_problem(value: str) -> str | None:
+    return None if _IFACE.match(value) else "is not a network interface name or NCCL interface list"
+
+
+def http_path_problem(value: str) -> str | None:
+    return None if _HTTP_PATH.match(value) else "is not an HTTP path starting with '/'"
+
+
+def host_key_problem(value: str) -> str | None:
+    """`<type> <base64>` (an optional comment after it), as `ssh-keyscan` and `trust` write it.
+
+    The key blob itself starts with its type name in SSH wire format; checking that catches a
+    truncated or mangled paste, which would otherwise fail only at connect time as a "mismatch".
+    """
+    parts = value.split()
+    if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
+        return "is not a public host key ('ssh-ed25519 AAAA...')"
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        return "is not a public host key (its key data is not base64)"
+    kind = parts[0].encode()
+    if blob[:4] != len(kind).to_bytes(4, "big") or blob[4 : 4 + len(kind)] != kind:
+        return f"is not a valid {parts[0]} key (the key data does not match its type)"
+    return None
