@@ -1,0 +1,74 @@
+"""Warnings a status probe's facts raise against what the inventory expects of the host."""
+
+from __future__ import annotations
+
+from ddtreectl.inventory.models import Host
+from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.words import service_condition
+
+# nvidia-smi answers in ~25 ms with persistence mode on (shared/ops-notes.md); a second or more
+# means the driver re-initialises per call, which slows every GPU tool on the host.
+SLOW_NVIDIA_SMI_MS = 1000
+# A release with a built engine is several GB; below this a deploy is likely to fail midway.
+LOW_DISK_KIB = 20 * 1024 * 1024
+LOW_DISK_PCT = 95
+
+
+def warnings_for(host: Host, facts: HostFacts) -> list[str]:
+    """Every mismatch between the host's facts and its inventory entry, most serious first."""
+    out: list[str] = []
+    if host.machine_id and facts.machine_id and facts.machine_id != host.machine_id:
+        out.append(f"machine-id {facts.machine_id} differs from the recorded {host.machine_id}: "
+                   "another machine answers at this address?")
+    out.extend(_gpu_warnings(host, facts))
+    if facts.service is not None:
+        condition = service_condition(facts.service)
+        if condition.kind in ("failed", "restarting", "masked", "broken", "not-installed"):
+            out.append(f"service {facts.service.unit} {condition.words}")
+        if facts.service.need_daemon_reload:
+            out.append(f"{facts.service.unit} changed on disk: daemon-reload pending")
+    release = facts.release
+    if release.restart_pending:
+        out.append(f"restart pending: service runs release {release.running}, "
+                   f"current is {release.current}")
+    if release.current is not None and not release.current_exists:
+        out.append(f"current points to a missing release ({release.current_path or release.current})")
+    elif release.current is not None and not release.build_stamp:
+        out.append(f"release {release.current} has no build stamp (build incomplete or failed)")
+    if facts.disk is not None:
+        low_pct = facts.disk.used_pct is not None and facts.disk.used_pct >= LOW_DISK_PCT
+        if facts.disk.avail_kib < LOW_DISK_KIB or low_pct:
+            out.append(f"disk low: {facts.disk.avail_kib / 1024 / 1024:.1f} GiB free on "
+                       f"{facts.disk.mount} ({facts.disk.used_pct}% used)")
+    elif facts.disk_detail:
+        out.append(f"disk free unknown: {facts.disk_detail}")
+    return out
+
+
+def _gpu_warnings(host: Host, facts: HostFacts) -> list[str]:
+    gpus = facts.gpus
+    out: list[str] = []
+    if gpus.status == "missing":
+        if host.gpus:
+            out.append(f"nvidia-smi missing (expected {host.gpus} GPUs)")
+        return out
+    if gpus.status == "timeout":
+        out.append(f"nvidia-smi timed out: {gpus.detail}")
+    elif gpus.status == "error":
+        out.append(f"nvidia-smi failed: {gpus.detail}")
+    elif gpus.detail:
+        out.append(gpus.detail)
+    found = len(gpus.gpus)
+    if gpus.status in ("ok", "no-devices") and found != host.gpus:
+        out.append(f"expected {host.gpus} GPUs, found {found}")
+    if gpus.status == "ok" and gpus.duration_ms is not None and gpus.duration_ms >= SLOW_NVIDIA_SMI_MS:
+        out.append(f"nvidia-smi slow ({gpus.duration_ms} ms; persistence mode off?)")
+    off = [str(g.index) for g in gpus.gpus if g.persistence_mode is False]
+    if off:
+        out.append(f"persistence mode off on GPU {','.join(off)}")
+    if host.gpu_uuids and gpus.status == "ok":
+        missing = sorted(set(host.gpu_uuids) - {g.uuid for g in gpus.gpus})
+        if missing:
+            out.append(f"{len(missing)} recorded GPU UUID(s) not found (e.g. {missing[0]}): "
+                       "GPU swapped or another machine?")
+    return out
