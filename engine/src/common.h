@@ -1,0 +1,45 @@
+// Internal helpers shared by the launchers in src/*.cu (not part of the installed C ABI).
+//
+// A launcher validates every argument with DDTREE_REQUIRE, launches on the caller's stream and ends
+// with `return ddtree::detail::check_launch("kernel name");`. Nothing here synchronizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ddtree/status.h"
+
+namespace ddtree {
+namespace detail {
+
+// Records `fmt` as this thread's last error and returns `status`.
+ddtree_status_t fail(ddtree_status_t status, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+// Clears the last error and returns DDTREE_STATUS_SUCCESS.
+ddtree_status_t succeed();
+
+// Maps a CUDA error to a status with a message naming `what`.
+ddtree_status_t from_cuda(cudaError_t err, const char* what);
+
+// cudaGetLastError after a launch (catches bad configurations without waiting for the kernel).
+inline ddtree_status_t check_launch(const char* what) { return from_cuda(cudaGetLastError(), what); }
+
+// Multiprocessor count of the current device, cached per device (reading attributes never syncs).
+int sm_count();
+
+// Rounds `bytes` up so that workspace sub-buffers stay 256-byte aligned.
+constexpr size_t align_up(size_t bytes, size_t to = 256) { return (bytes + to - 1) / to * to; }
+
+}  // namespace detail
+}  // namespace ddtree
+
+#define DDTREE_REQUIRE(cond, ...)                                                         \
+  do {                                                                                    \
+    if (!(cond)) return ::ddtree::detail::fail(DDTREE_STATUS_INVALID_ARGUMENT, __VA_ARGS__); \
+  } while (0)
+
+#define DDTREE_CUDA_TRY(call)                                                         \
+  do {                                                                                \
+    cudaError_t ddtree_err_ = (call);                                                 \
+    if (ddtree_err_ != cudaSuccess) return ::ddtree::detail::from_cuda(ddtree_err_, #call); \
+  } while (0)

@@ -1,0 +1,75 @@
+"""CI guard: the engine compiles with nvcc + CMake + ninja for sm_90 (H200) and sm_120 (RTX PRO 6000).
+
+Runs on every CI run (no GPU needed); skips only when nvcc is absent. The build goes to a temporary
+directory so it never touches a developer's engine/build. ptxas reports are kept in the log so that a
+spill (local-memory traffic) fails the test: kernels here are meant to live in registers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[1]
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.is_file() else None
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> str:
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-20000:]}"
+    return proc.stdout
+
+
+@pytest.mark.timeout(1800)
+def test_engine_compiles_for_sm90_and_sm120(tmp_path: Path) -> None:
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found: the CUDA compile check needs the CUDA toolkit")
+    for tool in ("cmake", "ninja"):
+        assert shutil.which(tool), f"{tool} is required to build the engine (scripts/test installs it)"
+    env = dict(os.environ, CUDACXX=nvcc)
+    build = tmp_path / "build"
+    start = time.monotonic()
+    _run(["cmake", "-S", str(ENGINE), "-B", str(build), "-G", "Ninja", "-DDDTREE_CUDA_ARCHS=90;120",
+          "-DDDTREE_PTXAS_VERBOSE=ON", "-DCMAKE_BUILD_TYPE=Release"], env)
+    log = _run(["cmake", "--build", str(build), "--parallel", str(os.cpu_count() or 2)], env)
+    elapsed = time.monotonic() - start
+    print(f"engine build for sm_90+sm_120: {elapsed:.0f} s")
+
+    lib = build / "libddtree.so"
+    assert lib.is_file(), "libddtree.so was not produced"
+    assert (build / "ddtree-selftest").is_file(), "ddtree-selftest was not produced"
+
+    # Both architectures' machine code is in the library (cuobjdump lists one ELF per arch).
+    cuobjdump = Path(nvcc).with_name("cuobjdump")
+    if cuobjdump.is_file():
+        listing = _run([str(cuobjdump), "--list-elf", str(lib)], env)
+        for arch in ("sm_90", "sm_120"):
+            assert arch in listing, f"no {arch} code in libddtree.so:\n{listing}"
+
+    # Only the C ABI is exported: every exported function starts with ddtree_.
+    nm = shutil.which("nm")
+    if nm:
+        symbols = _run([nm, "-D", "--defined-only", str(lib)], env)
+        exported = [line.split()[-1] for line in symbols.splitlines() if re.search(r" T ", line)]
+        assert exported, "libddtree exports nothing"
+        stray = [s for s in exported if not s.startswith("ddtree_") and not s.startswith("_init")
+                 and not s.startswith("_fini")]
+        assert not stray, f"libddtree exports non-ABI symbols: {stray[:10]}"
+
+    # No kernel spills registers to local memory.
+    spills = [line for line in log.splitlines()
+              if re.search(r"[1-9]\d* bytes spill (stores|loads)", line)]
+    assert not spills, "register spills:\n" + "\n".join(spills)
