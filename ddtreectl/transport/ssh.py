@@ -1,0 +1,409 @@
+"""SshTransport: one Paramiko connection per host, host key pinned by NAME, TCP_NODELAY.
+
+The ONLY module that imports Paramiko, and only inside functions (`import paramiko` costs ~0.35 s,
+`ddtreectl --help` must not pay it). We drive `paramiko.Transport` directly rather than SSHClient
+or Fabric so that the order is explicit: TCP connect (our socket, TCP_NODELAY) -> key exchange ->
+check the presented key against the pin -> only then authenticate. No known_hosts file, no
+MissingHostKeyPolicy: trust comes from the inventory alone.
+
+Remote shell, measured (see tests/transport/test_ssh_local_sshd.py::test_login_shell_rc_is_sourced):
+sshd always runs `$SHELL -c COMMAND`, and Debian's bash then sources ~/.bashrc because SSH_CLIENT
+is set (SSH_SOURCE_BASHRC) — for every exec, before our command, whatever we send. No client-side
+option avoids it. So we (1) wrap every command as `exec /bin/sh -c '<command>'` so it runs with POSIX
+sh semantics whatever the login shell (bash, zsh, fish) and never depends on rc-file aliases or
+functions, (2) batch remote work into one command per host (each exec pays the rc cost once), and
+(3) callers that parse stdout should frame their output with a marker line, because a noisy rc file
+may print before it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import socket
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ddtreectl.errors import ConnectError, RemoteCommandError
+from ddtreectl.inventory.models import Host
+from ddtreectl.transport import http_wire
+from ddtreectl.transport.base import HttpResponse, RunResult
+from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
+from ddtreectl.transport.local import LineSplitter
+
+if TYPE_CHECKING:
+    import paramiko
+
+DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+REMOTE_KILL_AFTER_S = 5  # remote `timeout -k`: SIGKILL this long after SIGTERM
+
+
+def _connect_error(host: Host, where: str, reason: str, hint: str) -> ConnectError:
+    return ConnectError(f"cannot reach {where}: {reason}", hint=hint, host=host.name)
+
+
+def _reason_of(exc: BaseException) -> tuple[str, str]:
+    """(reason, hint) in words for a socket-level failure."""
+    if isinstance(exc, socket.timeout):
+        return ("connection timed out",
+                "host down, firewalled, or its address changed (then: `ddtreectl set-ip HOST ADDRESS`)")
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused", "is sshd running on that port? check `port:` in the inventory"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve address ({exc.strerror})", "check `address:` in the inventory"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower(), "check the address and the network path to the host"
+    return str(exc) or type(exc).__name__, "check the host and the network path to it"
+
+
+class SshTransport:
+    """An SSH connection to one host. Build with `SshTransport.handshake()` + `authenticate()`,
+    or simply `open_ssh()` (both steps, pinned key enforced)."""
+
+    def __init__(self, host: Host, transport: "paramiko.Transport", where: str,
+                 jump: "SshTransport | None", nodelay: bool) -> None:
+        self.host = host
+        self.host_name = host.name
+        self.where = where
+        self._t = transport
+        self._jump = jump
+        self.nodelay = nodelay
+        self._authenticated = False
+        self._known_hosts_dir: str | None = None
+
+    # ---- connecting -----------------------------------------------------------------------
+
+    @classmethod
+    def handshake(cls, host: Host, *, jump: "SshTransport | None" = None,
+                  nodelay: bool = True) -> "SshTransport":
+        """TCP connect and SSH key exchange, NO authentication yet: `presented_key` is then known.
+
+        Negotiation is restricted to the pinned key's algorithms when a key is pinned (see
+        hostkeys.KEY_ALGORITHMS). Raises ConnectError with host, address and reason.
+        """
+        import paramiko
+
+        where = f"{host.address}:{host.port}" + (f" via {jump.host_name}" if jump else "")
+        timeout = host.connect_timeout
+        sock: Any
+        if jump is None:
+            try:
+                sock = socket.create_connection((host.address, host.port), timeout=timeout)
+            except OSError as exc:
+                raise _connect_error(host, where, *_reason_of(exc)) from None
+            if nodelay:
+                # Paramiko sets no socket options; without this, Nagle + delayed ACK add ~40 ms
+                # to every exec on an open connection (ops-notes: 48 ms -> 3 ms).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = jump.open_tcp_channel(host.address, host.port, timeout=timeout, purpose="jump")
+        t = paramiko.Transport(sock)
+        t.banner_timeout = timeout
+        t.handshake_timeout = timeout
+        t.auth_timeout = timeout
+        pinned = pinned_key(host)
+        if pinned is not None:
+            t.get_security_options().key_types = pinned.algorithms
+        try:
+            t.start_client(timeout=timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            t.close()
+            if jump is not None:
+                jump.close()
+            text = str(exc) or type(exc).__name__
+            if "Incompatible ssh" in text or "no acceptable host key" in text:
+                hint = (f"the host offers no {pinned.key_type if pinned else ''} host key; "
+                        f"if it was reinstalled, verify and run `ddtreectl trust {host.name} --replace`")
+            else:
+                hint = "is an SSH server listening there? (timeout: connect_timeout in the inventory)"
+            raise _connect_error(host, where, f"SSH handshake failed: {text}", hint) from None
+        return cls(host, t, where, jump, nodelay)
+
+    @property
+    def presented_key(self) -> PublicKey:
+        """The host key the server proved it holds during the key exchange."""
+        return PublicKey.from_blob(self._t.get_remote_server_key().asbytes())
+
+    def verify_pinned(self) -> None:
+        """Raise HostKeyError unless the presented key equals the one pinned for the host's NAME."""
+        check_presented_key(self.host, self.presented_key, address=self.where)
+
+    def authenticate(self, trusted_key: PublicKey) -> "SshTransport":
+        """Authenticate, but only if the presented key is `trusted_key` (the caller's decision)."""
+        import paramiko
+
+        if self.presented_key != trusted_key:
+            self.close()
+            raise ConnectError("internal: authenticate() called with a key the host did not present",
+                               host=self.host_name)
+        keys = self._identities()
+        if not keys:
+            self.close()
+            raise ConnectError(
+                f"no usable private key for {self.host.user}@{self.where}",
+                hint="set identity_file for the host (or defaults:) in the inventory",
+                host=self.host_name,
+            )
+        errors: list[str] = []
+        for label, key in keys:
+            try:
+                self._t.auth_publickey(self.host.user, key)
+            except paramiko.AuthenticationException as exc:
+                errors.append(f"{label}: {exc}")
+                continue
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self.close()
+                raise _connect_error(self.host, self.where, f"authentication aborted: {exc}",
+                                     "check the host's sshd logs") from None
+            self._authenticated = True
+            return self
+        self.close()
+        raise ConnectError(
+            f"authentication as {self.host.user!r} at {self.where} failed ({'; '.join(errors)})",
+            hint="check identity_file/user in the inventory and the host's authorized_keys",
+            host=self.host_name,
+        )
+
+    def _identities(self) -> list[tuple[str, "paramiko.PKey"]]:
+        import paramiko
+
+        paths = [self.host.identity_file] if self.host.identity_file else list(DEFAULT_IDENTITIES)
+        found: list[tuple[str, paramiko.PKey]] = []
+        for raw in paths:
+            path = os.path.expanduser(raw)
+            if not os.path.exists(path):
+                if self.host.identity_file:
+                    raise ConnectError(f"identity file {raw} does not exist", host=self.host_name,
+                                       hint="fix identity_file in the inventory")
+                continue
+            try:
+                found.append((raw, paramiko.PKey.from_path(path)))
+            except (paramiko.SSHException, OSError, ValueError) as exc:
+                raise ConnectError(f"cannot load identity file {raw}: {exc}", host=self.host_name,
+                                   hint="only unencrypted keys or an ssh-agent are supported") from None
+        if not self.host.identity_file:
+            try:
+                found += [(f"agent key {k.get_name()}", k) for k in paramiko.Agent().get_keys()]
+            except paramiko.SSHException:
+                pass
+        return found
+
+    # ---- running --------------------------------------------------------------------------
+
+    def open_tcp_channel(self, address: str, port: int, *, timeout: float, purpose: str) -> Any:
+        """A direct-tcpip channel from this host to address:port (jump hosts, HTTP, port checks)."""
+        import paramiko
+
+        try:
+            return self._t.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0),
+                                        timeout=timeout)
+        except paramiko.ChannelException as exc:
+            raise ConnectError(
+                f"{self.host_name} could not open a TCP connection to {address}:{port} "
+                f"({purpose}): {exc.text or exc}",
+                hint="is anything listening there (as seen from that host)?",
+                host=self.host_name,
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise _connect_error(self.host, self.where, f"connection lost: {exc}",
+                                 "check the host") from None
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        import paramiko
+
+        limit = self.host.command_timeout if timeout is None else timeout
+        started = time.monotonic()
+        deadline = started + limit
+        try:
+            chan = self._t.open_session(timeout=self.host.connect_timeout)
+            chan.exec_command(wrap_command(command, limit))
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()  # EOF on the command's stdin: nothing ever reads ours
+            out, err = bytearray(), bytearray()
+            lines = LineSplitter(on_line)
+            timed_out = False
+            while True:
+                while chan.recv_ready():
+                    data = chan.recv(65536)
+                    out += data
+                    lines.feed(data)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                if (chan.eof_received or chan.closed) and not (
+                        chan.recv_ready() or chan.recv_stderr_ready()):
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                select.select([chan], [], [], min(remaining, 1.0))
+            if not timed_out:
+                timed_out = not chan.status_event.wait(max(0.0, deadline - time.monotonic()))
+            if timed_out:
+                chan.close()  # the remote `timeout` wrapper kills the process group on its side
+                raise RemoteCommandError(
+                    f"command timed out after {limit:g} s: {command[:117]}",
+                    hint="raise the timeout (command_timeout in the inventory) or check the host",
+                    host=self.host_name,
+                )
+            lines.flush()
+            code = chan.recv_exit_status()
+            chan.close()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise _connect_error(self.host, self.where, f"connection lost: {exc}",
+                                 "check the host; the command may or may not have run") from None
+        return RunResult(command=command, exit_code=code, stdout=out.decode("utf-8", "replace"),
+                         stderr=err.decode("utf-8", "replace"),
+                         duration_s=time.monotonic() - started)
+
+    def http_get(self, port: int, path: str, *, timeout: float) -> HttpResponse:
+        what = f"GET http://127.0.0.1:{port}{path} on {self.host_name}"
+        deadline = time.monotonic() + timeout
+        chan = self.open_tcp_channel("127.0.0.1", port, timeout=timeout, purpose="HTTP")
+        raw = bytearray()
+        try:
+            chan.sendall(http_wire.build_request(port, path))
+            while not http_wire.response_complete(bytes(raw)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RemoteCommandError(f"{what}: no complete answer within {timeout:g} s",
+                                             host=self.host_name)
+                chan.settimeout(remaining)
+                try:
+                    data = chan.recv(65536)
+                except socket.timeout:
+                    continue
+                if not data:
+                    break
+                raw += data
+                if len(raw) > http_wire.MAX_RESPONSE_BYTES:
+                    raise RemoteCommandError(f"{what}: answer larger than 16 MiB", host=self.host_name)
+        finally:
+            chan.close()
+        return http_wire.parse_response(bytes(raw), what=what)
+
+    def port_open(self, port: int, *, timeout: float) -> bool:
+        try:
+            self.open_tcp_channel("127.0.0.1", port, timeout=timeout, purpose="port check").close()
+        except ConnectError as exc:
+            if "could not open a TCP connection" in exc.message:
+                return False
+            raise
+        return True
+
+    # ---- rsync ----------------------------------------------------------------------------
+
+    def rsync_ssh_command(self) -> list[str]:
+        """OpenSSH argv for `rsync -e` (join with shlex.join) that pins the key by host NAME.
+
+        OpenSSH looks the key up under `HostKeyAlias` (never the address) in a private known_hosts
+        file written here (0600, removed on close()). `-F /dev/null` so the operator's
+        ~/.ssh/config cannot silently redirect the connection; the inventory is the only source.
+        """
+        if self._known_hosts_dir is None:
+            self._known_hosts_dir = tempfile.mkdtemp(prefix="ddtreectl-kh-")
+        known_hosts = os.path.join(self._known_hosts_dir, "known_hosts")
+        entries = []
+        chain: list[SshTransport] = []
+        node: SshTransport | None = self
+        while node is not None:
+            chain.append(node)
+            node = node._jump
+        for node in chain:
+            entries.append(f"{_alias(node.host)} {node.presented_key.line}\n")
+        fd = os.open(known_hosts, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.writelines(entries)
+        argv: list[str] = []
+        previous: SshTransport | None = None
+        for node in reversed(chain):  # outermost jump first, each one the next hop's ProxyCommand
+            node_argv = _ssh_argv(node.host, node.presented_key, known_hosts)
+            if previous is not None:
+                # `%` is a ProxyCommand token character: escape the nested hop's own `%h:%p` so
+                # only the ssh that runs that hop expands them.
+                hop = " ".join(shlex.quote(a).replace("%", "%%") for a in argv)
+                address = shlex.quote(previous.host.address).replace("%", "%%")
+                node_argv[1:1] = ["-o", f"ProxyCommand={hop} -W %h:%p {address}"]
+            argv, previous = node_argv, node
+        return argv
+
+    def rsync_destination(self, path: str) -> str:
+        address = f"[{self.host.address}]" if ":" in self.host.address else self.host.address
+        return f"{self.host.user}@{address}:{path}"
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._t.close()
+        if self._jump is not None:
+            self._jump.close()
+        if self._known_hosts_dir is not None:
+            for name in os.listdir(self._known_hosts_dir):
+                os.unlink(os.path.join(self._known_hosts_dir, name))
+            os.rmdir(self._known_hosts_dir)
+            self._known_hosts_dir = None
+
+    def __enter__(self) -> "SshTransport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_ssh(host: Host, *, jump: SshTransport | None = None, nodelay: bool = True) -> SshTransport:
+    """Connect, refuse unless the presented key is the one pinned for host.name, authenticate."""
+    t = SshTransport.handshake(host, jump=jump, nodelay=nodelay)
+    try:
+        t.verify_pinned()
+    except BaseException:
+        t.close()
+        raise
+    return t.authenticate(t.presented_key)
+
+
+def wrap_command(command: str, timeout: float) -> str:
+    """What we hand sshd: POSIX sh whatever the login shell, killed remotely at the timeout too.
+
+    GNU `timeout` puts the command in its own process group and signals the whole group, so a
+    timed-out command's children die with it even though closing the channel alone would not
+    kill them. Where `timeout` is missing (busybox-less minimal images) we run without it.
+    """
+    inner = shlex.quote(command)
+    secs = max(1, int(timeout) + 1)  # a little after the client's own deadline
+    script = (f"command -v timeout >/dev/null 2>&1 && exec timeout -k {REMOTE_KILL_AFTER_S} {secs} "
+              f"/bin/sh -c {inner}; exec /bin/sh -c {inner}")
+    return "exec /bin/sh -c " + shlex.quote(script)
+
+
+def _alias(host: Host) -> str:
+    return f"ddtreectl-{host.name}"
+
+
+def _ssh_argv(host: Host, key: PublicKey, known_hosts: str) -> list[str]:
+    argv = [
+        "ssh", "-F", "/dev/null",
+        "-o", f"HostKeyAlias={_alias(host)}",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={known_hosts}",
+        "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "CheckHostIP=no",
+        "-o", "UpdateHostKeys=no",
+        "-o", f"HostKeyAlgorithms={','.join(key.algorithms)}",
+        "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={max(1, int(host.connect_timeout))}",
+        "-p", str(host.port),
+        "-l", host.user,
+    ]
+    if host.identity_file:
+        argv += ["-i", os.path.expanduser(host.identity_file), "-o", "IdentitiesOnly=yes"]
+    return argv
