@@ -12,6 +12,8 @@ from ddtreectl.errors import DdtreeError, ExitCode
 
 # Each import registers its command(s) on `app`. One module per command (shared/design.md).
 # (add one line per command module here, e.g. `from ddtreectl.cli import status  # noqa: F401,E402`)
+from ddtreectl.cli import status  # noqa: F401,E402
+from ddtreectl.cli import logs, render, restore_service  # noqa: F401,E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,59 @@
+"""`ddtreectl logs HOST... [-f] [--since]`: the service's journal, prefixed per host when several."""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from typing import List, Optional
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+from ddtreectl.errors import DdtreeError
+
+
+@app.command("logs")
+def logs_command(
+    targets: List[str] = typer.Argument(..., help="Hosts, groups or `all`."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C."),
+    since: Optional[str] = typer.Option(None, "--since", help="journalctl --since value, e.g. '1 hour ago'."),
+    lines: int = typer.Option(100, "--lines", "-n", help="How many past lines to show."),
+) -> None:
+    """Show the journal of each host's service unit (several hosts: lines prefixed with the host)."""
+    from ddtreectl.transport import connect
+
+    inventory = load_inventory()
+    hosts = inventory.resolve(targets)
+    prefix = len(hosts) > 1
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def show(host_name: str, line: str) -> None:
+        with lock:
+            print(f"{host_name}: {line}" if prefix else line, flush=True)
+
+    def one(host_index: int) -> None:
+        host = hosts[host_index]
+        service = inventory.service_of(host)
+        if service is None:
+            failures.append(f"{host.name}: runs no service profile")
+            return
+        argv = ["journalctl", "-u", service.unit, "--no-pager", "-n", str(lines), "-o", "short-iso"]
+        argv += ["--since", since] if since else []
+        argv += ["-f"] if follow else []
+        try:
+            with connect(host, inventory) as transport:
+                transport.run(shlex.join(argv), timeout=7 * 24 * 3600 if follow else 60,
+                              on_line=lambda line: show(host.name, line))
+        except DdtreeError as err:
+            failures.append(str(err))
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(hosts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
+    if failures:
+        raise DdtreeError("; ".join(failures), hint="check `ddtreectl status` for those hosts")

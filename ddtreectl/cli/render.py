@@ -1,0 +1,46 @@
+"""`ddtreectl render HOST [--diff]`: the units ddtreectl would install, and drift against the host."""
+
+from __future__ import annotations
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+from ddtreectl.errors import DdtreeError
+
+
+@app.command("render")
+def render_command(
+    host: str = typer.Argument(..., help="Host name from the inventory."),
+    diff: bool = typer.Option(
+        False, "--diff", help="Connect and compare with what is installed: hand edits, drop-ins, NeedDaemonReload."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="With --diff: machine-readable drift list."),
+) -> None:
+    """Print the systemd unit (and server --config) rendered for HOST; with --diff, show drift.
+
+    Secrets live only in the host's 0600 EnvironmentFile and never appear here.
+    """
+    from ddtreectl.operations.units import drift, read_installed
+    from ddtreectl.render.units import render_service
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import units_view
+
+    inventory = load_inventory()
+    target = inventory.host(host)
+    rendered = render_service(inventory, target)
+    if rendered is None:
+        raise DdtreeError(
+            "runs no service profile; nothing to render",
+            hint=f"set hosts.{host}.service in {inventory.path.name}",
+            host=host,
+        )
+    if not diff:
+        units_view.show_rendered(rendered)
+        return
+    with connect(target, inventory) as transport:
+        found = drift(rendered, read_installed(transport, rendered))
+    if json_out:
+        print(units_view.drift_json(host, found))
+    else:
+        units_view.show_drift(host, found)

@@ -1,0 +1,88 @@
+"""`ddtreectl restore-service [TARGET...]`: bring production back, verified healthy."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+from ddtreectl.errors import ExitCode, PartialFailureError, RemoteCommandError
+
+
+@app.command("restore-service")
+def restore_service_command(
+    targets: Optional[List[str]] = typer.Argument(
+        None, help="Hosts, groups or `all` (default: every host whose role is prod)."
+    ),
+    no_enable: bool = typer.Option(False, "--no-enable", help="Start it now but do not enable it at boot."),
+    force: bool = typer.Option(
+        False, "--force", help="Start despite drifted units or GPUs held by other processes (recorded)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable results."),
+) -> None:
+    """Bring the production service back, verified healthy.
+
+    Preflight (release built, unit installed and not drifted, GPUs free of foreign processes),
+    enable at boot, start, then gate phase by phase: unit active, port open, /health, readiness,
+    model listed in /v1/models, /server_info matches the rendered config. HTTP checks run through the
+    SSH connection. A multi-node service starts every rank and gates on rank 0.
+
+    Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown), 7 GPUs held by other
+    processes, 6 some hosts failed while others succeeded, 4 unreachable.
+    """
+    from ddtreectl.fleet import run_on_hosts
+    from ddtreectl.inventory.models import Host
+    from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import units_view
+    from ddtreectl.ui.console import stderr
+
+    inventory = load_inventory()
+    hosts = inventory.resolve(targets) if targets else [h for h in inventory.hosts.values() if h.role == "prod"]
+    if not hosts:
+        raise RemoteCommandError("no target: the inventory has no host with role prod",
+                                 hint="name the hosts to restore")
+    options = RestoreOptions(enable=not no_enable, force=force)
+
+    # A multi-node service is restored as a whole: other ranks start first, rank 0 is gated.
+    names = {h.name for h in hosts}
+    for host in list(hosts):
+        service = inventory.service_of(host)
+        if service is not None and service.nodes:
+            names.update(service.nodes)
+    ordered = [inventory.hosts[n] for n in inventory.hosts if n in names]
+
+    def is_follower(host: Host) -> bool:
+        service = inventory.service_of(host)
+        return service is not None and bool(service.nodes) and service.nodes[0] != host.name
+
+    def restore(host: Host, gate: bool) -> RestoreResult:
+        with connect(host, inventory) as transport:
+            return restore_host(transport, inventory, host, options, gate=gate,
+                                on_event=None if json_out else units_view.phase_printer)  # type: ignore[arg-type]
+
+    deadline = max((inventory.service_of(h).health.total_timeout for h in ordered  # type: ignore[union-attr]
+                    if inventory.service_of(h)), default=3600.0) + 120
+    followers = run_on_hosts([h for h in ordered if is_follower(h)], lambda h: restore(h, False), deadline_s=deadline)
+    leaders = run_on_hosts([h for h in ordered if not is_follower(h)], lambda h: restore(h, True), deadline_s=deadline)
+    outcomes = list(followers.results) + list(leaders.results)
+    results = [r.value for r in outcomes if r.ok and r.value is not None]
+    units_view.show_restore(results, as_json=json_out)
+    errors = [r for r in outcomes if not r.ok]
+    for r in errors:
+        hint = getattr(r.error, "hint", None)
+        stderr().print(f"[red]error: {r.host.name}: {r.error}[/red]" + (f"\nhint: {hint}" if hint else ""))
+    failed_gates = [r for r in results if not r.ok]
+    if not errors and not failed_gates:
+        return
+    if len(errors) + len(failed_gates) < len(outcomes):
+        raise typer.Exit(int(PartialFailureError.exit_code))
+    if len(errors) == 1 and not failed_gates:
+        code = getattr(errors[0].error, "exit_code", ExitCode.INTERNAL)
+        raise typer.Exit(int(code))
+    codes = {int(getattr(r.error, "exit_code", ExitCode.INTERNAL)) for r in errors}
+    if failed_gates:
+        codes.add(int(ExitCode.REMOTE))
+    raise typer.Exit(codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL))

@@ -1,0 +1,157 @@
+"""Bring a host's production service back, verified healthy: preflight, enable, start, phased gate."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ddtreectl.errors import GpusBusyError, RemoteCommandError
+from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations.audit import append_audit
+from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
+from ddtreectl.operations.units import drift, read_installed
+from ddtreectl.probes.gpu_holders import gpu_holders
+from ddtreectl.probes.status import probe_status
+from ddtreectl.probes.words import service_condition
+from ddtreectl.render.units import RenderedService, render_service
+from ddtreectl.transport.base import Transport
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    enable: bool = True
+    force: bool = False
+
+
+@dataclass
+class RestoreResult:
+    host: str
+    unit: str
+    started: bool = False  # False: it was already running and was only verified
+    enabled: bool = False
+    failure: GateFailure | None = None
+    phases: list[PhaseEvent] = field(default_factory=list)
+    duration_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _rendered(inventory: Inventory, host: Host) -> RenderedService:
+    rendered = render_service(inventory, host)
+    if rendered is None:
+        raise RemoteCommandError(
+            "runs no service profile; nothing to restore",
+            hint=f"set hosts.{host.name}.service in {inventory.path.name}",
+            host=host.name,
+        )
+    return rendered
+
+
+def preflight(transport: Transport, inventory: Inventory, host: Host, options: RestoreOptions) -> list[str]:
+    """Refuse unless the host can serve: built release, installed and undrifted unit, GPUs free of
+    foreign processes. Returns warnings that --force turned from refusals into notes."""
+    rendered = _rendered(inventory, host)
+    facts = probe_status(transport, unit=rendered.unit, remote_root=host.remote_root,
+                         timeout=host.command_timeout)
+    warnings: list[str] = []
+    release = facts.release
+    if not (release.current and release.build_stamp):
+        raise RemoteCommandError(
+            f"no built release under {host.remote_root} (current: {release.current or 'none'}"
+            f"{', no build stamp' if release.current else ''})",
+            hint=f"ddtreectl deploy --host {host.name}",
+            host=host.name,
+        )
+    installed = read_installed(transport, rendered)
+    problems = drift(rendered, installed)
+    missing = [d for d in problems if d.kind == "missing"]
+    if missing:
+        raise RemoteCommandError(
+            "unit not installed: " + "; ".join(d.describe() for d in missing),
+            hint=f"ddtreectl deploy --host {host.name} installs it",
+            host=host.name,
+        )
+    if problems:
+        text = "; ".join(d.describe() for d in problems)
+        if not options.force:
+            raise RemoteCommandError(
+                f"installed unit drifted from the rendered one: {text}",
+                hint=f"see `ddtreectl render {host.name} --diff`; redeploy, or --force to start it as installed",
+                host=host.name,
+            )
+        warnings.append(f"started despite drift (--force): {text}")
+    gpus = facts.gpus
+    if host.gpus > 0 and (gpus.status != "ok" or not gpus.apps_known):
+        detail = f"GPU state unknown ({gpus.status}: {gpus.detail or 'no detail'})"
+        if not options.force:
+            raise GpusBusyError(detail, hint="check nvidia-smi on the host, or --force", host=host.name)
+        warnings.append(f"{detail} (--force)")
+    holders = gpu_holders(transport, [a.pid for a in gpus.apps if a.pid is not None])
+    hidden = [a for a in gpus.apps if a.pid is None]
+    foreign = [h for h in holders if not h.belongs_to(rendered.unit)]
+    if foreign or hidden:
+        described = [h.describe() for h in foreign] + [f"a process on GPU {a.gpu_uuid} (pid not visible)"
+                                                       for a in hidden]
+        message = "GPUs held by processes other than the service: " + "; ".join(described)
+        if not options.force:
+            raise GpusBusyError(message, hint="stop them (or `ddtreectl mode HOST prod` after a dev session), "
+                                "or --force", host=host.name)
+        warnings.append(f"{message} (--force)")
+    return warnings
+
+
+def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> bool:
+    """Enable (optional) and start the unit unless it already runs; returns whether it was started."""
+    quoted = shlex.quote(unit)
+    state = transport.run(f"systemctl is-active -- {quoted}", timeout=15).stdout.strip()
+    commands = [f"systemctl enable --quiet -- {quoted}"] if enable else []
+    if state not in ("active", "activating", "reloading"):
+        commands += [f"systemctl reset-failed -- {quoted} 2>/dev/null || true",
+                     f"systemctl start --no-block -- {quoted}"]
+    if commands:
+        result = transport.run(" && ".join(commands), timeout=60)
+        if not result.ok:
+            raise RemoteCommandError(
+                f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
+                hint=f"ddtreectl logs {host.name}", host=host.name)
+    return state not in ("active", "activating", "reloading")
+
+
+def restore_host(
+    transport: Transport,
+    inventory: Inventory,
+    host: Host,
+    options: RestoreOptions,
+    *,
+    gate: bool = True,
+    on_event: Callable[[PhaseEvent], None] = lambda event: None,
+) -> RestoreResult:
+    """Preflight, enable, start and gate one host. For a multi-node service the caller starts the
+    other ranks first with `gate=False` and gates rank 0, the only one serving HTTP."""
+    started_at = time.monotonic()
+    rendered = _rendered(inventory, host)
+    service = inventory.service_of(host)
+    assert service is not None
+    result = RestoreResult(host=host.name, unit=rendered.unit)
+    result.warnings = preflight(transport, inventory, host, options)
+    result.started = start_service(transport, host, rendered.unit, enable=options.enable)
+    result.enabled = options.enable
+
+    def record(event: PhaseEvent) -> None:
+        if event.status != "running":
+            result.phases.append(event)
+        on_event(event)
+
+    if gate:
+        result.failure = ServiceGate(transport, host.name, service, rendered.server_args,
+                                     on_event=record).run()
+    result.duration_s = time.monotonic() - started_at
+    append_audit(transport, host.remote_root, "restore-service", unit=rendered.unit,
+                 ok=result.ok, started=result.started, enabled=result.enabled,
+                 failed_phase=result.failure.phase if result.failure else None)
+    return result

@@ -1,0 +1,75 @@
+"""Showing rendered units, drift and the restore gate's progress."""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from rich.markup import escape
+
+from ddtreectl.operations.restore import RestoreResult
+from ddtreectl.operations.service_gate import PhaseEvent
+from ddtreectl.operations.units import Drift
+from ddtreectl.render.units import RenderedService
+from ddtreectl.ui import console
+
+
+def show_rendered(rendered: RenderedService) -> None:
+    out = console.stdout()
+    for f in rendered.files:
+        out.print(f"[bold]# {escape(rendered.host)}:{escape(f.path)}[/bold] (mode {f.mode:o}, sha256 {f.sha256[:12]})")
+        out.print(escape(f.content), end="" if f.content.endswith("\n") else "\n")
+    if rendered.env_file:
+        out.print(f"[dim]# secrets: {escape(rendered.env_file)} (0600, never rendered or shown)[/dim]")
+
+
+def show_drift(host: str, found: Sequence[Drift]) -> None:
+    out = console.stdout()
+    if not found:
+        out.print(f"{escape(host)}: installed units match the rendered ones")
+        return
+    for d in found:
+        out.print(f"[yellow]{escape(host)}: {escape(d.describe())}[/yellow]")
+        if d.diff:
+            out.print(escape(d.diff), end="" if d.diff.endswith("\n") else "\n")
+
+
+def drift_json(host: str, found: Sequence[Drift]) -> str:
+    return json.dumps({"host": host, "drift": [{"kind": d.kind, "path": d.path, "diff": d.diff} for d in found]})
+
+
+def phase_printer(event: PhaseEvent) -> None:
+    """Live view of the gate: one line per phase transition, on stderr."""
+    err = console.stderr()
+    mark = {"running": "…", "passed": "[green]✓[/green]", "failed": "[red]✗[/red]"}[event.status]
+    timing = "" if event.status == "running" else f" ({event.elapsed_s:.1f} s)"
+    detail = f" — {escape(event.detail)}" if event.detail else ""
+    err.print(f"{escape(event.host)}: {mark} {event.phase}{timing}{detail}")
+
+
+def show_restore(results: Sequence[RestoreResult], *, as_json: bool) -> None:
+    out = console.stdout()
+    if as_json:
+        out.print_json(json.dumps([{
+            "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
+            "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
+            "phases": [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3),
+                        "detail": p.detail} for p in r.phases],
+            "failure": None if r.failure is None else {
+                "phase": r.failure.phase, "elapsed_s": round(r.failure.elapsed_s, 3),
+                "reason": r.failure.reason, "journal": r.failure.journal},
+        } for r in results]))
+        return
+    for r in results:
+        for w in r.warnings:
+            out.print(f"[yellow]{escape(r.host)}: warning: {escape(w)}[/yellow]")
+        if r.ok:
+            how = "started and verified" if r.started else "already running; verified"
+            out.print(f"[green]{escape(r.host)}: {escape(r.unit)} {how} in {r.duration_s:.1f} s[/green]"
+                      + ("" if r.enabled else " (not enabled at boot: --no-enable)"))
+        elif r.failure is not None:
+            f = r.failure
+            out.print(f"[red]{escape(r.host)}: {escape(r.unit)} failed in phase '{f.phase}' after "
+                      f"{f.elapsed_s:.1f} s: {escape(f.reason)}[/red]")
+            out.print("[dim]last journal lines:[/dim]")
+            out.print(escape(f.journal.rstrip()))
