@@ -1,0 +1,308 @@
+"""The test-host fleet itself: real sshd, systemd, addresses, teardown, and the cgroup safety check."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.testbed import Fleet, TestHost
+from tests.testbed.fleet import HOST_INIT
+from tests.testbed.layout import Slot
+from tests.testbed.resources import kill_cgroup, remove_cgroup_tree, slot_links
+
+pytestmark = pytest.mark.testbed
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ssh(fleet: Fleet, host: TestHost, command: str, tmp_path: Path, *, address: str | None = None,
+        pinned_key: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """The system ssh client, strict host-key checking against a known_hosts with one pinned line."""
+    address = address or host.address
+    known_hosts = tmp_path / f"known_hosts-{uuid.uuid4().hex[:8]}"
+    known_hosts.write_text(f"{address} {pinned_key or host.host_key}\n")
+    return subprocess.run(
+        ["ssh", "-F", "/dev/null", "-i", str(fleet.client_key), "-o", "IdentitiesOnly=yes",
+         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+         "-o", "ConnectTimeout=5", f"root@{address}", command],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def tcp_answers(address: str, timeout: float = 1.5) -> str:
+    """'banner' / 'refused' / 'timeout' / 'unreachable' for port 22 of `address`."""
+    try:
+        with socket.create_connection((address, 22), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return "banner" if sock.recv(64).startswith(b"SSH-") else "other"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError:
+        return "unreachable"
+
+
+@pytest.fixture(scope="module")
+def trio(testbed: Fleet) -> Iterator[list[TestHost]]:
+    hosts = testbed.boot(["tb-a", "tb-b", "tb-c"])
+    yield hosts
+    for host in hosts:
+        testbed.shutdown(host)
+
+
+def test_ssh_with_pinned_key_reaches_distinct_hosts(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+    seen = {}
+    for host in trio:
+        out = ssh(testbed, host, "hostname; cat /etc/machine-id; python3 -c 'print(6*7)'; rsync --version | head -1",
+                  tmp_path)
+        assert out.returncode == 0, out.stderr
+        hostname, machine_id, py, rsync_line = out.stdout.splitlines()
+        assert hostname == host.name
+        assert machine_id == host.machine_id
+        assert py == "42" and rsync_line.startswith("rsync")
+        seen[hostname] = machine_id
+    assert len(set(seen.values())) == 3
+    assert len({h.host_key for h in trio}) == 3
+
+
+def test_ssh_refuses_a_wrong_pinned_key(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+    out = ssh(testbed, trio[0], "true", tmp_path, pinned_key=trio[1].host_key)
+    assert out.returncode == 255
+    assert "Host key verification failed" in out.stderr
+
+
+def test_rsync_over_ssh(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "data.bin").write_bytes(os.urandom(100_000))
+    known_hosts = tmp_path / "kh"
+    known_hosts.write_text(f"{trio[0].address} {trio[0].host_key}\n")
+    rsh = (f"ssh -F /dev/null -i {testbed.client_key} -o IdentitiesOnly=yes -o BatchMode=yes "
+           f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={known_hosts}")
+    out = subprocess.run(["rsync", "-a", "-e", rsh, f"{src}/", f"root@{trio[0].address}:/opt/rsync-probe/"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (trio[0].root / "opt/rsync-probe/sub/data.bin").read_bytes() == (src / "sub" / "data.bin").read_bytes()
+    assert not Path("/opt/rsync-probe").exists()  # went into the host's overlay, not the runner
+
+
+def test_systemd_runs_and_transient_unit_logs(trio: list[TestHost]) -> None:
+    host = trio[1]
+    assert host.systemctl("is-system-running").stdout.strip() == "running"
+    marker = f"marker-{uuid.uuid4().hex}"
+    unit = f"tb-probe-{uuid.uuid4().hex[:8]}"
+    host.sh(f"systemd-run --wait --unit {unit} /bin/sh -c 'echo {marker}'")
+    assert marker in host.journal(unit)
+    assert marker in host.sh(f"journalctl --no-pager -u {unit}").stdout
+    assert host.systemctl("show", "-p", "Result", "--value", unit, check=False).stdout.strip() in ("success", "")
+
+
+def test_files_and_nvidia_smi_stub(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+    host = trio[2]
+    host.write_file("/etc/ddtree-probe.conf", "hello\n", 0o600)
+    assert host.sh("stat -c %a /etc/ddtree-probe.conf && cat /etc/ddtree-probe.conf").stdout == "600\nhello\n"
+    assert not Path("/etc/ddtree-probe.conf").exists()
+    host.install_nvidia_smi_stub("#!/bin/sh\necho 'stub 0, GPU-FAKE'\n")
+    out = ssh(testbed, host, "nvidia-smi", tmp_path)
+    assert out.stdout.strip() == "stub 0, GPU-FAKE", out.stderr
+
+
+def test_move_address_keeps_host_key(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (host,) = boot_hosts(["tb-mover"])
+    old, key = host.address, host.host_key
+    new = testbed.new_address()
+    host.move_address(new)
+    assert host.address == new
+    out = ssh(testbed, host, "hostname", tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "tb-mover", out.stderr
+    assert host.host_key == key
+    assert tcp_answers(old) in ("timeout", "unreachable")  # nobody answers, not even with a refusal
+
+
+def test_stop_sshd_only_silences_that_host(trio: list[TestHost]) -> None:
+    host, other = trio[0], trio[1]
+    host.stop_sshd()
+    try:
+        assert tcp_answers(host.address) == "refused"
+        assert tcp_answers(other.address) == "banner"
+        assert host.systemctl("is-active", "ssh.service", check=False).stdout.strip() == "inactive"
+    finally:
+        host.start_sshd()
+    assert tcp_answers(host.address) == "banner"
+
+
+def test_regenerate_host_key(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (host,) = boot_hosts(["tb-rekey"])
+    old = host.host_key
+    new = host.regenerate_host_key()
+    assert new != old and new.startswith("ssh-ed25519 ") and host.host_key == new
+    assert ssh(testbed, host, "true", tmp_path, pinned_key=old).returncode == 255
+    assert ssh(testbed, host, "true", tmp_path, pinned_key=new).returncode == 0
+
+
+def test_gpus_stub_at_boot_and_inventory(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import fields
+
+    from ddtreectl.inventory.models import Host
+
+    hosts = boot_hosts(["tb-inv1", "tb-inv2"], gpus_stub={"tb-inv2": "#!/bin/sh\necho stubbed\n"})
+    assert hosts[1].sh("nvidia-smi").stdout == "stubbed\n"
+    assert hosts[0].sh("command -v nvidia-smi || echo none").stdout.strip() in ("none", "/usr/bin/nvidia-smi")
+    path = testbed.inventory(hosts, tmp_path / "hosts.yaml", groups={"dev": ["tb-inv1", "tb-inv2"]},
+                             host_overrides={"tb-inv2": {"gpus": 1}})
+    doc = yaml.safe_load(path.read_text())
+    entry = doc["hosts"]["tb-inv1"]
+    assert entry["address"] == hosts[0].address and entry["host_key"] == hosts[0].host_key
+    assert entry["identity_file"] == str(testbed.client_key) and entry["machine_id"] == hosts[0].machine_id
+    assert doc["hosts"]["tb-inv2"]["gpus"] == 1 and doc["groups"] == {"dev": ["tb-inv1", "tb-inv2"]}
+    assert set(entry) <= {f.name for f in fields(Host)}
+    unpinned = yaml.safe_load(testbed.inventory(hosts, tmp_path / "u.yaml", pin_keys=False).read_text())
+    assert unpinned["hosts"]["tb-inv1"]["host_key"] is None
+
+
+def _alive(pid: int, wait: float = 10) -> bool:
+    """Whether `pid` still runs after up to `wait` s (a zombie awaiting its reaper counts as dead)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state == "Z":
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+
+
+def _leftovers(slot: Slot) -> list[str]:
+    found = [f"link {n}" for n in slot_links(slot)]
+    if slot.cgroup.exists():
+        found.append(str(slot.cgroup))
+    if slot.workdir.exists():
+        found.append(str(slot.workdir))
+    return found
+
+
+def test_teardown_leaves_nothing(testbed: Fleet) -> None:
+    with Fleet() as fleet:  # a second slot, beside the session's
+        assert fleet.slot.number != testbed.slot.number
+        hosts = fleet.boot(["td-1", "td-2"])
+        pids = [h.init_pid for h in hosts]
+        slot = fleet.slot
+        assert len(slot_links(slot)) == 3  # bridge + 2 veths
+        fleet.shutdown(hosts[0])
+        assert not hosts[0].cgroup.exists() and not _alive(pids[0])
+        assert len(slot_links(slot)) == 2
+    assert _leftovers(slot) == []
+    assert not any(_alive(pid) for pid in pids)
+
+
+CRASHER = textwrap.dedent("""
+    import sys, time
+    from tests.testbed import Fleet
+    fleet = Fleet()
+    (host,) = fleet.boot(["crash-1"])
+    print(fleet.slot.number, host.init_pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_killed_runner_takes_its_hosts_along_and_cleanup_removes_the_rest(testbed: Fleet) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line, "crasher did not boot its host"
+        number, pid = map(int, line.split())
+        slot = Slot(number, testbed.slot.cgroup_root)
+        assert Path(f"/proc/{pid}").exists()
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no teardown runs: layer 1 (pdeathsig) must act alone
+        proc.wait()
+    assert not _alive(pid), "host PID 1 survived its runner"
+    assert _leftovers(slot)  # bridge, cgroup dirs and work dir are still there ...
+    out = subprocess.run([sys.executable, "-m", "tests.testbed.cleanup"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert f"slot {testbed.slot.number} is in use, skipped" in out.stdout  # live fleets are left alone
+    assert _leftovers(slot) == []  # ... until cleanup
+    assert testbed.slot.bridge in slot_links(testbed.slot)
+
+
+# --- the SAFETY check of host-init (systemd is never started by these tests) -------------------
+
+def _run_init(launch: str, cgroup: Path, want: Path, mode: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run host-init.sh from cgroup `cgroup` through `launch` (an unshare command line or '')."""
+    # A hostdir without the "go" FIFO: had a check wrongly passed in boot mode, the script would
+    # stop at reading it (exit 2), never reaching any mount or systemd.
+    hostdir = tmp_path / "no-such-hostdir"
+    script = f'echo $$ > {cgroup}/cgroup.procs && exec {launch} {HOST_INIT} {hostdir} safety {want} {mode}'
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def safety_cgroups(testbed: Fleet) -> Iterator[tuple[Path, Path]]:
+    right, wrong = testbed.slot.cgroup / "safety-right", testbed.slot.cgroup / "safety-wrong"
+    for cg in (right, wrong):
+        cg.mkdir()
+    yield right, wrong
+    for cg in (right, wrong):
+        kill_cgroup(cg)
+        remove_cgroup_tree(cg)
+
+
+FULL_NS = "unshare --net --mount --pid --fork --kill-child=SIGKILL --cgroup --uts --ipc --propagation private --"
+
+
+def test_host_init_safety_check_passes_only_in_its_child_cgroup(safety_cgroups: tuple[Path, Path],
+                                                                 tmp_path: Path) -> None:
+    right, wrong = safety_cgroups
+    ok = _run_init(FULL_NS, right, right, "check", tmp_path)
+    assert ok.returncode == 0 and "safety checks passed" in ok.stdout, ok.stderr
+
+    cases = {
+        "launched from another cgroup": (FULL_NS, wrong, right, "PID 1 is not a member"),
+        "no cgroup namespace": (FULL_NS.replace("--cgroup ", ""), right, right, "not in a cgroup namespace"),
+        "no PID namespace": ("", right, right, "not PID 1"),
+        "cgroup2 root as target": (FULL_NS, right, _cgroup2_root(right), "not a child cgroup"),
+    }
+    for what, (launch, cgroup, want, message) in cases.items():
+        out = _run_init(launch, cgroup, want, "boot", tmp_path)
+        assert out.returncode == 111, f"{what}: rc {out.returncode} {out.stderr}"
+        assert "REFUSING TO BOOT" in out.stderr and message in out.stderr, f"{what}: {out.stderr}"
+
+
+def _cgroup2_root(cgroup: Path) -> Path:
+    from tests.testbed.layout import cgroup2_mount
+
+    root = cgroup2_mount()
+    assert root is not None and root in cgroup.parents
+    return root
+
+
+def test_boot_times(testbed: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    """Measured and printed for the record, never asserted."""
+    results = []
+    for count in (4, 8):
+        names = [f"tm{count}-{i}" for i in range(count)]
+        start = time.monotonic()
+        hosts = testbed.boot(names)
+        elapsed = time.monotonic() - start
+        for host in hosts:
+            testbed.shutdown(host)
+        results.append(f"{count} hosts: {elapsed:.2f} s")
+    with capsys.disabled():
+        print("\ntestbed boot (ssh banner + systemd running): " + "; ".join(results))
