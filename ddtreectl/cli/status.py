@@ -1,0 +1,112 @@
+"""`ddtreectl status [TARGET...]`: what state is each host in, answered in one round trip per host."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ddtreectl.cli.app import OPTIONS, app
+from ddtreectl.errors import ConnectError, DdtreeError, ExitCode, PartialFailureError
+
+DEFAULT_DEADLINE_S = 20.0
+
+
+def complete_targets(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Host and group names from the inventory for shell completion. Never raises: a broken or
+    missing inventory completes nothing rather than printing a traceback into the shell."""
+    try:
+        from ddtreectl.inventory.loader import load
+
+        root = ctx.find_root()
+        given = root.params.get("inventory") if root is not None else None
+        env = os.environ.get("DDTREECTL_INVENTORY")
+        path = Path(given) if given else Path(env) if env else Path("hosts.yaml")
+        inventory = load(path)
+        names = ["all", *inventory.hosts, *inventory.groups]
+    except Exception:  # noqa: BLE001 - completion must never crash the user's shell
+        return []
+    return [n for n in dict.fromkeys(names) if n.startswith(incomplete)]
+
+
+@app.command()
+def status(
+    targets: Optional[list[str]] = typer.Argument(
+        None, metavar="[TARGET]...", autocompletion=complete_targets,
+        help="Host names, group names or `all` (default: every host in the inventory).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (schema below) instead of a table."),
+    timeout: float = typer.Option(
+        DEFAULT_DEADLINE_S, "--timeout", "--deadline", min=1.0,
+        help="Global deadline in seconds for all hosts together; hosts still silent then are "
+             "reported as 'no answer'. Each connect also has the host's connect_timeout.",
+    ),
+) -> None:
+    """Show each host's reachability, GPUs, service state and release.
+
+    Hosts are probed in parallel: one SSH connection and one probe round
+    trip per host. An unreachable host costs its connect timeout once and
+    never delays the others. The service state is said in words: running,
+    starting, restarting after a failure, failed (exit status, restart
+    count), stopped but enabled, stopped and disabled (will not start at
+    boot), masked, not installed, or unknown (and why).
+
+    Exit codes: 0 every targeted host answered; 6 some did not
+    (unreachable, no answer by the deadline, probe failed); 4 a host's key
+    or machine-id is not the one pinned for its name (outranks 6);
+    3 the inventory is invalid or a target is unknown.
+
+    --json schema (stable; fields are only added within a version):
+
+    """
+    from ddtreectl.cli.common import inventory_path, load_inventory
+    from ddtreectl.operations.status import gather_status
+
+    inventory = load_inventory()
+    hosts = inventory.resolve(targets or [])
+    report = gather_status(inventory, hosts, deadline_s=timeout)
+    if json_out:
+        from ddtreectl.ui.status_json import dumps
+
+        sys.stdout.write(dumps(report, inventory_path()) + "\n")
+    else:
+        from rich.console import Console
+
+        from ddtreectl.ui.status_table import render_status
+
+        render_status(report, Console())
+    if OPTIONS.debug:
+        for host_status in report.hosts:
+            if host_status.exception is not None:
+                traceback.print_exception(host_status.exception, file=sys.stderr)
+    code = report.exit_code()
+    if code == ExitCode.OK:
+        return
+    problems = [h for h in report.hosts if not h.answered]
+    listing = ", ".join(f"{h.host.name} ({h.outcome})" for h in problems)
+    if code == ExitCode.CONNECTION:
+        refused = [h for h in problems if h.outcome == "refused"]
+        raise ConnectError(
+            f"refused to trust {', '.join(h.host.name for h in refused)}: "
+            f"{refused[0].error}", hint=refused[0].hint or None)
+    if code == ExitCode.INTERNAL:
+        raise DdtreeError(f"status failed unexpectedly on {listing}",
+                          hint="run with --debug for the traceback and report it as a bug")
+    raise PartialFailureError(
+        f"{len(problems)} of {len(report.hosts)} hosts did not answer: {listing}",
+        hint="the table/JSON above gives each host's reason")
+
+
+def _append_schema_to_help() -> None:
+    """Put the JSON schema into --help verbatim (`\\b` keeps Click from re-wrapping it)."""
+    from ddtreectl.ui.status_json import STATUS_JSON_SCHEMA
+
+    assert status.__doc__ is not None
+    status.__doc__ += "\b\n" + "\n".join("    " + line for line in STATUS_JSON_SCHEMA.splitlines())
+
+
+_append_schema_to_help()

@@ -1,0 +1,130 @@
+"""`status` as an operation: probe every targeted host in parallel under one deadline.
+
+Read-only: it changes nothing on any host. Each host costs one connection and one probe round
+trip; a dead host costs its connect timeout once and never delays the others (fleet.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from ddtreectl.errors import (
+    ConnectError,
+    DdtreeError,
+    ExitCode,
+    HostKeyError,
+    IdentityMismatchError,
+)
+from ddtreectl.fleet import DeadlineExceededError, HostResult, run_on_hosts
+from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.probes.checks import warnings_for
+from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.status import DEFAULT_GPU_TIMEOUT_S, probe_status
+
+# ok: probed · unreachable: no connection (refused, timed out, auth failed) · refused: the host's
+# key or machine identity is not the one pinned for its name · timeout: no answer by the global
+# deadline · failed: connected but the probe failed (or a bug).
+Outcome = Literal["ok", "unreachable", "refused", "timeout", "failed"]
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """One host's answer to `status`, or why there is none."""
+
+    host: Host
+    outcome: Outcome
+    facts: HostFacts | None = None
+    error: str = ""
+    hint: str = ""
+    connect_ms: float | None = None
+    probe_ms: float | None = None  # one probe round trip on the open connection
+    warnings: tuple[str, ...] = ()
+    exception: BaseException | None = None  # kept for --debug tracebacks
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome == "ok"
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    hosts: tuple[HostStatus, ...]
+    deadline_s: float
+    elapsed_s: float
+
+    def exit_code(self) -> ExitCode:
+        """0 all answered; 4 any key/identity refusal (needs a human: outranks the rest); 1 if a
+        failure was a bug in ddtreectl; else 6 (some hosts did not answer)."""
+        outcomes = [h.outcome for h in self.hosts]
+        if all(o == "ok" for o in outcomes):
+            return ExitCode.OK
+        if "refused" in outcomes:
+            return ExitCode.CONNECTION
+        if any(h.outcome == "failed" and h.error.startswith("internal error") for h in self.hosts):
+            return ExitCode.INTERNAL
+        return ExitCode.PARTIAL
+
+
+@dataclass(frozen=True)
+class _Probed:
+    facts: HostFacts
+    connect_ms: float
+    probe_ms: float
+
+
+def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float) -> StatusReport:
+    """Probe `hosts` in parallel; every host gets a HostStatus, whatever happened to it."""
+    started = time.monotonic()
+    gpu_timeout = max(1, min(DEFAULT_GPU_TIMEOUT_S, int(deadline_s / 2)))
+
+    def probe_one(host: Host) -> _Probed:
+        t0 = time.monotonic()
+        from ddtreectl.transport import connect
+
+        with connect(host, inventory) as transport:
+            t1 = time.monotonic()
+            service = inventory.service_of(host)
+            remaining = max(1.0, deadline_s - (t1 - started))
+            facts = probe_status(transport, unit=service.unit if service else None,
+                                 remote_root=host.remote_root, timeout=remaining,
+                                 gpu_timeout_s=gpu_timeout)
+            t2 = time.monotonic()
+        return _Probed(facts, (t1 - t0) * 1000, (t2 - t1) * 1000)
+
+    fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s)
+    statuses = tuple(_host_status(r) for r in fleet.results)
+    return StatusReport(statuses, deadline_s, time.monotonic() - started)
+
+
+def _host_status(result: HostResult[_Probed]) -> HostStatus:
+    host = result.host
+    if result.value is not None:
+        probed = result.value
+        facts = probed.facts
+        warnings = tuple(warnings_for(host, facts))
+        outcome: Outcome = "ok"
+        error = hint = ""
+        if host.machine_id and facts.machine_id and facts.machine_id != host.machine_id:
+            # The pinned key matched, yet the OS identity differs: a cloned key or a swapped box.
+            outcome = "refused"
+            error = (f"machine-id is {facts.machine_id}, recorded {host.machine_id}: "
+                     f"another machine answers at {host.address}")
+            hint = (f"check which machine has {host.address}; if the box was replaced on purpose, "
+                    f"update hosts.{host.name}.machine_id")
+        return HostStatus(host, outcome, facts=facts, error=error, hint=hint,
+                          connect_ms=probed.connect_ms, probe_ms=probed.probe_ms, warnings=warnings)
+    exc = result.error
+    if not isinstance(exc, DdtreeError):
+        return HostStatus(host, "failed", error=f"internal error: {type(exc).__name__}: {exc}",
+                          hint="run with --debug and report this as a bug", exception=exc)
+    if isinstance(exc, DeadlineExceededError):
+        outcome = "timeout"
+    elif isinstance(exc, (HostKeyError, IdentityMismatchError)):
+        outcome = "refused"
+    elif isinstance(exc, ConnectError):
+        outcome = "unreachable"
+    else:
+        outcome = "failed"
+    return HostStatus(host, outcome, error=exc.message, hint=exc.hint or "", exception=exc)

@@ -1,0 +1,88 @@
+"""The `ddtreectl status` table: one row per host, the service state in words, warnings inline."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ddtreectl.operations.status import HostStatus, StatusReport
+from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.words import ServiceKind, gpu_summary, service_condition
+
+_SERVICE_STYLE: dict[ServiceKind, str] = {
+    "running": "green", "starting": "yellow", "restarting": "red", "reloading": "yellow",
+    "stopping": "yellow", "failed": "bold red", "stopped-enabled": "yellow",
+    "stopped-disabled": "yellow", "stopped-static": "yellow", "masked": "red",
+    "not-installed": "dim", "broken": "bold red", "unknown": "magenta",
+}
+_OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout": "no answer",
+                  "failed": "probe failed"}
+
+
+def render_status(report: StatusReport, console: Console) -> None:
+    """Print the table, then one line per problem host with its reason and hint."""
+    table = Table(show_lines=False, header_style="bold", pad_edge=False)
+    for column in ("host", "address", "reach", "GPUs", "service", "release", "warnings"):
+        table.add_column(column, overflow="fold")
+    for status in report.hosts:
+        table.add_row(*_row(status))
+    console.print(table)
+    answered = sum(1 for h in report.hosts if h.answered)
+    summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
+    console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
+    for status in report.hosts:
+        if status.error:
+            console.print(Text(f"{status.host.name}: {status.error}", style="red"))
+            if status.hint:
+                console.print(Text(f"  hint: {status.hint}", style="dim"))
+
+
+def _row(status: HostStatus) -> list[Text | str]:
+    host = status.host
+    address = "local" if host.transport == "local" else (
+        host.address if host.port == 22 else f"{host.address}:{host.port}")
+    facts = status.facts
+    if facts is None:
+        reach = Text(_OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
+        return [host.name, address, reach, "-", "-", "-", Text(_short(status.error), style="red")]
+    latency = f"{status.probe_ms:.0f} ms" if status.probe_ms is not None else "?"
+    reach = Text(f"ok {latency}", style="green") if status.outcome == "ok" else Text(
+        _OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
+    warnings = list(status.warnings)
+    if status.outcome != "ok" and status.error:
+        warnings.insert(0, status.error)
+    return [host.name, address, reach, _gpus(facts, host.gpus), _service(facts, host.service),
+            _release(facts), Text("\n".join(warnings), style="yellow") if warnings else ""]
+
+
+def _gpus(facts: HostFacts, expected: int) -> Text:
+    text = gpu_summary(facts.gpus)
+    ok = facts.gpus.status in ("ok", "no-devices") and len(facts.gpus.gpus) == expected
+    if facts.gpus.status == "missing" and expected == 0:
+        return Text("no GPUs (no nvidia-smi)", style="dim")
+    return Text(text, style="" if ok else "yellow")
+
+
+def _service(facts: HostFacts, profile: str | None) -> Text:
+    if facts.service is None:
+        return Text("no service profile", style="dim")
+    condition = service_condition(facts.service)
+    name = facts.service.unit.removesuffix(".service")
+    return Text(f"{name}: {condition.words}", style=_SERVICE_STYLE[condition.kind])
+
+
+def _release(facts: HostFacts) -> Text:
+    rel = facts.release
+    if not rel.root_exists:
+        return Text("no release deployed", style="dim")
+    if rel.current is None:
+        return Text("no current release", style="yellow")
+    text = rel.current + ("" if rel.build_stamp else " (not built)")
+    if rel.restart_pending:
+        text += f"\nrunning {rel.running}: restart pending"
+    return Text(text, style="" if rel.build_stamp and not rel.restart_pending else "yellow")
+
+
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,98 @@
+"""`ddtreectl status local` through the INSTALLED console script, on this machine (no SSH)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ddtreectl(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ddtreectl")
+    if exe is None:
+        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_status_local_json_on_the_shipped_inventory() -> None:
+    # Targets only `local`: nothing is sent to ct200 (it is not probed, only read from hosts.yaml).
+    run = ddtreectl("status", "local", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["schema"] == "ddtreectl.status/1" and report["exit_code"] == 0
+    assert report["summary"] == {"hosts": 1, "answered": 1, "unreachable": 0, "refused": 0,
+                                 "timeout": 0, "failed": 0}
+    (local,) = report["hosts"]
+    assert (local["name"], local["transport"], local["outcome"]) == ("local", "local", "ok")
+    assert local["identity"]["machine_id"] == Path("/etc/machine-id").read_text().strip()
+    assert local["identity"]["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    if shutil.which("nvidia-smi") is None:
+        assert local["gpus"]["status"] == "missing" and local["gpus"]["found"] == 0
+    assert local["service"] is None  # the shipped `local` host runs no service profile
+    assert local["release"]["root"] == os.path.expanduser("~/.local/share/ddtree")
+    assert local["disk"]["total_bytes"] > 0
+
+
+def test_status_local_table(tmp_path: Path) -> None:
+    run = ddtreectl("status", "local", env={"COLUMNS": "200"})
+    assert run.returncode == 0, run.stderr
+    assert "local" in run.stdout and "1/1 hosts answered" in run.stdout
+
+
+def test_local_host_with_a_service_but_no_systemd_and_no_release(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"""\
+services:
+  demo:
+    template: sglang-ddtree.service.j2
+    port: 30000
+    model_path: /models/demo
+    served_model_name: demo
+hosts:
+  here:
+    transport: local
+    address: 127.0.0.1
+    gpus: 8
+    service: demo
+    remote_root: {tmp_path}/ddtree
+""")
+    run = ddtreectl("-i", str(inventory), "status", "--json")
+    assert run.returncode == 0, run.stderr
+    (here,) = json.loads(run.stdout)["hosts"]
+    assert here["release"]["root_exists"] is False
+    if os.path.exists("/run/systemd/system"):
+        pytest.skip("systemd runs here: the unit is simply not installed")
+    assert here["service"]["state"] == "unknown" and here["service"]["known"] is False
+    assert here["service"]["words"].startswith("unknown: systemd is not running")
+    if shutil.which("nvidia-smi") is None:
+        assert "nvidia-smi missing (expected 8 GPUs)" in here["warnings"]
+
+
+def test_unknown_target_is_an_inventory_error() -> None:
+    run = ddtreectl("status", "nosuchhost", "--json")
+    assert run.returncode == 3
+    assert "'nosuchhost' is neither a host nor a group" in run.stderr and run.stdout == ""
+
+
+def test_completion_lists_hosts_and_groups_and_survives_a_broken_inventory(tmp_path: Path) -> None:
+    env = {"_DDTREECTL_COMPLETE": "complete_bash", "COMP_WORDS": "ddtreectl status ", "COMP_CWORD": "2"}
+    run = ddtreectl(env=env)
+    assert run.returncode == 0
+    assert set(run.stdout.split()) == {"all", "ct200", "local", "prod"}
+    env_p = {**env, "COMP_WORDS": "ddtreectl status pr"}
+    assert ddtreectl(env=env_p).stdout.split() == ["prod"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hosts: [\n")
+    run = ddtreectl(env={**env, "DDTREECTL_INVENTORY": str(broken)})
+    assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "", "")
+    other = tmp_path / "other.yaml"
+    other.write_text("hosts:\n  alpha:\n    transport: local\n    address: 127.0.0.1\n")
+    run = ddtreectl(env={**env, "COMP_WORDS": f"ddtreectl -i {other} status ", "COMP_CWORD": "4"})
+    assert set(run.stdout.split()) == {"all", "alpha"}
