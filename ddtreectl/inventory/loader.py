@@ -98,8 +98,16 @@ Values = dict[str, tuple[Any, Node]]  # key -> (converted value, node it came fr
 
 def load(path: Path) -> Inventory:
     """Read, validate and build the inventory at `path`; raises InventoryError (exit 3)."""
+    return parse(_read(path), path)
+
+
+def parse(text: str, path: Path) -> Inventory:
+    """Validate and build an inventory from `text` (messages name `path` as given).
+
+    Separate from `load` so an edit can be checked before it is written.
+    """
     filename = str(path)
-    root = compose(_read(path), filename)
+    root = compose(text, filename)
     problems = Problems(filename)
     if root is None:
         raise InventoryError(f"{filename}:1: the inventory is empty", hint="it needs at least a hosts: section")
