@@ -14,6 +14,7 @@ from ddtreectl.errors import DdtreeError, ExitCode
 # (add one line per command module here, e.g. `from ddtreectl.cli import status  # noqa: F401,E402`)
 from ddtreectl.cli import status  # noqa: F401,E402
 from ddtreectl.cli import logs, render, restore_service  # noqa: F401,E402
+from ddtreectl.cli import trust  # noqa: F401,E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,11 +77,13 @@ class SshTransport:
 
     @classmethod
     def handshake(cls, host: Host, *, jump: "SshTransport | None" = None,
-                  nodelay: bool = True) -> "SshTransport":
+                  nodelay: bool = True, restrict_to_pin: bool = True) -> "SshTransport":
         """TCP connect and SSH key exchange, NO authentication yet: `presented_key` is then known.
 
         Negotiation is restricted to the pinned key's algorithms when a key is pinned (see
-        hostkeys.KEY_ALGORITHMS). Raises ConnectError with host, address and reason.
+        hostkeys.KEY_ALGORITHMS) unless `restrict_to_pin` is False (`trust --replace` looking at
+        a reinstalled host). Raises ConnectError with host, address and reason; closes `jump`
+        on failure.
         """
         import paramiko
 
@@ -98,13 +100,17 @@ class SshTransport:
                 # to every exec on an open connection (ops-notes: 48 ms -> 3 ms).
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         else:
-            sock = jump.open_tcp_channel(host.address, host.port, timeout=timeout, purpose="jump")
+            try:
+                sock = jump.open_tcp_channel(host.address, host.port, timeout=timeout, purpose="jump")
+            except BaseException:
+                jump.close()
+                raise
         t = paramiko.Transport(sock)
         t.banner_timeout = timeout
         t.handshake_timeout = timeout
         t.auth_timeout = timeout
         pinned = pinned_key(host)
-        if pinned is not None:
+        if pinned is not None and restrict_to_pin:
             t.get_security_options().key_types = pinned.algorithms
         try:
             t.start_client(timeout=timeout)

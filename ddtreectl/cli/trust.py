@@ -1,0 +1,43 @@
+"""`ddtreectl trust HOST`: show a host's key fingerprint, ask, and pin it under the host's name."""
+
+from __future__ import annotations
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+
+
+@app.command()
+def trust(
+    host: str = typer.Argument(..., help="Host name from the inventory."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (you verified the fingerprint)."),
+    replace: bool = typer.Option(
+        False, "--replace", help="Replace a different key already pinned (host reinstalled)."
+    ),
+) -> None:
+    """Pin HOST's SSH host key (after showing its fingerprint) and record its machine-id and GPUs.
+
+    Nothing but the SSH key exchange happens before you agree: no login, no command. Compare the
+    fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` run on the host itself.
+    """
+    from ddtreectl.operations.trust import TrustOffer, trust_host
+
+    inventory = load_inventory()
+
+    def confirm(offer: TrustOffer) -> bool:
+        typer.echo(f"{offer.host.name} ({offer.address}) presents {offer.presented.key_type} key")
+        typer.echo(f"  fingerprint: {offer.presented.fingerprint}")
+        if offer.pinned is not None:
+            typer.echo(f"  REPLACING pinned {offer.pinned.key_type} key {offer.pinned.fingerprint}")
+        if yes:
+            return True
+        return typer.confirm("Trust this key for " + offer.host.name + "?", default=False)
+
+    outcome = trust_host(inventory, host, confirm=confirm, replace=replace)
+    gpus = f"{len(outcome.gpu_uuids)} GPU UUID(s)" if outcome.gpu_uuids else "no GPUs"
+    if outcome.changed:
+        typer.echo(f"{host}: pinned {outcome.key.describe()}, machine-id {outcome.machine_id}, "
+                   f"{gpus} -> {inventory.path}")
+    else:
+        typer.echo(f"{host}: already trusted ({outcome.key.describe()}); inventory unchanged")

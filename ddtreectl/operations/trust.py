@@ -1,0 +1,147 @@
+"""`trust`: the ONLY way a host key becomes pinned (trust on first use, made explicit).
+
+Order matters: connect and finish the key exchange, show the presented key's fingerprint, ask,
+and only after a yes authenticate (so nothing is sent to an unverified machine but the SSH
+handshake), read the machine's identity (/etc/machine-id, GPU UUIDs) and write all three into
+the inventory under the host's NAME with one atomic edit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal
+
+from ddtreectl.errors import ConnectError, HostKeyError, IdentityMismatchError, RemoteCommandError, UsageError
+from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.transport.hostkeys import PublicKey, pinned_key
+
+if TYPE_CHECKING:
+    from ddtreectl.transport.ssh import SshTransport
+
+MARKER = "__ddtreectl_identity__"
+# One round trip. The marker frames our output: a noisy ~/.bashrc on the host may print first.
+IDENTITY_SCRIPT = (
+    f"echo {MARKER}; cat /etc/machine-id; echo {MARKER}; "
+    "if command -v nvidia-smi >/dev/null 2>&1; then "
+    "timeout 60 nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null || true; fi"
+)
+
+Decision = Literal["new", "same", "replace"]
+
+
+@dataclass(frozen=True)
+class TrustOffer:
+    """What the operator is asked to approve."""
+
+    host: Host
+    address: str  # where the key was presented ("10.0.0.5:22 via jump")
+    presented: PublicKey
+    pinned: PublicKey | None
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class TrustOutcome:
+    host: str
+    key: PublicKey
+    machine_id: str
+    gpu_uuids: tuple[str, ...]
+    changed: bool  # whether the inventory file was rewritten
+
+
+def parse_identity(stdout: str, host: str) -> tuple[str, tuple[str, ...]]:
+    """(machine_id, gpu_uuids) from IDENTITY_SCRIPT's output; pure, tested on real output."""
+    parts = stdout.split(MARKER + "\n")
+    if len(parts) < 3:
+        raise RemoteCommandError("identity probe printed no machine-id", host=host,
+                                 hint="does /etc/machine-id exist on the host?")
+    machine_id = parts[1].strip()
+    uuids = tuple(line.strip() for line in parts[2].splitlines() if line.strip().startswith("GPU-"))
+    return machine_id, uuids
+
+
+def trust_host(
+    inventory: Inventory,
+    name: str,
+    *,
+    confirm: Callable[[TrustOffer], bool],
+    replace: bool = False,
+) -> TrustOutcome:
+    """Pin `name`'s host key after `confirm(offer)` agrees; record machine-id and GPU UUIDs.
+
+    A different key already pinned is refused (HostKeyError, exit 4, both fingerprints) unless
+    `replace`. Declining raises HostKeyError too: the key stays untrusted.
+    """
+    from ddtreectl.transport import resolve_jump
+    from ddtreectl.transport.ssh import SshTransport
+
+    host = inventory.host(name)
+    if host.transport != "ssh":
+        raise UsageError(f"{name} uses transport {host.transport!r}: there is no host key to trust",
+                         host=name)
+    jump_host = resolve_jump(host, inventory)
+    jump = _reopen_jump(jump_host, inventory)
+    try:
+        session = SshTransport.handshake(host, jump=jump)
+    except ConnectError as exc:
+        if "no acceptable host key" not in exc.message:
+            raise
+        # The host no longer offers the pinned key's type (reinstalled with other keys): look at
+        # whatever it offers now, so the operator sees a fingerprint and the --replace decision.
+        jump = _reopen_jump(jump_host, inventory)
+        session = SshTransport.handshake(host, jump=jump, restrict_to_pin=False)
+    with session:
+        presented = session.presented_key
+        pinned = pinned_key(host)
+        decision: Decision = "new" if pinned is None else "same" if pinned == presented else "replace"
+        if decision == "replace" and not replace:
+            raise HostKeyError(
+                f"a different key is already pinned: pinned {pinned.describe() if pinned else ''}, "
+                f"{session.where} presents {presented.describe()}",
+                hint=f"if the host was reinstalled and you verified the new fingerprint, run "
+                f"`ddtreectl trust {name} --replace`",
+                host=name,
+            )
+        offer = TrustOffer(host, session.where, presented, pinned, decision)
+        if decision != "same" and not confirm(offer):
+            raise HostKeyError(f"key {presented.describe()} NOT trusted (declined)", host=name,
+                               hint="nothing was recorded; the host stays refused until trusted")
+        session.authenticate(presented)
+        result = session.run(IDENTITY_SCRIPT, timeout=max(host.command_timeout, 90.0))
+        if not result.ok:
+            raise RemoteCommandError(f"identity probe failed (exit {result.exit_code}): "
+                                     f"{result.stderr.strip()[:200]}", host=name)
+        machine_id, uuids = parse_identity(result.stdout, name)
+    if host.machine_id and host.machine_id != machine_id and not replace:
+        raise IdentityMismatchError(
+            f"machine-id {machine_id} differs from the recorded {host.machine_id}",
+            hint=f"a different machine answers with the pinned key; if intended, "
+            f"`ddtreectl trust {name} --replace`",
+            host=name,
+        )
+    changed = (presented.line != (pinned.line if pinned else None) or machine_id != host.machine_id
+               or uuids != host.gpu_uuids)
+    if changed:
+        _record(inventory, name, presented.line, machine_id, uuids)
+    return TrustOutcome(name, presented, machine_id, uuids, changed)
+
+
+def _reopen_jump(jump_host: Host | None, inventory: Inventory) -> "SshTransport | None":
+    """A fresh connection to the jump host (its own pinned key enforced), or None."""
+    if jump_host is None:
+        return None
+    from ddtreectl.transport import connect
+    from ddtreectl.transport.ssh import SshTransport
+
+    opened = connect(jump_host, inventory)
+    assert isinstance(opened, SshTransport)
+    return opened
+
+
+def _record(inventory: Inventory, name: str, key: str, machine_id: str, uuids: tuple[str, ...]) -> None:
+    """One surgical, verified, atomic edit of the inventory file (comments and layout kept)."""
+    from ddtreectl.inventory import edit
+
+    text = edit.read_text(inventory.path)
+    values: dict[str, edit.EditValue] = {"host_key": key, "machine_id": machine_id, "gpu_uuids": uuids}
+    edit.write_atomic(inventory.path, edit.edit_host(text, inventory.path, name, values))
