@@ -1,0 +1,119 @@
+"""`ddtreectl trust` end to end against a throwaway sshd: the CLI, the inventory edit, the pin."""
+
+from __future__ import annotations
+
+import io
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from ddtreectl.cli.app import OPTIONS
+from ddtreectl.cli.main import run
+from ddtreectl.inventory.loader import load
+from ddtreectl.operations.trust import parse_identity
+from ddtreectl.transport import connect
+from ddtreectl.transport.hostkeys import PublicKey
+
+from tests.transport.conftest import LocalSshd, keygen
+
+Start = Callable[..., LocalSshd]
+
+
+def _inventory(path: Path, sshd: LocalSshd, host_key: str | None = None) -> Path:
+    key = f"'{host_key}'" if host_key else "null"
+    path.write_text(
+        "# comment kept by the edit\n"
+        "hosts:\n"
+        "  box:\n"
+        "    address: 127.0.0.1\n"
+        f"    port: {sshd.port}\n"
+        f"    identity_file: {sshd.client_key}\n"
+        "    connect_timeout: 3\n"
+        f"    host_key: {key}  # pinned by trust\n"
+    )
+    return path
+
+
+def _cli(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    old_stdin = sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = run(argv)
+    finally:
+        sys.stdin = old_stdin
+        OPTIONS.inventory = None
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_trust_yes_records_key_and_identity_then_commands_work(start_sshd: Start, tmp_path: Path) -> None:
+    sshd = start_sshd()
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd)
+    fp = PublicKey.parse(sshd.host_key).fingerprint
+
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box", "--yes"])
+    assert code == 0, err
+    assert fp in out and "pinned" in out
+    text = inv_path.read_text()
+    assert text.startswith("# comment kept by the edit\n") and "# pinned by trust" in text
+    host = load(inv_path).host("box")
+    assert host.host_key is not None and PublicKey.parse(host.host_key).line == sshd.host_key
+    machine_id = Path("/etc/machine-id").read_text().strip()  # the sshd runs on this machine
+    assert host.machine_id == machine_id
+    with connect(host) as t:
+        assert t.run("echo ok").stdout == "ok\n"
+    code, out, _ = _cli(["-i", str(inv_path), "trust", "box"])
+    assert code == 0 and "already trusted" in out
+
+
+def test_trust_asks_and_declining_records_nothing(start_sshd: Start, tmp_path: Path) -> None:
+    sshd = start_sshd()
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd)
+    before = inv_path.read_text()
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box"], stdin="n\n")
+    assert code == 4 and "NOT trusted" in err
+    assert PublicKey.parse(sshd.host_key).fingerprint in out and "Trust this key" in out
+    assert inv_path.read_text() == before
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box"], stdin="y\n")
+    assert code == 0, err
+    assert load(inv_path).host("box").host_key is not None
+
+
+def test_trust_refuses_a_different_pinned_key_unless_replace(start_sshd: Start, tmp_path: Path) -> None:
+    sshd = start_sshd()
+    old = keygen(tmp_path / "old")
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd, host_key=old)
+    code, _, err = _cli(["-i", str(inv_path), "trust", "box", "--yes"])
+    assert code == 4
+    assert PublicKey.parse(old).fingerprint in err and PublicKey.parse(sshd.host_key).fingerprint in err
+    assert "--replace" in err
+    assert old in inv_path.read_text()
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box", "--yes", "--replace"])
+    assert code == 0, err
+    assert "REPLACING" in out
+    assert load(inv_path).host("box").host_key == sshd.host_key
+
+
+def test_trust_replace_sees_a_host_that_no_longer_offers_the_pinned_key_type(
+    start_sshd: Start, tmp_path: Path
+) -> None:
+    sshd = start_sshd()  # ed25519 only
+    old_rsa = keygen(tmp_path / "old", "rsa")
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd, host_key=old_rsa)
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box", "--yes", "--replace"])
+    assert code == 0, err
+    assert load(inv_path).host("box").host_key == sshd.host_key
+
+
+def test_parse_identity_tolerates_rc_noise_and_missing_gpus() -> None:
+    mid = "0123456789abcdef0123456789abcdef"
+    noisy = f"Welcome!\n__ddtreectl_identity__\n{mid}\n__ddtreectl_identity__\n"
+    assert parse_identity(noisy, "h") == (mid, ())
+    gpus = (f"__ddtreectl_identity__\n{mid}\n__ddtreectl_identity__\n"
+            "GPU-3f1b6c1e-8d1a-4a52-9a4e-0c1f2d3e4f50\nGPU-aaaaaaaa-8d1a-4a52-9a4e-0c1f2d3e4f51\n")
+    assert parse_identity(gpus, "h")[1] == ("GPU-3f1b6c1e-8d1a-4a52-9a4e-0c1f2d3e4f50",
+                                            "GPU-aaaaaaaa-8d1a-4a52-9a4e-0c1f2d3e4f51")
