@@ -76,28 +76,32 @@ class Fleet:
 
     # --- boot --------------------------------------------------------------------------------
 
-    def boot(self, names: list[str], *, gpus_stub: dict[str, str] | None = None) -> list[TestHost]:
+    def boot(self, names: list[str], *, gpus_stub: dict[str, str] | None = None,
+             files: dict[str, dict[str, str | bytes]] | None = None) -> list[TestHost]:
         """Boot hosts in parallel; return once each answers SSH and systemd says `running`.
 
         gpus_stub: host name -> nvidia-smi script installed at /usr/local/bin/nvidia-smi before boot.
+        files: host name -> {absolute path: content} written (0644) into the host before boot, e.g. a
+        unit plus a `multi-user.target.d/*.conf` drop-in with `Wants=` to have it started at boot.
         Raises BootError (after tearing down this call's hosts) if any host fails or is `degraded`.
         """
         if threading.current_thread() is not threading.main_thread():
             # PR_SET_PDEATHSIG fires when the forking THREAD exits, not the process
             raise RuntimeError("Fleet.boot must be called from the main thread")
-        gpus_stub = gpus_stub or {}
+        gpus_stub, files = gpus_stub or {}, files or {}
         for name in names:
             if not NAME_RE.match(name):
                 raise ValueError(f"bad host name {name!r} (want {NAME_RE.pattern})")
             if name in self.hosts:
                 raise ValueError(f"host {name!r} is already up in slot {self.slot.number}")
-        if len(set(names)) != len(names) or set(gpus_stub) - set(names):
-            raise ValueError(f"duplicate names or gpus_stub for unknown hosts: {names}, {list(gpus_stub)}")
+        if len(set(names)) != len(names) or (set(gpus_stub) | set(files)) - set(names):
+            raise ValueError(f"duplicate names, or gpus_stub/files for hosts not booted here: {names}, "
+                             f"{sorted(set(gpus_stub) | set(files))}")
 
         started: list[TestHost] = []
         try:
             for name in names:
-                started.append(self._launch(name, gpus_stub.get(name)))
+                started.append(self._launch(name, gpus_stub.get(name), files.get(name, {})))
                 self.hosts[name] = started[-1]
             for host in started:
                 self._wire_and_release(host)
@@ -111,7 +115,7 @@ class Fleet:
             raise
         return started
 
-    def _launch(self, name: str, nvidia_smi_stub: str | None) -> TestHost:
+    def _launch(self, name: str, nvidia_smi_stub: str | None, files: dict[str, str | bytes]) -> TestHost:
         index = self._next_index
         self._next_index += 1
         hostdir = self.workdir / "hosts" / name
@@ -121,8 +125,11 @@ class Fleet:
         (hostdir / "console.log").touch()
         os.mkfifo(hostdir / "go", 0o600)
         machine_id, host_key = populate(hostdir / "upper", name=name, client_pubkey=self.client_pubkey,
-                                        keydir=self.workdir / "keys", nvidia_smi_stub=nvidia_smi_stub)
+                                        keydir=self.workdir / "keys", nvidia_smi_stub=nvidia_smi_stub,
+                                        extra_files=files)
         cgroup = self.slot.cgroup / name
+        resources.kill_cgroup(cgroup)  # an earlier host of that name that failed to tear down
+        resources.remove_cgroup_tree(cgroup)
         resources.make_cgroup(cgroup)
         with open(hostdir / "console.log", "ab") as console:
             launcher = subprocess.Popen(

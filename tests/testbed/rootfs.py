@@ -112,7 +112,8 @@ def public_key_line(key_line: str) -> str:
 
 
 def populate(upper: Path, *, name: str, client_pubkey: str, keydir: Path,
-             nvidia_smi_stub: str | None = None) -> tuple[str, str]:
+             nvidia_smi_stub: str | None = None,
+             extra_files: dict[str, str | bytes] | None = None) -> tuple[str, str]:
     """Write every per-host file into `upper`. Returns (machine_id, host public key line)."""
     files = UpperDir(upper)
     machine_id = uuid.uuid4().hex
@@ -140,4 +141,6 @@ def populate(upper: Path, *, name: str, client_pubkey: str, keydir: Path,
         files.symlink("/usr/local/bin/python3", str(Path(sys.executable).resolve()))
     if nvidia_smi_stub is not None:
         files.write("/usr/local/bin/nvidia-smi", nvidia_smi_stub, 0o755)
+    for path, content in (extra_files or {}).items():
+        files.write(path, content)
     return machine_id, public_key_line(host_pub)

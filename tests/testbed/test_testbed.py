@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.testbed import Fleet, TestHost
+from tests.testbed import BootError, Fleet, TestHost
 from tests.testbed.fleet import HOST_INIT
 from tests.testbed.layout import Slot
 from tests.testbed.resources import kill_cgroup, remove_cgroup_tree, slot_links
@@ -155,6 +155,7 @@ def test_regenerate_host_key(testbed: Fleet, boot_hosts, tmp_path: Path) -> None
 def test_gpus_stub_at_boot_and_inventory(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import fields
 
+    from ddtreectl.inventory.loader import load
     from ddtreectl.inventory.models import Host
 
     hosts = boot_hosts(["tb-inv1", "tb-inv2"], gpus_stub={"tb-inv2": "#!/bin/sh\necho stubbed\n"})
@@ -168,6 +169,9 @@ def test_gpus_stub_at_boot_and_inventory(testbed: Fleet, boot_hosts, tmp_path: P
     assert entry["identity_file"] == str(testbed.client_key) and entry["machine_id"] == hosts[0].machine_id
     assert doc["hosts"]["tb-inv2"]["gpus"] == 1 and doc["groups"] == {"dev": ["tb-inv1", "tb-inv2"]}
     assert set(entry) <= {f.name for f in fields(Host)}
+    loaded = load(path)  # the real inventory loader accepts what the fixture writes
+    assert loaded.host("tb-inv1").host_key == hosts[0].host_key
+    assert loaded.host("tb-inv2").gpus == 1 and loaded.host("tb-inv1").address == hosts[0].address
     unpinned = yaml.safe_load(testbed.inventory(hosts, tmp_path / "u.yaml", pin_keys=False).read_text())
     assert unpinned["hosts"]["tb-inv1"]["host_key"] is None
 
@@ -185,6 +189,16 @@ def _alive(pid: int, wait: float = 10) -> bool:
         if time.monotonic() > deadline:
             return True
         time.sleep(0.05)
+
+
+def test_degraded_boot_fails_naming_the_unit(testbed: Fleet) -> None:
+    unit = "[Unit]\nDescription=always fails\n[Service]\nType=oneshot\nExecStart=/bin/false\n"
+    files = {"tb-bad": {"/etc/systemd/system/tb-broken.service": unit,
+                        "/etc/systemd/system/multi-user.target.d/tb-broken.conf": "[Unit]\nWants=tb-broken.service\n"}}
+    with pytest.raises(BootError) as err:
+        testbed.boot(["tb-bad"], files=files)
+    assert "'degraded'" in str(err.value) and "tb-broken.service" in str(err.value)
+    assert "tb-bad" not in testbed.hosts and not (testbed.slot.cgroup / "tb-bad").exists()
 
 
 def _leftovers(slot: Slot) -> list[str]:
