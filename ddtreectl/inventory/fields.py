@@ -49,6 +49,9 @@ def text(check: Check | None = None, *, what: str = "a string", hint: str | None
 
 
 def integer(low: int, high: int | None = None, *, hint: str | None = None) -> Converter:
+    if hint is None:
+        hint = f"use a whole number from {low} to {high}" if high is not None else f"use a whole number >= {low}"
+
     def convert(node: Node, path: str, problems: Problems) -> Any:
         if not isinstance(node, ScalarNode) or kind(node) != "int":
             shown = f" ({node.value!r})" if isinstance(node, ScalarNode) and node.value else ""
@@ -64,16 +67,19 @@ def integer(low: int, high: int | None = None, *, hint: str | None = None) -> Co
     return convert
 
 
+_SECONDS_HINT = "use a positive number of seconds, e.g. 30 or 2.5"
+
+
 def seconds() -> Converter:
     """A positive duration in seconds (integer or decimal)."""
 
     def convert(node: Node, path: str, problems: Problems) -> Any:
         if not isinstance(node, ScalarNode) or kind(node) not in ("int", "float"):
-            problems.add(node, path, f"expected a number of seconds, got {describe(node)}")
+            problems.add(node, path, f"expected a number of seconds, got {describe(node)}", _SECONDS_HINT)
             return INVALID
         value = float(construct(node))
         if not value > 0 or value == float("inf"):
-            problems.add(node, path, f"{node.value} must be a positive number of seconds")
+            problems.add(node, path, f"{node.value} must be a positive number of seconds", _SECONDS_HINT)
             return INVALID
         return value
 
@@ -82,13 +88,14 @@ def seconds() -> Converter:
 
 def choice(options: Iterable[str]) -> Converter:
     allowed = tuple(options)
+    hint = "use one of: " + ", ".join(allowed)
 
     def convert(node: Node, path: str, problems: Problems) -> Any:
         value = _scalar_text(node, path, problems, "one of " + ", ".join(allowed))
         if value is None:
             return INVALID
         if value not in allowed:
-            problems.add(node, path, f"{value!r} is not one of: {', '.join(allowed)}")
+            problems.add(node, path, f"{value!r} is not one of: {', '.join(allowed)}", hint)
             return INVALID
         return value
 

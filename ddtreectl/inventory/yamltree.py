@@ -52,7 +52,8 @@ class Problems:
         if rest:
             more = "\n".join("  " + self.format(p) for p in rest)
             message += f"\n{len(rest)} more problem{'s' if len(rest) > 1 else ''}:\n{more}"
-        raise InventoryError(message, hint=first.hint)
+        hint = first.hint or f"fix {first.path or 'the file'} at {self.filename}:{first.line}, then run the command again"
+        raise InventoryError(message, hint=hint)
 
     def format(self, problem: Problem) -> str:
         where = f"{self.filename}:{problem.line}"
