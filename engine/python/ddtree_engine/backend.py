@@ -1,0 +1,52 @@
+"""The five DDTree ops as one injectable object.
+
+The decoding loop never imports an op directly: it calls `backend.<op>`. `reference_backend()` binds the
+readable PyTorch versions (`ddtree_engine.reference`, CPU or GPU); `cuda_backend()` binds the libddtree
+kernels (`ddtree_engine.ops`). Tests can also build a backend that mixes the two, e.g. CUDA ops for
+everything but attention (see `mixed_backend`)."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+OP_NAMES = ("draft_topk_lse", "build_tree", "tree_attention", "tree_accept", "kv_commit")
+
+
+@dataclass(frozen=True)
+class OpBackend:
+    name: str
+    draft_topk_lse: Callable[..., Any]
+    build_tree: Callable[..., Any]
+    tree_attention: Callable[..., Any]
+    tree_accept: Callable[..., Any]
+    kv_commit: Callable[..., Any]
+    # True when every op can be captured in a CUDA graph (no host sync, no allocation on the host side).
+    graph_safe: bool = False
+
+
+def _load(package: str) -> dict[str, Callable[..., Any]]:
+    mod = importlib.import_module(package)
+    return {op: getattr(mod, op) for op in OP_NAMES}
+
+
+def reference_backend() -> OpBackend:
+    return OpBackend(name="reference", graph_safe=False, **_load("ddtree_engine.reference"))
+
+
+def cuda_backend() -> OpBackend:
+    return OpBackend(name="cuda", graph_safe=True, **_load("ddtree_engine.ops"))
+
+
+def mixed_backend(name: str, base: OpBackend, **overrides: Callable[..., Any]) -> OpBackend:
+    """`base` with some ops replaced (a backend whose ops are not all graph-safe is not graph-safe)."""
+    ops = {op: overrides.get(op, getattr(base, op)) for op in OP_NAMES}
+    return OpBackend(name=name, graph_safe=base.graph_safe and not overrides, **ops)
+
+
+def default_backend(device: Any) -> OpBackend:
+    """CUDA kernels on a CUDA device, the references elsewhere."""
+    import torch
+
+    return cuda_backend() if torch.device(device).type == "cuda" else reference_backend()

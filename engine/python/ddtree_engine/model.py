@@ -1,0 +1,311 @@
+"""A small decoder-only transformer: RMSNorm, RoPE, GQA attention over a paged KV cache, SwiGLU MLP.
+
+Two forward paths share every layer function:
+  * `forward_tree` — the engine's path: N tokens per request (a draft tree, or a chain for prefill) at
+    explicit positions; their K/V go to cache slots ctx_len + node index; attention goes through the
+    injected backend's `tree_attention` (ancestor bitsets, paged cache).
+  * `forward_dense` — an independent, deliberately plain path for the autoregressive reference decoder:
+    contiguous per-request K/V tensors and a dense causal softmax written out here.
+
+Numerics ("exact" mode, the default on CPU and in the lossless tests). DDTree must reproduce AR decoding
+token for token, but the two paths evaluate the same math on different batch shapes (N tree rows vs 1
+row; keys at different slots, masked keys in between). BLAS and vectorized kernels may round such shapes
+differently (different blocking, a scalar tail loop for exp/log), so a plain fp32 model would differ by
+~1 ulp now and then and flip an argmax at a near-tie. In exact mode every op accumulates in float64 and its
+result is rounded to float32 (activations, K/V, logits all hold fp32 values). The two paths' fp64 results
+differ by ~1e-16 relative, so a rounded value differs only when it straddles an fp32 rounding boundary:
+probability ~2^-52/2^-24 ≈ 4e-9 per element, i.e. ~1e-9 flips over a whole test suite, instead of a
+certainty. The rounded values are then bit-identical and so are logits, argmax and Gumbel-max.
+Attention is the exception we do not own: it runs inside the backend's `tree_attention`, and the current
+PyTorch reference computes in fp32 whatever the input dtype, so tree-vs-dense attention outputs differ by
+up to ~1e-7 relative and logits by a few 1e-6 (measured). The lossless tests therefore also report the
+smallest top-2 logit margin along every reference trajectory (it must exceed that error for their fixed
+seeds). Pass kv_dtype=torch.float64 with an fp64-computing attention op to close this gap entirely (then
+measured bit-identical logits).
+
+"fast" mode (GPU benchmarks and the CUDA tree-attention kernel, which takes bf16): linear layers in
+`act_dtype`, K/V cache in `kv_dtype` (bf16 for the kernel). Not bit-reproducible across shapes."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddtree_engine.backend import OpBackend
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 320
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 16
+    ffn_dim: int = 176
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    # Scale of the lm_head init: larger gives peakier next-token distributions.
+    logit_scale: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+
+
+def random_weights(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded fp32 weights (CPU generator, so the same seed gives the same model on every machine)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int, std: float) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float32) * std
+
+    d, hd = cfg.d_model, cfg.head_dim
+    w: dict[str, torch.Tensor] = {"embed": normal(cfg.vocab_size, d, std=1.0)}
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        w[p + "attn_norm"] = 1.0 + normal(d, std=0.1)
+        w[p + "wq"] = normal(cfg.n_heads * hd, d, std=d**-0.5)
+        w[p + "wk"] = normal(cfg.n_kv_heads * hd, d, std=d**-0.5)
+        w[p + "wv"] = normal(cfg.n_kv_heads * hd, d, std=d**-0.5)
+        w[p + "wo"] = normal(d, cfg.n_heads * hd, std=(cfg.n_heads * hd) ** -0.5)
+        w[p + "mlp_norm"] = 1.0 + normal(d, std=0.1)
+        w[p + "w_gate"] = normal(cfg.ffn_dim, d, std=d**-0.5)
+        w[p + "w_up"] = normal(cfg.ffn_dim, d, std=d**-0.5)
+        w[p + "w_down"] = normal(d, cfg.ffn_dim, std=cfg.ffn_dim**-0.5)
+    w["final_norm"] = 1.0 + normal(d, std=0.1)
+    w["lm_head"] = normal(cfg.vocab_size, d, std=cfg.logit_scale * d**-0.5)
+    return w
+
+
+@dataclass
+class DenseKV:
+    """Contiguous K/V of one request for the AR reference path: per layer [S, Hkv, D] float64."""
+
+    k: list[torch.Tensor] = field(default_factory=list)
+    v: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.k else int(self.k[0].shape[0])
+
+
+class TinyTransformer:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        *,
+        device: str | torch.device = "cpu",
+        exact: bool = True,
+        act_dtype: torch.dtype = torch.float32,
+        kv_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.exact = exact
+        self.act_dtype = torch.float32 if exact else act_dtype
+        # K/V hold act-dtype-rounded values; the cache dtype is what the attention op computes in
+        # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
+        self.kv_dtype = kv_dtype or self.act_dtype
+        self._compute = torch.float64 if exact else self.act_dtype
+        missing = _expected_names(cfg) - set(weights)
+        if missing:
+            raise ValueError(f"weights are missing {sorted(missing)[:5]}")
+        self.weights = {k: v.to(torch.float32) for k, v in weights.items()}
+        self.w = {k: v.to(self.device, self._compute) for k, v in self.weights.items()}
+        half = cfg.head_dim // 2
+        self._inv_freq = 1.0 / (
+            cfg.rope_theta ** (torch.arange(half, dtype=torch.float64, device=self.device) / half)
+        )
+        self.sm_scale = 1.0 / math.sqrt(cfg.head_dim)
+
+    # ---- construction -------------------------------------------------------------------------------
+    @classmethod
+    def random(cls, cfg: ModelConfig, seed: int = 0, **kw: Any) -> TinyTransformer:
+        return cls(cfg, random_weights(cfg, seed), **kw)
+
+    # ---- layer functions (shared by both paths) -----------------------------------------------------
+    def _round(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.act_dtype)
+
+    def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return self._round(x.to(self._compute) @ self.w[name].t())
+
+    def rmsnorm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        xc = x.to(self._compute)
+        inv = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + self.cfg.norm_eps)
+        return self._round(xc * inv * self.w[name])
+
+    def rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """NeoX-style rotary embedding; x [T, H, D], pos [T] (any int dtype)."""
+        ang = pos.to(torch.float64)[:, None] * self._inv_freq[None, :]  # [T, D/2]
+        cos = ang.cos()[:, None, :].to(self._compute)
+        sin = ang.sin()[:, None, :].to(self._compute)
+        xc = x.to(self._compute)
+        x1, x2 = xc.chunk(2, dim=-1)
+        return self._round(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1))
+
+    def mlp(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        p = f"layers.{i}."
+        h = self.rmsnorm(x, p + "mlp_norm")
+        gate = self.linear(h, p + "w_gate").to(self._compute)
+        up = self.linear(h, p + "w_up").to(self._compute)
+        act = self._round(torch.nn.functional.silu(gate) * up)
+        return self.linear(act, p + "w_down")
+
+    def qkv(self, x: torch.Tensor, i: int, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        cfg, p = self.cfg, f"layers.{i}."
+        h = self.rmsnorm(x, p + "attn_norm")
+        q = self.linear(h, p + "wq").view(-1, cfg.n_heads, cfg.head_dim)
+        k = self.linear(h, p + "wk").view(-1, cfg.n_kv_heads, cfg.head_dim)
+        v = self.linear(h, p + "wv").view(-1, cfg.n_kv_heads, cfg.head_dim)
+        return self.rope(q, pos), self.rope(k, pos), v
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.weights_on_device("embed")[tokens.long()]
+
+    def weights_on_device(self, name: str) -> torch.Tensor:
+        # fp32 master copy on the device, cached (the embedding table is read, never multiplied).
+        cache = self.__dict__.setdefault("_dev32", {})
+        if name not in cache:
+            cache[name] = self.weights[name].to(self.device, self.act_dtype)
+        return cache[name]
+
+    def head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits fp32, final hidden) of residual stream x."""
+        h = self.rmsnorm(x, "final_norm")
+        return self.linear(h, "lm_head").to(torch.float32), h
+
+    # ---- engine path --------------------------------------------------------------------------------
+    def forward_tree(
+        self,
+        backend: OpBackend,
+        k_caches: list[torch.Tensor],
+        v_caches: list[torch.Tensor],
+        block_table: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        ctx_len: torch.Tensor,
+        anc: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens/positions [B, N] (token -1 = padding), ctx_len [B] i32, anc [B, N, W] i32.
+        Writes node j's K/V of request b to cache slot ctx_len[b] + j in every layer (the caller commits
+        or discards them). Returns (logits [B, N, V] fp32, final hidden [B, N, d]). Static shapes, no
+        host sync: capturable in a CUDA graph when the backend is."""
+        B, N = tokens.shape
+        cfg = self.cfg
+        page = k_caches[0].shape[1]
+        slot = ctx_len.long()[:, None] + torch.arange(N, device=tokens.device)[None, :]  # [B, N]
+        page_idx = torch.gather(block_table.long(), 1, torch.div(slot, page, rounding_mode="floor"))
+        flat_slot = (page_idx * page + slot % page).reshape(-1)  # [B*N], distinct
+        pos = positions.reshape(-1)
+        qo_indptr = torch.arange(0, (B + 1) * N, N, device=tokens.device, dtype=torch.int32)
+        x = self.embed(tokens.reshape(-1).clamp(min=0))
+        for i in range(cfg.n_layers):
+            q, k, v = self.qkv(x, i, pos)
+            k_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, k.to(self.kv_dtype))
+            v_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, v.to(self.kv_dtype))
+            o, _ = backend.tree_attention(
+                q.to(self.kv_dtype), k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc,
+                self.sm_scale,
+            )
+            attn = self.linear(self._round(o).reshape(B * N, -1), f"layers.{i}.wo")
+            x = self._round(x.to(self._compute) + attn.to(self._compute))
+            x = self._round(x.to(self._compute) + self.mlp(x, i).to(self._compute))
+        logits, hidden = self.head(x)
+        return logits.view(B, N, -1), hidden.view(B, N, -1)
+
+    # ---- independent reference path ----------------------------------------------------------------
+    def forward_dense(self, tokens: torch.Tensor, kv: DenseKV) -> tuple[torch.Tensor, torch.Tensor]:
+        """One request: append `tokens` [n] after the kv.length tokens already in `kv` (causal among
+        themselves). Plain softmax attention in the compute dtype; returns (logits [n, V], hidden [n, d])."""
+        cfg = self.cfg
+        n, s0 = int(tokens.shape[0]), kv.length
+        pos = torch.arange(s0, s0 + n, device=self.device)
+        causal = torch.ones(n, s0 + n, dtype=torch.bool, device=self.device).tril(diagonal=s0)
+        x = self.embed(tokens)
+        rep = cfg.n_heads // cfg.n_kv_heads
+        for i in range(cfg.n_layers):
+            q, k, v = self.qkv(x, i, pos)
+            kc, vc = k.to(self.kv_dtype), v.to(self.kv_dtype)
+            if len(kv.k) <= i:
+                kv.k.append(kc)
+                kv.v.append(vc)
+            else:
+                kv.k[i] = torch.cat([kv.k[i], kc])
+                kv.v[i] = torch.cat([kv.v[i], vc])
+            keys = kv.k[i].repeat_interleave(rep, dim=1).to(self._compute)  # [S, Hq, D]
+            vals = kv.v[i].repeat_interleave(rep, dim=1).to(self._compute)
+            scores = torch.einsum("nhd,shd->hns", q.to(self._compute), keys) * self.sm_scale
+            scores = scores.masked_fill(~causal[None], float("-inf"))
+            o = torch.einsum("hns,shd->nhd", scores.softmax(dim=-1), vals)
+            attn = self.linear(self._round(o).reshape(n, -1), f"layers.{i}.wo")
+            x = self._round(x.to(self._compute) + attn.to(self._compute))
+            x = self._round(x.to(self._compute) + self.mlp(x, i).to(self._compute))
+        return self.head(x)
+
+
+def _expected_names(cfg: ModelConfig) -> set[str]:
+    names = {"embed", "final_norm", "lm_head"}
+    for i in range(cfg.n_layers):
+        names |= {f"layers.{i}.{n}" for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm",
+                                                "w_gate", "w_up", "w_down")}
+    return names
+
+
+# ---- persistence --------------------------------------------------------------------------------------
+def save_model(path: str | Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> Path:
+    """`*.safetensors` (needs the safetensors package) or anything else via torch.save."""
+    path = Path(path)
+    tensors = {k: v.detach().to(torch.float32).contiguous().cpu() for k, v in weights.items()}
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file  # optional dependency
+
+        save_file(tensors, str(path), metadata={"ddtree_config": json.dumps(asdict(cfg))})
+    else:
+        torch.save({"format": "ddtree-tiny-v1", "config": asdict(cfg), "weights": tensors}, path)
+    return path
+
+
+def load_model(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Load what save_model wrote. A directory is searched for model.safetensors, then model.pt."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("model.safetensors", "model.pt"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise FileNotFoundError(f"{path}: no model.safetensors or model.pt in this directory")
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors import safe_open
+        except ImportError as e:
+            raise RuntimeError(f"{path}: loading .safetensors needs `pip install safetensors`") from e
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if "ddtree_config" not in meta:
+                raise ValueError(f"{path}: no ddtree_config in the safetensors metadata")
+            cfg = ModelConfig(**json.loads(meta["ddtree_config"]))
+            weights = {k: f.get_tensor(k) for k in f.keys()}
+    else:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(blob, dict) or blob.get("format") != "ddtree-tiny-v1":
+            raise ValueError(f"{path}: not a ddtree tiny-model file (format key missing)")
+        cfg = ModelConfig(**blob["config"])
+        weights = blob["weights"]
+    missing = _expected_names(cfg) - set(weights)
+    if missing:
+        raise ValueError(f"{path}: missing weights {sorted(missing)[:5]}")
+    return cfg, weights
