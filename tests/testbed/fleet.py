@@ -45,6 +45,7 @@ class Fleet:
         self._next_vlan = 0
         try:
             resources.clean_slot(self.slot)  # a crashed run of this slot may have left things
+            resources.raise_inotify_limits()
             self.workdir = self.slot.workdir
             (self.workdir / "hosts").mkdir(parents=True)
             (self.workdir / "keys").mkdir(mode=0o700)

@@ -110,6 +110,22 @@ def create_bridge(slot: Slot) -> None:
     run(["ip", "link", "set", slot.bridge, "up"])
 
 
+# --- kernel limits -----------------------------------------------------------------------------
+
+# Every host's systemd, journald, logind and dbus take inotify instances, all counted against root
+# of the machine's user namespace (default limit 128 for the WHOLE machine). Past it, .path units
+# fail and hosts boot `degraded`: 3 parallel runs of 8 hosts each already hit it here.
+INOTIFY_FLOORS = {"max_user_instances": 8192, "max_user_watches": 1048576}
+
+
+def raise_inotify_limits() -> None:
+    """Raise fs.inotify limits to INOTIFY_FLOORS (never lowers a limit somebody set higher)."""
+    for name, floor in INOTIFY_FLOORS.items():
+        path = Path("/proc/sys/fs/inotify", name)
+        if int(path.read_text()) < floor:
+            path.write_text(f"{floor}\n")
+
+
 # --- work dirs ---------------------------------------------------------------------------------
 
 def mounts_under(path: Path) -> list[str]:
