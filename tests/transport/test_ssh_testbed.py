@@ -273,3 +273,27 @@ def test_fleet_over_real_hosts_one_deadline(testbed: Any, boot_hosts: Boot, pair
     assert result["tr-gone"].timed_out  # its 20 s connect timeout was cut by the 3 s deadline
     assert elapsed < 15
     assert result.exit_code() == ExitCode.PARTIAL
+
+
+GPU_UUIDS = ("GPU-5a3c9d1e-7b2f-4c8a-9e61-0d4f3b2a1c90", "GPU-e8b1f2c3-4d5e-6f70-8192-a3b4c5d6e7f8")
+# Stands in for nvidia-smi on a GPU-less test host: answers the one query trust makes, as the
+# real tool prints it (one UUID per line, no header), and fails on anything else.
+NVIDIA_SMI_STUB = f"""#!/bin/sh
+case "$*" in
+  *--query-gpu=uuid*--format=csv,noheader*) printf '%s\\n' {' '.join(GPU_UUIDS)} ;;
+  *) echo "stub: unexpected arguments: $*" >&2; exit 9 ;;
+esac
+"""
+
+
+def test_trust_records_gpu_uuids(testbed: Any, boot_hosts: Boot, tmp_path: Path) -> None:
+    (h,) = boot_hosts(["tr-gpu"], gpus_stub={"tr-gpu": NVIDIA_SMI_STUB})
+    path = testbed.inventory([h], tmp_path / "hosts.yaml", pin_keys=False,
+                             host_overrides={"tr-gpu": {"machine_id": None, "gpus": 2}})
+    cli = ["ddtreectl"] if _installed() else [sys.executable, "-m", "ddtreectl.cli.main"]
+    out = subprocess.run(cli + ["-i", str(path), "trust", "tr-gpu", "-y"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "2 GPU UUID(s)" in out.stdout
+    host = load(path).host("tr-gpu")
+    assert host.gpu_uuids == GPU_UUIDS and host.machine_id == h.machine_id
