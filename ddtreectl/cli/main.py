@@ -15,6 +15,7 @@ from ddtreectl.errors import DdtreeError, ExitCode
 from ddtreectl.cli import status  # noqa: F401,E402
 from ddtreectl.cli import logs, render, restore_service  # noqa: F401,E402
 from ddtreectl.cli import trust  # noqa: F401,E402
+from ddtreectl.cli import set_ip  # noqa: F401,E402
 
 
 def main(argv: list[str] | None = None) -> int:
