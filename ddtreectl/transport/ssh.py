@@ -40,6 +40,19 @@ DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 REMOTE_KILL_AFTER_S = 5  # remote `timeout -k`: SIGKILL this long after SIGTERM
 
 
+def _quiet_paramiko() -> None:
+    """Paramiko logs handshake failures with tracebacks from its reader thread; with no handler
+    configured, Python's last-resort handler would print them on stderr beside our own clean
+    ConnectError. A NullHandler on its logger keeps them out of the output (layers below ui/ never
+    print); a handler the application configures on the root logger (e.g. for --debug) still
+    receives them."""
+    import logging
+
+    logger = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
 def _connect_error(host: Host, where: str, reason: str, hint: str) -> ConnectError:
     return ConnectError(f"cannot reach {where}: {reason}", hint=hint, host=host.name)
 
@@ -87,6 +100,7 @@ class SshTransport:
         """
         import paramiko
 
+        _quiet_paramiko()
         where = f"{host.address}:{host.port}" + (f" via {jump.host_name}" if jump else "")
         timeout = host.connect_timeout
         sock: Any

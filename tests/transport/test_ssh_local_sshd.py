@@ -225,3 +225,27 @@ def test_latency_connect_and_warm_exec_with_and_without_nodelay(start_sshd: Star
         print(f"TCP_NODELAY={nodelay!s:5}: connect+auth {connect_s * 1e3:6.1f} ms, "
               f"warm exec median {median * 1e3:6.1f} ms")
     print(f"warm exec without/with TCP_NODELAY: {report[1][2] / report[0][2]:.1f}x")
+
+
+def test_not_an_ssh_server_is_a_clean_connect_error(capfd: pytest.CaptureFixture[str]) -> None:
+    import socket as socket_mod
+
+    srv = socket_mod.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with pytest.raises(ConnectError, match="SSH handshake failed") as err:
+            open_ssh(Host(name="web", address="127.0.0.1", port=port, connect_timeout=3))
+    finally:
+        srv.close()
+    assert err.value.host == "web" and f"127.0.0.1:{port}" in err.value.message
+    time.sleep(0.2)  # Paramiko's reader thread logs after the failure; it must stay silent
+    assert capfd.readouterr().err == ""

@@ -117,3 +117,28 @@ def test_parse_identity_tolerates_rc_noise_and_missing_gpus() -> None:
             "GPU-3f1b6c1e-8d1a-4a52-9a4e-0c1f2d3e4f50\nGPU-aaaaaaaa-8d1a-4a52-9a4e-0c1f2d3e4f51\n")
     assert parse_identity(gpus, "h")[1] == ("GPU-3f1b6c1e-8d1a-4a52-9a4e-0c1f2d3e4f50",
                                             "GPU-aaaaaaaa-8d1a-4a52-9a4e-0c1f2d3e4f51")
+
+
+def test_trust_through_a_jump_host(start_sshd: Start, tmp_path: Path) -> None:
+    jump, target = start_sshd(), start_sshd()
+    inv_path = tmp_path / "hosts.yaml"
+    inv_path.write_text(
+        "hosts:\n"
+        "  gate:\n"
+        "    address: 127.0.0.1\n"
+        f"    port: {jump.port}\n"
+        f"    identity_file: {jump.client_key}\n"
+        f"    host_key: {jump.host_key}\n"
+        "  inner:\n"
+        "    address: 127.0.0.1\n"
+        f"    port: {target.port}\n"
+        f"    identity_file: {target.client_key}\n"
+        "    jump_host: gate\n"
+    )
+    code, out, err = _cli(["-i", str(inv_path), "trust", "inner", "--yes"])
+    assert code == 0, err
+    assert f"127.0.0.1:{target.port} via gate" in out
+    inv = load(inv_path)
+    assert inv.host("inner").host_key == target.host_key
+    with connect(inv.host("inner"), inv) as t:
+        assert t.run("echo $SSH_CONNECTION").stdout.split()[3] == str(target.port)
