@@ -23,8 +23,10 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
     out.extend(_gpu_warnings(host, facts))
     if facts.service is not None:
         condition = service_condition(facts.service)
-        if condition.kind in ("failed", "restarting", "masked", "broken", "not-installed"):
-            out.append(f"service {facts.service.unit} {condition.words}")
+        if condition.kind == "not-installed":
+            out.append(f"{facts.service.unit} is not installed on this host")
+        elif condition.kind in ("failed", "restarting", "masked", "broken"):
+            out.append(f"{facts.service.unit} {condition.words}")
         if facts.service.need_daemon_reload:
             out.append(f"{facts.service.unit} changed on disk: daemon-reload pending")
     release = facts.release
