@@ -23,13 +23,15 @@ LINK_PREFIX = "ddtb"
 
 def cgroup2_mount() -> Path | None:
     """Where the cgroup2 hierarchy is mounted: /sys/fs/cgroup (pure v2) or .../unified (hybrid)."""
+    found = set()
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         # "36 25 0:31 / /sys/fs/cgroup/unified rw,... - cgroup2 cgroup2 rw"
         left, _, right = line.partition(" - ")
         if right.split(" ", 1)[0] == "cgroup2":
-            mount_point = Path(left.split(" ")[4])
-            if mount_point in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
-                return mount_point
+            found.add(Path(left.split(" ")[4]))
+    for candidate in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if candidate in found:
+            return candidate  # pure v2 first: a cgroup2 on /sys/fs/cgroup hides .../unified
     return None
 
 

@@ -275,6 +275,29 @@ def _holding(number: int) -> Iterator[bool]:
         lock.release()
 
 
+PURE_V2 = textwrap.dedent("""
+    import socket
+    from tests.testbed import Fleet
+    with Fleet() as fleet:
+        (host,) = fleet.boot(["v2-1"])
+        banner = socket.create_connection((host.address, 22), timeout=5).recv(64)
+        print(fleet.slot.cgroup_root, host.cgroup, host.systemctl("is-system-running").stdout.strip(),
+              banner[:4].decode(), flush=True)
+""")
+
+
+def test_pure_cgroup2_layout(testbed: Fleet) -> None:
+    """This machine is hybrid; in a mount namespace with cgroup2 on /sys/fs/cgroup (as on pure v2)."""
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+         'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$0" -c "$1"', sys.executable, PURE_V2],
+        cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    root, cgroup, state, banner = out.stdout.split()
+    assert root == "/sys/fs/cgroup" and cgroup.startswith("/sys/fs/cgroup/ddtreectl-testbed/slot")
+    assert state == "running" and banner == "SSH-"
+
+
 # --- the SAFETY check of host-init (systemd is never started by these tests) -------------------
 
 def _run_init(launch: str, cgroup: Path, want: Path, mode: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
