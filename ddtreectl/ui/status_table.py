@@ -22,9 +22,12 @@ _OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout":
 
 def render_status(report: StatusReport, console: Console) -> None:
     """Print the table, then one line per problem host with its reason and hint."""
-    table = Table(show_lines=False, header_style="bold", pad_edge=False)
-    for column in ("host", "address", "reach", "GPUs", "service", "release", "warnings"):
-        table.add_column(column, overflow="fold")
+    table = Table(show_lines=len(report.hosts) > 1, header_style="bold", pad_edge=False)
+    # Names, addresses and reachability never wrap; the wordy columns wrap at spaces.
+    for column in ("host", "address", "reach"):
+        table.add_column(column, no_wrap=True)
+    for column in ("GPUs", "service", "release", "warnings"):
+        table.add_column(column, min_width=8)
     for status in report.hosts:
         table.add_row(*_row(status))
     console.print(table)
@@ -32,10 +35,8 @@ def render_status(report: StatusReport, console: Console) -> None:
     summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
     console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
     for status in report.hosts:
-        if status.error:
-            console.print(Text(f"{status.host.name}: {status.error}", style="red"))
-            if status.hint:
-                console.print(Text(f"  hint: {status.hint}", style="dim"))
+        if status.hint:  # the error itself is in the table's warnings column
+            console.print(Text(f"{status.host.name}: hint: {status.hint}", style="dim"))
 
 
 def _row(status: HostStatus) -> list[Text | str]:
@@ -45,7 +46,7 @@ def _row(status: HostStatus) -> list[Text | str]:
     facts = status.facts
     if facts is None:
         reach = Text(_OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
-        return [host.name, address, reach, "-", "-", "-", Text(_short(status.error), style="red")]
+        return [host.name, address, reach, "-", "-", "-", Text(status.error, style="red")]
     latency = f"{status.probe_ms:.0f} ms" if status.probe_ms is not None else "?"
     reach = Text(f"ok {latency}", style="green") if status.outcome == "ok" else Text(
         _OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
@@ -83,6 +84,3 @@ def _release(facts: HostFacts) -> Text:
         text += f"\nrunning {rel.running}: restart pending"
     return Text(text, style="" if rel.build_stamp and not rel.restart_pending else "yellow")
 
-
-def _short(text: str, limit: int = 90) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
