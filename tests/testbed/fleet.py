@@ -249,6 +249,27 @@ class Fleet:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --- ssh (the system client, strict host-key checking) ---------------------------------------
+
+    def ssh_argv(self, host: TestHost, *, address: str | None = None, pinned_key: str | None = None,
+                 connect_timeout: float = 5) -> list[str]:
+        """`ssh ... root@ADDRESS` (append the command): key auth with the client key, host key checked
+        strictly against a known_hosts holding only `pinned_key` (default: the host's current key)."""
+        address = address or host.address
+        known_hosts = self.workdir / "known_hosts" / f"{host.name}-{address}-{os.getpid()}-{threading.get_ident()}"
+        known_hosts.parent.mkdir(exist_ok=True)
+        known_hosts.write_text(f"{address} {pinned_key or host.host_key}\n")
+        return ["ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes",
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", f"ConnectTimeout={connect_timeout:g}", "-o", "LogLevel=ERROR", f"root@{address}"]
+
+    def ssh(self, host: TestHost, command: str, *, address: str | None = None, pinned_key: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run `command` on the host over real SSH (system client; see ssh_argv). Never raises on rc."""
+        return subprocess.run(self.ssh_argv(host, address=address, pinned_key=pinned_key) + [command],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
     # --- inventory ---------------------------------------------------------------------------
 
     def inventory(self, hosts: list[TestHost], path: Path, *, services: dict[str, Any] | None = None,

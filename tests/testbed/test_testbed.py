@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,22 +23,8 @@ from tests.testbed.layout import Slot, SlotLock
 from tests.testbed.resources import kill_cgroup, remove_cgroup_tree, slot_links
 
 pytestmark = pytest.mark.testbed
+BootHosts = Callable[..., list[TestHost]]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def ssh(fleet: Fleet, host: TestHost, command: str, tmp_path: Path, *, address: str | None = None,
-        pinned_key: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """The system ssh client, strict host-key checking against a known_hosts with one pinned line."""
-    address = address or host.address
-    known_hosts = tmp_path / f"known_hosts-{uuid.uuid4().hex[:8]}"
-    known_hosts.write_text(f"{address} {pinned_key or host.host_key}\n")
-    return subprocess.run(
-        ["ssh", "-F", "/dev/null", "-i", str(fleet.client_key), "-o", "IdentitiesOnly=yes",
-         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-         "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
-         "-o", "ConnectTimeout=5", f"root@{address}", command],
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def tcp_answers(address: str, timeout: float = 1.5) -> str:
@@ -63,11 +49,10 @@ def trio(testbed: Fleet) -> Iterator[list[TestHost]]:
         testbed.shutdown(host)
 
 
-def test_ssh_with_pinned_key_reaches_distinct_hosts(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+def test_ssh_with_pinned_key_reaches_distinct_hosts(testbed: Fleet, trio: list[TestHost]) -> None:
     seen = {}
     for host in trio:
-        out = ssh(testbed, host, "hostname; cat /etc/machine-id; python3 -c 'print(6*7)'; rsync --version | head -1",
-                  tmp_path)
+        out = testbed.ssh(host, "hostname; cat /etc/machine-id; python3 -c 'print(6*7)'; rsync --version | head -1")
         assert out.returncode == 0, out.stderr
         hostname, machine_id, py, rsync_line = out.stdout.splitlines()
         assert hostname == host.name
@@ -78,8 +63,8 @@ def test_ssh_with_pinned_key_reaches_distinct_hosts(testbed: Fleet, trio: list[T
     assert len({h.host_key for h in trio}) == 3
 
 
-def test_ssh_refuses_a_wrong_pinned_key(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
-    out = ssh(testbed, trio[0], "true", tmp_path, pinned_key=trio[1].host_key)
+def test_ssh_refuses_a_wrong_pinned_key(testbed: Fleet, trio: list[TestHost]) -> None:
+    out = testbed.ssh(trio[0], "true", pinned_key=trio[1].host_key)
     assert out.returncode == 255
     assert "Host key verification failed" in out.stderr
 
@@ -88,10 +73,7 @@ def test_rsync_over_ssh(testbed: Fleet, trio: list[TestHost], tmp_path: Path) ->
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     (src / "sub" / "data.bin").write_bytes(os.urandom(100_000))
-    known_hosts = tmp_path / "kh"
-    known_hosts.write_text(f"{trio[0].address} {trio[0].host_key}\n")
-    rsh = (f"ssh -F /dev/null -i {testbed.client_key} -o IdentitiesOnly=yes -o BatchMode=yes "
-           f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={known_hosts}")
+    rsh = " ".join(testbed.ssh_argv(trio[0])[:-1])  # without the trailing root@ADDRESS
     out = subprocess.run(["rsync", "-a", "-e", rsh, f"{src}/", f"root@{trio[0].address}:/opt/rsync-probe/"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -110,23 +92,23 @@ def test_systemd_runs_and_transient_unit_logs(trio: list[TestHost]) -> None:
     assert host.systemctl("show", "-p", "Result", "--value", unit, check=False).stdout.strip() in ("success", "")
 
 
-def test_files_and_nvidia_smi_stub(testbed: Fleet, trio: list[TestHost], tmp_path: Path) -> None:
+def test_files_and_nvidia_smi_stub(testbed: Fleet, trio: list[TestHost]) -> None:
     host = trio[2]
     host.write_file("/etc/ddtree-probe.conf", "hello\n", 0o600)
     assert host.sh("stat -c %a /etc/ddtree-probe.conf && cat /etc/ddtree-probe.conf").stdout == "600\nhello\n"
     assert not Path("/etc/ddtree-probe.conf").exists()
     host.install_nvidia_smi_stub("#!/bin/sh\necho 'stub 0, GPU-FAKE'\n")
-    out = ssh(testbed, host, "nvidia-smi", tmp_path)
+    out = testbed.ssh(host, "nvidia-smi")
     assert out.stdout.strip() == "stub 0, GPU-FAKE", out.stderr
 
 
-def test_move_address_keeps_host_key(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_move_address_keeps_host_key(testbed: Fleet, boot_hosts: BootHosts) -> None:
     (host,) = boot_hosts(["tb-mover"])
     old, key = host.address, host.host_key
     new = testbed.new_address()
     host.move_address(new)
     assert host.address == new
-    out = ssh(testbed, host, "hostname", tmp_path)
+    out = testbed.ssh(host, "hostname")
     assert out.returncode == 0 and out.stdout.strip() == "tb-mover", out.stderr
     assert host.host_key == key
     assert tcp_answers(old) in ("timeout", "unreachable")  # nobody answers, not even with a refusal
@@ -144,16 +126,16 @@ def test_stop_sshd_only_silences_that_host(trio: list[TestHost]) -> None:
     assert tcp_answers(host.address) == "banner"
 
 
-def test_regenerate_host_key(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_regenerate_host_key(testbed: Fleet, boot_hosts: BootHosts) -> None:
     (host,) = boot_hosts(["tb-rekey"])
     old = host.host_key
     new = host.regenerate_host_key()
     assert new != old and new.startswith("ssh-ed25519 ") and host.host_key == new
-    assert ssh(testbed, host, "true", tmp_path, pinned_key=old).returncode == 255
-    assert ssh(testbed, host, "true", tmp_path, pinned_key=new).returncode == 0
+    assert testbed.ssh(host, "true", pinned_key=old).returncode == 255
+    assert testbed.ssh(host, "true", pinned_key=new).returncode == 0
 
 
-def test_gpus_stub_at_boot_and_inventory(testbed: Fleet, boot_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gpus_stub_at_boot_and_inventory(testbed: Fleet, boot_hosts: BootHosts, tmp_path: Path) -> None:
     from dataclasses import fields
 
     from ddtreectl.inventory.loader import load
@@ -194,7 +176,7 @@ def _alive(pid: int, wait: float = 10) -> bool:
 
 def test_degraded_boot_fails_naming_the_unit(testbed: Fleet) -> None:
     unit = "[Unit]\nDescription=always fails\n[Service]\nType=oneshot\nExecStart=/bin/false\n"
-    files = {"tb-bad": {"/etc/systemd/system/tb-broken.service": unit,
+    files: dict[str, dict[str, str | bytes]] = {"tb-bad": {"/etc/systemd/system/tb-broken.service": unit,
                         "/etc/systemd/system/multi-user.target.d/tb-broken.conf": "[Unit]\nWants=tb-broken.service\n"}}
     with pytest.raises(BootError) as err:
         testbed.boot(["tb-bad"], files=files)
