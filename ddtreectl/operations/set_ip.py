@@ -26,7 +26,7 @@ from ddtreectl.errors import (
     IdentityMismatchError,
     InventoryError,
 )
-from ddtreectl.inventory import checks, edit
+from ddtreectl.inventory import checks
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.stale_refs import StaleRef, sweep_host, sweep_project
 from ddtreectl.transport.base import Transport
@@ -107,6 +107,8 @@ def set_ip(
     file; ConnectError/HostKeyError/IdentityMismatchError (4) when the new address does not prove
     to be this host. In every error case the inventory file is untouched.
     """
+    from ddtreectl.inventory import edit  # PyYAML: not imported for `ddtreectl --help`
+
     validate_address(address)
     host = inventory.host(name)
     old = host.address

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -172,12 +173,22 @@ def test_missing_file(tmp_path: Path) -> None:
     assert "DDTREECTL_INVENTORY" in (info.value.hint or "")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_unreadable_file(tmp_path: Path) -> None:  # pragma: no cover - we run as root here
+def test_unreadable_file(tmp_path: Path) -> None:
+    """Root reads any file, so the loader runs as `nobody` (setpriv) on a 0600 root-owned file."""
     path = write(tmp_path, GOOD)
-    path.chmod(0)
-    with pytest.raises(InventoryError, match="permission denied"):
-        load(path)
+    path.chmod(0o600)
+    tmp_path.chmod(0o755)
+    code = (
+        "import sys; from pathlib import Path; from ddtreectl.inventory.loader import load\n"
+        "try:\n    load(Path(sys.argv[1]))\n"
+        "except Exception as e:\n    print(type(e).__name__, e.exit_code, e, sep='|')\n"
+    )
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    if prefix and not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux) to drop root")
+    proc = subprocess.run([*prefix, sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          timeout=60, cwd="/", env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.strip() == f"InventoryError|3|{path}: cannot read the inventory: permission denied", proc.stderr
 
 
 def test_directory_instead_of_file(tmp_path: Path) -> None:
