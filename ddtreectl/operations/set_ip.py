@@ -139,7 +139,13 @@ def set_ip(
             if current != text:  # edited meanwhile: redo the edit on what is there now
                 new_text = edit.edit_host(current, path, name, {"address": address})
                 text = current
-            edit.write_atomic(path, new_text)
+            try:
+                edit.write_atomic(path, new_text)
+            except OSError as err:
+                raise InventoryError(
+                    f"{path}: cannot write the inventory: {err.strerror or err}; it was not changed",
+                    hint="check the permissions of the file and its directory",
+                ) from None
         from ddtreectl.inventory.loader import parse
 
         after = parse(new_text, path)
