@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ddtreectl.errors import ConnectError, RemoteCommandError
 from ddtreectl.inventory.models import Host
-from ddtreectl.transport import http_wire
+from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, RunResult
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
 from ddtreectl.transport.local import LineSplitter
@@ -246,19 +246,28 @@ class SshTransport:
         try:
             chan = self._t.open_session(timeout=self.host.connect_timeout)
             chan.exec_command(wrap_command(command, limit))
-            if stdin:
-                chan.sendall(stdin)
-            chan.shutdown_write()  # EOF on the command's stdin: nothing ever reads ours
             out, err = bytearray(), bytearray()
             lines = LineSplitter(on_line)
-            timed_out = False
-            while True:
+
+            def drain() -> None:
+                # Also while sending input: an unread stdout would stop the remote window and,
+                # with it, the command's reading of our input.
                 while chan.recv_ready():
                     data = chan.recv(65536)
-                    out += data
+                    out.extend(data)
                     lines.feed(data)
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
+                    err.extend(chan.recv_stderr(65536))
+
+            if stdin and not self._send_input(chan, stdin, deadline, drain):
+                chan.close()
+                raise RemoteCommandError(
+                    f"command did not read its {len(stdin)} bytes of input within {limit:g} s: "
+                    f"{command[:117]}", host=self.host_name)
+            chan.shutdown_write()  # EOF on the command's stdin: nothing ever reads ours
+            timed_out = False
+            while True:
+                drain()
                 if (chan.eof_received or chan.closed) and not (
                         chan.recv_ready() or chan.recv_stderr_ready()):
                     break
@@ -285,6 +294,36 @@ class SshTransport:
         return RunResult(command=command, exit_code=code, stdout=out.decode("utf-8", "replace"),
                          stderr=err.decode("utf-8", "replace"),
                          duration_s=time.monotonic() - started)
+
+    @staticmethod
+    def _send_input(chan: Any, data: bytes, deadline: float, drain: Callable[[], None]) -> bool:
+        """Send `data` to the command's stdin before `deadline`; False if the deadline passed.
+
+        Chunked with short waits, not one sendall(): sshd keeps opening the window while it
+        buffers, so a sendall() timeout would not bound the total; and between chunks `drain`
+        reads output, else a command echoing its input (`cat`) would stall both directions. A command that exits without reading all of it is not an error here (its exit status and
+        output say what happened), as with a local pipe.
+        """
+        view = memoryview(data)
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            drain()
+            chan.settimeout(min(remaining, 0.05))
+            try:
+                sent = chan.send(view[:65536])
+            except socket.timeout:
+                continue  # window closed for now: drain output, check the deadline, retry
+            except OSError:
+                if chan.closed or chan.eof_received or chan.exit_status_ready():
+                    break
+                raise
+            if sent == 0:
+                break
+            view = view[sent:]
+        chan.settimeout(None)
+        return True
 
     def http_get(self, port: int, path: str, *, timeout: float) -> HttpResponse:
         what = f"GET http://127.0.0.1:{port}{path} on {self.host_name}"
@@ -324,38 +363,18 @@ class SshTransport:
     # ---- rsync ----------------------------------------------------------------------------
 
     def rsync_ssh_command(self) -> list[str]:
-        """OpenSSH argv for `rsync -e` (join with shlex.join) that pins the key by host NAME.
-
-        OpenSSH looks the key up under `HostKeyAlias` (never the address) in a private known_hosts
-        file written here (0600, removed on close()). `-F /dev/null` so the operator's
-        ~/.ssh/config cannot silently redirect the connection; the inventory is the only source.
-        """
+        """OpenSSH argv for `rsync -e` (join with shlex.join) that pins the keys by host NAME
+        (see openssh.py); its private known_hosts file is removed on close()."""
         if self._known_hosts_dir is None:
             self._known_hosts_dir = tempfile.mkdtemp(prefix="ddtreectl-kh-")
         known_hosts = os.path.join(self._known_hosts_dir, "known_hosts")
-        entries = []
-        chain: list[SshTransport] = []
+        hops: list[openssh.Hop] = []
         node: SshTransport | None = self
         while node is not None:
-            chain.append(node)
+            hops.insert(0, (node.host, node.presented_key))  # verified against the pin already
             node = node._jump
-        for node in chain:
-            entries.append(f"{_alias(node.host)} {node.presented_key.line}\n")
-        fd = os.open(known_hosts, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.writelines(entries)
-        argv: list[str] = []
-        previous: SshTransport | None = None
-        for node in reversed(chain):  # outermost jump first, each one the next hop's ProxyCommand
-            node_argv = _ssh_argv(node.host, node.presented_key, known_hosts)
-            if previous is not None:
-                # `%` is a ProxyCommand token character: escape the nested hop's own `%h:%p` so
-                # only the ssh that runs that hop expands them.
-                hop = " ".join(shlex.quote(a).replace("%", "%%") for a in argv)
-                address = shlex.quote(previous.host.address).replace("%", "%%")
-                node_argv[1:1] = ["-o", f"ProxyCommand={hop} -W %h:%p {address}"]
-            argv, previous = node_argv, node
-        return argv
+        openssh.write_known_hosts(known_hosts, hops)
+        return openssh.ssh_argv(hops, known_hosts)
 
     def rsync_destination(self, path: str) -> str:
         address = f"[{self.host.address}]" if ":" in self.host.address else self.host.address
@@ -403,27 +422,3 @@ def wrap_command(command: str, timeout: float) -> str:
     script = (f"command -v timeout >/dev/null 2>&1 && exec timeout -k {REMOTE_KILL_AFTER_S} {secs} "
               f"/bin/sh -c {inner}; exec /bin/sh -c {inner}")
     return "exec /bin/sh -c " + shlex.quote(script)
-
-
-def _alias(host: Host) -> str:
-    return f"ddtreectl-{host.name}"
-
-
-def _ssh_argv(host: Host, key: PublicKey, known_hosts: str) -> list[str]:
-    argv = [
-        "ssh", "-F", "/dev/null",
-        "-o", f"HostKeyAlias={_alias(host)}",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={known_hosts}",
-        "-o", "GlobalKnownHostsFile=/dev/null",
-        "-o", "CheckHostIP=no",
-        "-o", "UpdateHostKeys=no",
-        "-o", f"HostKeyAlgorithms={','.join(key.algorithms)}",
-        "-o", "BatchMode=yes",
-        "-o", f"ConnectTimeout={max(1, int(host.connect_timeout))}",
-        "-p", str(host.port),
-        "-l", host.user,
-    ]
-    if host.identity_file:
-        argv += ["-i", os.path.expanduser(host.identity_file), "-o", "IdentitiesOnly=yes"]
-    return argv

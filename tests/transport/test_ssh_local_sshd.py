@@ -36,6 +36,10 @@ def test_run_exit_codes_stdin_and_streaming(start_sshd: Start) -> None:
         data = os.urandom(500_000)
         assert t.run("sha256sum", stdin=data).stdout.split()[0] == hashlib.sha256(data).hexdigest()
         assert t.run("cat", timeout=5).stdout == ""  # stdin is at EOF, never our terminal
+        # Input and output both far beyond the SSH windows: no stall in either direction.
+        big = b"0123456789abcde\n" * 1_000_000
+        r = t.run("cat; cat /dev/null >&2", stdin=big, timeout=60)
+        assert r.ok and len(r.stdout) == len(big) and r.stdout.encode() == big
         lines: list[str] = []
         r = t.run("for i in 1 2 3; do echo line$i; done; printf tail", on_line=lines.append)
         assert lines == ["line1", "line2", "line3", "tail"]
@@ -55,6 +59,14 @@ def test_timeout_raises_and_the_remote_process_group_dies(start_sshd: Start) -> 
             time.sleep(0.1)
         assert not os.path.exists(f"/proc/{pid}"), "remote sleep survived the timeout"
         assert t.run("echo still usable").stdout == "still usable\n"
+
+
+def test_input_the_command_never_reads_cannot_block_past_the_timeout(start_sshd: Start) -> None:
+    with open_ssh(start_sshd().host()) as t:
+        t0 = time.monotonic()
+        with pytest.raises(RemoteCommandError, match="did not read its"):
+            t.run("sleep 30", stdin=b"x" * 64_000_000, timeout=1)
+        assert time.monotonic() - t0 < 20
 
 
 def test_pinned_key_accepted(start_sshd: Start) -> None:
