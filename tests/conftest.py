@@ -56,8 +56,7 @@ def boot_hosts(testbed: Any) -> Iterator[Callable[..., list[Any]]]:
         return hosts
 
     yield boot
-    for host in booted:
-        testbed.shutdown(host)
+    testbed.shutdown_all(booted)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -111,8 +111,7 @@ class Fleet:
             if errors:
                 raise BootError("\n\n".join(errors))
         except BaseException:
-            for host in started:
-                self.shutdown(host)
+            self.shutdown_all(started)
             raise
         return started
 
@@ -231,13 +230,21 @@ class Fleet:
         resources.delete_link(self.slot.veth(entry.index))
         resources.remove_workdir(entry.hostdir)
 
+    def shutdown_all(self, hosts: list[TestHost] | None = None) -> None:
+        """Shut down `hosts` (default: every host that is up), killing all of them first."""
+        hosts = list(self.hosts.values()) if hosts is None else hosts
+        for host in hosts:  # cgroup.kill is asynchronous: let them all die at once
+            if (host.cgroup / "cgroup.kill").exists():
+                (host.cgroup / "cgroup.kill").write_text("1\n")
+        for host in hosts:
+            self.shutdown(host)
+
     def close(self) -> None:
         """Tear the whole slot down and release its lock. Idempotent."""
         if self._lock is None:
             return
         try:
-            for name in list(self.hosts):
-                self.shutdown(name)
+            self.shutdown_all()
             resources.clean_slot(self.slot)
         finally:
             self._lock.release()
