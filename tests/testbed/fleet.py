@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -199,9 +198,10 @@ class Fleet:
     def _wait_ready(self, host: TestHost) -> str | None:
         """None when the host answers SSH and is `running`; else a report of what is wrong."""
         deadline = time.monotonic() + self.boot_timeout
-        banner = _wait_ssh_banner(host.address, deadline)
-        if banner is None:
-            return _report(host, f"no SSH banner on {host.address}:22 within {self.boot_timeout}s")
+        try:
+            host.wait_ssh_banner(timeout=self.boot_timeout)
+        except TimeoutError as exc:
+            return _report(host, str(exc))
         try:
             state = subprocess.run(
                 ["nsenter", "-t", str(host.init_pid), "-m", "-p", "--",
@@ -313,20 +313,6 @@ class Fleet:
         path.write_text(f"# test inventory written by tests/testbed (slot {self.slot.number})\n"
                         + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
         return path
-
-
-def _wait_ssh_banner(address: str, deadline: float) -> str | None:
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((address, 22), timeout=1) as sock:
-                sock.settimeout(max(0.1, deadline - time.monotonic()))
-                data = sock.recv(256)
-                if data.startswith(b"SSH-"):
-                    return data.decode(errors="replace").strip()
-        except OSError:
-            pass
-        time.sleep(0.02)
-    return None
 
 
 def _tail(path: Path, lines: int = 40) -> str:

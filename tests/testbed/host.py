@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,13 +120,35 @@ class TestHost:
         self.systemctl("stop", "ssh.service")
 
     def start_sshd(self) -> None:
+        """Start sshd again; returns once port 22 shows the SSH banner."""
         self.systemctl("start", "ssh.service")
+        self.wait_ssh_banner()
+
+    def wait_ssh_banner(self, timeout: float = 15) -> str:
+        """Block until port 22 of `address` sends an SSH banner; returns it (TimeoutError if never)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((self.address, 22), timeout=1) as sock:
+                    sock.settimeout(1)
+                    data = sock.recv(256)
+                    if data.startswith(b"SSH-"):
+                        return data.decode(errors="replace").strip()
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: no SSH banner on {self.address}:22 within {timeout}s")
+            time.sleep(0.02)
 
     def regenerate_host_key(self) -> str:
-        """Replace the host's ed25519 key and reload sshd; returns (and records) the new public key."""
+        """Replace the host's ed25519 key and reload sshd; returns (and records) the new public key.
+
+        sshd re-executes itself on reload (port 22 refuses for a moment): this returns once it
+        answers again."""
         self.sh("rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub"
                 f" && ssh-keygen -q -t ed25519 -N '' -C root@{self.name} -f /etc/ssh/ssh_host_ed25519_key"
                 " && systemctl reload ssh.service")
         line = self.read_file("/etc/ssh/ssh_host_ed25519_key.pub")
         self.host_key = " ".join(line.split()[:2])
+        self.wait_ssh_banner()
         return self.host_key
