@@ -103,7 +103,7 @@ def status(
 
 def _append_schema_to_help() -> None:
     """Put the JSON schema into --help verbatim (`\\b` keeps Click from re-wrapping it)."""
-    from ddtreectl.ui.status_json import STATUS_JSON_SCHEMA
+    from ddtreectl.ui.status_schema import STATUS_JSON_SCHEMA
 
     assert status.__doc__ is not None
     status.__doc__ += "\b\n" + "\n".join("    " + line for line in STATUS_JSON_SCHEMA.splitlines())

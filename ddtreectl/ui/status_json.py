@@ -1,8 +1,8 @@
 """`ddtreectl status --json`: a stable, documented schema (`ddtreectl.status/1`).
 
 Fields are only ever added within a schema version; a rename or removal bumps the version.
-Unknown values are `null`, never 0 or false. The schema is described in STATUS_JSON_SCHEMA, which
-the command's --help shows.
+Unknown values are `null`, never 0 or false. The schema text (ui/status_schema.py) is what the
+command's --help shows.
 """
 
 from __future__ import annotations
@@ -15,42 +15,9 @@ from typing import Any
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import GpuState, HostFacts
 from ddtreectl.probes.words import service_condition
+from ddtreectl.ui.status_schema import SCHEMA, STATUS_JSON_SCHEMA
 
-SCHEMA = "ddtreectl.status/1"
-
-STATUS_JSON_SCHEMA = """\
-{"schema": "ddtreectl.status/1", "inventory": PATH,
- "generated_at": ISO-8601, "deadline_s", "elapsed_ms", "exit_code",
- "summary": {"hosts", "answered", "unreachable", "refused",
-             "timeout", "failed"},
- "hosts": [{"name", "address", "port", "role", "transport",
-   "outcome": ok|unreachable|refused|timeout|failed,
-   "error": null | {"message", "hint"}, "connect_ms", "probe_ms",
-   "identity": {"hostname", "machine_id", "boot_id", "uptime_s",
-                "kernel", "user", "pid1"},
-   "gpus": {"status": ok|no-devices|missing|timeout|error|not-run,
-     "expected", "found", "busy" (null: unknown), "summary",
-     "detail", "duration_ms",
-     "devices": [{"index", "uuid", "name", "memory_used_mib",
-       "memory_total_mib", "utilization_pct", "persistence_mode",
-       "compute_cap", "busy"}],
-     "processes": null | [{"gpu_uuid", "pid", "process_name",
-                           "used_memory_mib"}]},
-   "service": null (no service profile) | {"profile", "unit",
-     "state": KIND, "words", "known", "load_state", "active_state",
-     "sub_state", "unit_file_state", "result", "exec_main_status",
-     "n_restarts", "active_since", "need_daemon_reload", "main_pid"},
-   "release": {"root", "root_exists", "current", "current_path",
-     "current_exists", "build_stamp", "stamp", "releases",
-     "running", "restart_pending"},
-   "disk": null | {"path", "mount", "total_bytes", "free_bytes",
-                   "used_pct"},
-   "state_files": {PATH: JSON or text}, "warnings": [TEXT]}]}
-KIND: running starting restarting reloading stopping failed
-  stopped-enabled stopped-disabled stopped-static masked
-  not-installed broken unknown.
-identity, gpus, service, release, disk and state_files are null
-when the host did not answer. Unknown values are null, never 0."""
+__all__ = ["SCHEMA", "STATUS_JSON_SCHEMA", "dumps", "host_to_json", "report_to_json"]
 
 
 def report_to_json(report: StatusReport, inventory_path: Path) -> dict[str, Any]:

@@ -15,29 +15,43 @@ LC_ALL=C
 export LC_ALL
 PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
 
+# Forks are the probe's main cost on a loaded host, so builtins (read, case, ${x%/*}) do the small
+# jobs and only the tools that must run are run.
+
 now_ms() {
-  # GNU date knows %N; elsewhere fall back to whole seconds (the durations are only advisory).
+  # GNU date knows %3N; elsewhere fall back to whole seconds (only nvidia-smi's time is reported).
   t=$(date +%s%3N 2>/dev/null)
   case $t in *N*|"") t=$(( $(date +%s) * 1000 )) ;; esac
   echo "$t"
 }
 
-# run_section NAME TOOL CMD...: run CMD (stderr folded in, so error text reaches the parser), then
-# close the section with its exit status and duration; missing=1 when TOOL is not installed.
+# first_line FILE: print the first line of FILE (empty if unreadable) without forking `cat`.
+first_line() {
+  line=
+  { IFS= read -r line; } <"$1" 2>/dev/null
+  printf '%s\n' "$line"
+}
+
+# run_section NAME TOOL TIMED CMD...: run CMD (stderr folded in, so error text reaches the parser),
+# then close the section with its exit status (and duration when TIMED=1); missing=1 when TOOL is
+# not installed.
 run_section() {
   name=$1
   tool=$2
-  shift 2
+  timed=$3
+  shift 3
   echo "@@ddtree-begin $name"
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "@@ddtree-end $name rc=127 ms=0 missing=1"
     return
   fi
-  t0=$(now_ms)
+  [ "$timed" = 1 ] && t0=$(now_ms)
   "$@" 2>&1
   rc=$?
   echo
-  echo "@@ddtree-end $name rc=$rc ms=$(( $(now_ms) - t0 ))"
+  ms=
+  [ "$timed" = 1 ] && ms=" ms=$(( $(now_ms) - t0 ))"
+  echo "@@ddtree-end $name rc=$rc$ms"
 }
 
 # `timeout` bounds nvidia-smi, which can hang for tens of seconds with persistence mode off.
@@ -46,20 +60,20 @@ bounded() {
 }
 
 echo "@@ddtree-begin meta"
-echo "hostname=$(cat /proc/sys/kernel/hostname 2>/dev/null || hostname 2>/dev/null)"
-echo "machine_id=$(cat /etc/machine-id 2>/dev/null)"
-echo "boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
-echo "uptime=$(cut -d' ' -f1 /proc/uptime 2>/dev/null)"
-echo "kernel=$(uname -r 2>/dev/null)"
-echo "user=$(id -un 2>/dev/null)"
-echo "now=$(date +%s 2>/dev/null)"
-echo "pid1=$(cat /proc/1/comm 2>/dev/null)"
-echo "@@ddtree-end meta rc=0 ms=0"
+echo "hostname=$(first_line /proc/sys/kernel/hostname)"
+echo "machine_id=$(first_line /etc/machine-id)"
+echo "boot_id=$(first_line /proc/sys/kernel/random/boot_id)"
+up=$(first_line /proc/uptime)
+echo "uptime=${up%% *}"
+echo "kernel=$(first_line /proc/sys/kernel/osrelease)"
+echo "user=${USER:-$(id -un 2>/dev/null)}"
+echo "pid1=$(first_line /proc/1/comm)"
+echo "@@ddtree-end meta rc=0"
 
-run_section gpus nvidia-smi bounded nvidia-smi \
+run_section gpus nvidia-smi 1 bounded nvidia-smi \
   --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,persistence_mode,compute_cap \
   --format=csv,noheader,nounits
-run_section apps nvidia-smi bounded nvidia-smi \
+run_section apps nvidia-smi 0 bounded nvidia-smi \
   --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits
 
 main_pid=0
@@ -70,9 +84,16 @@ if [ -n "$unit" ]; then
     systemctl show --timestamp=unix -p "$props" -- "$unit" 2>/dev/null \
       || systemctl show -p "$props" -- "$unit"
   }
-  run_section service systemctl show
+  echo "@@ddtree-begin service"
   if command -v systemctl >/dev/null 2>&1; then
-    main_pid=$(systemctl show -p MainPID --value -- "$unit" 2>/dev/null)
+    out=$(show 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    echo "@@ddtree-end service rc=$rc"
+    # MainPID for the running-release check below, read from the same output (no second call).
+    case $out in *MainPID=*) main_pid=${out#*MainPID=}; main_pid=${main_pid%%[!0-9]*} ;; esac
+  else
+    echo "@@ddtree-end service rc=127 missing=1"
   fi
 fi
 
@@ -81,10 +102,11 @@ echo "root=$root"
 if [ -d "$root" ]; then echo "root_exists=1"; else echo "root_exists=0"; fi
 if [ -L "$root/current" ]; then
   echo "current_link=$(readlink "$root/current")"
-  target=$(readlink -f "$root/current" 2>/dev/null)
+  # cd -P resolves the whole link chain in a subshell: no readlink -f (missing on some systems).
+  target=$(cd -P "$root/current" 2>/dev/null && pwd)
   echo "current_path=$target"
-  if [ -d "$target" ]; then echo "current_exists=1"; else echo "current_exists=0"; fi
-  if [ -f "$target/.build-stamp" ]; then echo "stamp=1"; else echo "stamp=0"; fi
+  if [ -n "$target" ]; then echo "current_exists=1"; else echo "current_exists=0"; fi
+  if [ -n "$target" ] && [ -f "$target/.build-stamp" ]; then echo "stamp=1"; else echo "stamp=0"; fi
 fi
 if [ -d "$root/releases" ]; then
   for r in "$root/releases"/*; do [ -d "$r" ] && echo "release=${r##*/}"; done
@@ -97,31 +119,29 @@ case $main_pid in ''|0|*[!0-9]*) ;; *)
   echo "main_cwd=$(readlink "/proc/$main_pid/cwd" 2>/dev/null)"
   ;;
 esac
-echo "@@ddtree-end release rc=0 ms=0"
+echo "@@ddtree-end release rc=0"
 
 if [ -d "$root/current/" ] && [ -f "$root/current/.build-stamp" ]; then
   echo "@@ddtree-begin stamp"
   head -c 4096 "$root/current/.build-stamp" 2>/dev/null
   echo
-  echo "@@ddtree-end stamp rc=0 ms=0"
+  echo "@@ddtree-end stamp rc=0"
 fi
 
-# Lock and mode-lease files of later commands, passed through raw (small files only; the audit
-# log grows without bound and is not a status fact).
+# Lock and mode-lease files of later commands, passed through raw (first 64 KiB; the audit log
+# grows without bound and is not a status fact).
 if [ -d "$root/state" ]; then
   for f in "$root/state"/* "$root/state"/*/*; do
     [ -f "$f" ] || continue
     case $f in *.log) continue ;; esac
-    size=$(wc -c <"$f" 2>/dev/null)
-    [ "${size:-0}" -le 65536 ] || continue
     echo "@@ddtree-begin file ${f#"$root/"}"
-    cat "$f" 2>/dev/null
+    head -c 65536 "$f" 2>/dev/null
     echo
-    echo "@@ddtree-end file rc=0 ms=0"
+    echo "@@ddtree-end file rc=0"
   done
 fi
 
 # Free space where releases go; before the first deploy, on the nearest existing parent.
 dir=$root
-while [ ! -d "$dir" ] && [ "$dir" != "/" ] && [ -n "$dir" ]; do dir=$(dirname "$dir"); done
-run_section disk df df -P -k "$dir"
+while [ ! -d "$dir" ] && [ -n "$dir" ]; do dir=${dir%/*}; done
+run_section disk df 0 df -P -k "${dir:-/}"
