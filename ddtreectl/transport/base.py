@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from ddtreectl.errors import ConnectError
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -32,6 +34,11 @@ class HttpResponse:
     status: int
     body: bytes
     headers: dict[str, str]
+
+
+class PortClosedError(ConnectError):
+    """Nothing accepts TCP connections on the port, as seen from the host; the link to the host
+    itself is fine (http_get raises it; port_open answers False)."""
 
 
 class Transport(Protocol):

@@ -15,10 +15,10 @@ import threading
 import time
 from typing import IO, Callable
 
-from ddtreectl.errors import ConnectError, RemoteCommandError
+from ddtreectl.errors import RemoteCommandError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire
-from ddtreectl.transport.base import HttpResponse, RunResult
+from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
 
 KILL_GRACE_S = 2.0  # SIGTERM first, SIGKILL if the group is still there after this
 
@@ -122,7 +122,7 @@ class LocalTransport:
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         except OSError as exc:
-            raise ConnectError(
+            raise PortClosedError(
                 f"127.0.0.1:{port} not reachable: {exc.strerror or exc}",
                 hint="is the service running and listening on that port?",
                 host=self.host_name,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ddtreectl.errors import ConnectError, RemoteCommandError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
-from ddtreectl.transport.base import HttpResponse, RunResult
+from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
 from ddtreectl.transport.local import LineSplitter
 
@@ -220,7 +220,7 @@ class SshTransport:
             return self._t.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0),
                                         timeout=timeout)
         except paramiko.ChannelException as exc:
-            raise ConnectError(
+            raise PortClosedError(
                 f"{self.host_name} could not open a TCP connection to {address}:{port} "
                 f"({purpose}): {exc.text or exc}",
                 hint="is anything listening there (as seen from that host)?",
@@ -354,10 +354,8 @@ class SshTransport:
     def port_open(self, port: int, *, timeout: float) -> bool:
         try:
             self.open_tcp_channel("127.0.0.1", port, timeout=timeout, purpose="port check").close()
-        except ConnectError as exc:
-            if "could not open a TCP connection" in exc.message:
-                return False
-            raise
+        except PortClosedError:
+            return False
         return True
 
     # ---- rsync ----------------------------------------------------------------------------

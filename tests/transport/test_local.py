@@ -11,9 +11,10 @@ from typing import Iterator
 
 import pytest
 
-from ddtreectl.errors import ConnectError, RemoteCommandError
+from ddtreectl.errors import RemoteCommandError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import connect
+from ddtreectl.transport.base import PortClosedError
 from ddtreectl.transport.local import LocalTransport
 
 HOST = Host(name="local", address="127.0.0.1", transport="local", command_timeout=20.0)
@@ -112,7 +113,7 @@ def test_http_get_and_port_open(local: LocalTransport) -> None:
         server.shutdown()
         server.server_close()
     assert not local.port_open(port, timeout=2)
-    with pytest.raises(ConnectError, match=f"127.0.0.1:{port} not reachable"):
+    with pytest.raises(PortClosedError, match=f"127.0.0.1:{port} not reachable"):
         local.http_get(port, "/health", timeout=2)
 
 

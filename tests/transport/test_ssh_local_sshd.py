@@ -21,6 +21,7 @@ import pytest
 from ddtreectl.errors import ConnectError, ExitCode, HostKeyError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.transport import connect
+from ddtreectl.transport.base import PortClosedError
 from ddtreectl.transport.hostkeys import PublicKey
 from ddtreectl.transport.ssh import SshTransport, open_ssh
 
@@ -155,7 +156,7 @@ def test_http_get_and_port_open_through_the_channel(start_sshd: Start) -> None:
             server.shutdown()
             server.server_close()
         assert not t.port_open(port, timeout=3)
-        with pytest.raises(ConnectError, match=f"127.0.0.1:{port}"):
+        with pytest.raises(PortClosedError, match=f"127.0.0.1:{port}"):
             t.http_get(port, "/health", timeout=3)
 
 

@@ -8,7 +8,6 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Callable
 
-import pytest
 
 from ddtreectl.cli.app import OPTIONS
 from ddtreectl.cli.main import run
