@@ -151,13 +151,15 @@ def main() -> None:
             "ddtreectl --help": lambda: run([exe, "--help"]),
             "python -c pass": lambda: run([sys.executable, "-c", "pass"]),
         }
+        load_before = os.getloadavg()[0]
         times = measure(cases, args.runs)
+        load_after = os.getloadavg()[0]
 
     med = {name: statistics.median(ts) for name, ts in times.items()}
     keys = list(cases)
     one_k, many_k, ans_k, ans_fresh_k, help_k, py_k = keys
     print(f"\nmedian of {args.runs} runs each (interleaved), {len(hosts)} test hosts, "
-          f"{os.cpu_count()} CPUs\n")
+          f"{os.cpu_count()} CPUs, load average {load_before:.1f} before / {load_after:.1f} after\n")
     print(f"{'case':<58} {'median s':>9} {'min s':>7} {'max s':>7}")
     for name in keys:
         ts = times[name]
