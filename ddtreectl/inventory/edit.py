@@ -57,7 +57,7 @@ def edit_host(text: str, path: Path, host: str, values: Mapping[str, EditValue])
 
 def set_host_value(text: str, host: str, key: str, value: EditValue) -> str:
     """Replace `hosts.<host>.<key>`'s value in place, or insert `key: value` into the host."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = _compose(text)
     host_key, host_node = _host_entry(root, host)
     path = f"hosts.{host}.{key}"
     if isinstance(host_node, ScalarNode) and host_node.tag.endswith(":null"):
@@ -71,6 +71,22 @@ def set_host_value(text: str, host: str, key: str, value: EditValue) -> str:
         if isinstance(k, ScalarNode) and k.value == key and k.tag != _MERGE:
             return _replace(text, k, v, value, path, flow=host_node.flow_style)
     return _insert(text, host_node, key, value)
+
+
+def _compose(text: str) -> Node | None:
+    """The node tree with marks that are character offsets into `text` (the pure-Python loader;
+    libyaml's marks are not). It is stricter than libyaml in rare corners (a BOM mid-file): then
+    the file is refused, never half-edited."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InventoryError(
+            f"cannot edit the inventory: {where}{problem}",
+            hint="fix the YAML at that position (the loader may accept it; the editor needs plain YAML)",
+        ) from None
 
 
 def _host_entry(root: Node | None, host: str) -> tuple[ScalarNode, Node]:

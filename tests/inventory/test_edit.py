@@ -295,3 +295,44 @@ def test_insert_after_a_trailing_block_list_and_at_eof_without_newline(tmp_path:
     new = edit(eof, "box", tmp_path, role="prod")
     assert new == eof + "\n    role: prod"
     assert parse(new, Path("h")).hosts["box"].role == "prod"
+
+
+def test_random_valid_inventories_edit_by_exactly_one_line(tmp_path: Path) -> None:
+    """Seeded mutations of an awkward inventory: every edit the editor accepts changes one line
+    (plus, for a replacement, removes one), keeps the line ending, and reads back as written."""
+    import random
+
+    base = COMMENTS.replace("groups:", (
+        "  extra: &x {address: \"10.0.0.9\", gpus: 1, jump_host: ct200}   # c\n"
+        "  merged:\n    <<: *x\n    address: '10.0.0.8'\n"
+        "  flow: { address: 10.0.0.7 }\ngroups:"))
+    tokens = ["[]", "{}", "null", "-1", "yes", "'x'", '"10.0.0.5"', "10.0.0.5", "&a 10.0.0.6", "# c",
+              "{address: 10.0.0.4}", "{address: 10.0.0.4, <<: *x}"]
+    rng = random.Random(7)
+    accepted = 0
+    for _ in range(800):
+        lines = base.splitlines()
+        for _ in range(rng.randint(0, 2)):
+            j = rng.randrange(len(lines))
+            if ":" in lines[j] and rng.random() < 0.7:
+                lines[j] = lines[j][: lines[j].index(":") + 1] + " " + rng.choice(tokens)
+            else:
+                lines.insert(j, lines[rng.randrange(len(lines))])
+        eol = rng.choice(["\n", "\r\n"])
+        text = eol.join(lines) + eol
+        try:
+            inv = parse(text, Path("h.yaml"))
+        except InventoryError:
+            continue
+        host = rng.choice(list(inv.hosts))
+        key, value = rng.choice([("address", "10.9.8.7"), ("host_key", KEY), ("gpus", 3), ("machine_id", MID)])
+        try:
+            new = edit_host(text, Path("h.yaml"), host, {key: value})
+        except InventoryError:
+            continue  # refused (alias, shared anchor): the point is it never half-edits
+        removed, added = changed_lines(text, new)
+        assert len(added) == 1 and len(removed) <= 1, (text, removed, added)
+        assert added[0].endswith(eol) or not new.endswith(added[0])
+        assert getattr(parse(new, Path("h.yaml")).hosts[host], key) == value
+        accepted += 1
+    assert accepted > 150  # the mutations leave plenty of valid, editable files

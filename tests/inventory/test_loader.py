@@ -576,3 +576,38 @@ def test_installed_command_exit_code_without_network(tmp_path: Path) -> None:
         "error: hosts.yaml:3: hosts.ct200.address: '10.1.230.' is not an IP address or hostname"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_mutated_inventories_raise_only_inventory_errors() -> None:
+    """Seeded random damage to the shipped file: the loader either loads it or raises
+    InventoryError with a file:line message; never another exception (a traceback for the user)."""
+    import random
+
+    from ddtreectl.inventory.loader import parse
+
+    base = SHIPPED.read_text().replace("groups:", (
+        "  extra: &x {address: 127.0.0.9, gpus: 1, jump_host: ct200}\n"
+        "  other:\n    <<: *x\n    address: 127.0.0.8\ngroups:"))
+    tokens = ["[]", "{}", "null", "~", "-1", "0", "70000", "yes", "'x'", "[a, b]", "{a: 1}", "*x", "&y",
+              "!!str", "!foo", ":", "- ", "\t", "<<: *x", "1.5", '"\\u0000"', "|\n  text\n"]
+    rng = random.Random(11)
+    failures = 0
+    for _ in range(3000):
+        lines = base.splitlines()
+        for _ in range(rng.randint(1, 3)):
+            j = rng.randrange(len(lines))
+            op = rng.random()
+            if op < 0.5 and ":" in lines[j]:
+                lines[j] = lines[j][: lines[j].index(":") + 1] + " " + rng.choice(tokens)
+            elif op < 0.7:
+                del lines[j]
+            elif op < 0.85:
+                lines.insert(j, lines[rng.randrange(len(lines))])
+            else:
+                lines[j] = " " * rng.randint(0, 6) + lines[j].strip()
+        try:
+            parse("\n".join(lines) + "\n", Path("hosts.yaml"))
+        except InventoryError as err:
+            assert str(err).startswith("hosts.yaml:"), str(err)
+            failures += 1
+    assert failures > 1000  # most mutations are errors; each one was reported, not crashed
