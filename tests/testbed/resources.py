@@ -105,6 +105,9 @@ def create_bridge(slot: Slot) -> None:
     run(["ip", "link", "add", slot.bridge, "type", "bridge"])
     # no IPv6 on the test LAN: avoids DAD/router-solicitation noise and keeps traffic local
     Path(f"/proc/sys/net/ipv6/conf/{slot.bridge}/disable_ipv6").write_text("1\n")
+    # Hosts route by default via the bridge: never forward what they send on to the outside world,
+    # whatever the machine's global ip_forward says (IPv4 checks forwarding on the input device).
+    Path(f"/proc/sys/net/ipv4/conf/{slot.bridge}/forwarding").write_text("0\n")
     run(["ip", "addr", "add", f"{slot.gateway}/16", "dev", slot.bridge])
     run(["ip", "addr", "add", f"{slot.vlan_gateway}/16", "dev", slot.bridge])
     run(["ip", "link", "set", slot.bridge, "up"])

@@ -120,6 +120,11 @@ def populate(upper: Path, *, name: str, client_pubkey: str, keydir: Path,
     files.write("/etc/machine-id", machine_id + "\n", 0o444)
     files.write("/etc/hostname", name + "\n")
     files.write("/etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost\n")
+    # No DNS: the runner's resolver is not reachable from the test LAN (and must not be tried);
+    # without a nameserver line glibc asks 127.0.0.1, which refuses at once.
+    files.write("/etc/resolv.conf", "# ddtreectl test host: no DNS, hosts are reached by address\n")
+    # The runner's fstab names ITS disks; systemd in a host would try to mount them.
+    files.write("/etc/fstab", "# ddtreectl test host: the root is an overlay set up by host-init\n")
 
     # host key: generated runner-side (10 ms), copied in; the runner's other host keys stay unused
     # because sshd only loads the HostKey lines of our drop-in.

@@ -61,6 +61,8 @@ def test_ssh_with_pinned_key_reaches_distinct_hosts(testbed: Fleet, trio: list[T
         seen[hostname] = machine_id
     assert len(set(seen.values())) == 3
     assert len({h.host_key for h in trio}) == 3
+    # what hosts send beyond the bridge is never forwarded (they must not reach real machines)
+    assert Path(f"/proc/sys/net/ipv4/conf/{testbed.slot.bridge}/forwarding").read_text().strip() == "0"
 
 
 def test_ssh_refuses_a_wrong_pinned_key(testbed: Fleet, trio: list[TestHost]) -> None:
