@@ -28,7 +28,7 @@ now_ms() {
 # first_line FILE: print the first line of FILE (empty if unreadable) without forking `cat`.
 first_line() {
   line=
-  { IFS= read -r line; } <"$1" 2>/dev/null
+  { IFS= read -r line; } 2>/dev/null <"$1"
   printf '%s\n' "$line"
 }
 
