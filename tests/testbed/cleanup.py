@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tests.testbed.layout import BASE_DIR, NUM_SLOTS, Slot, SlotLock, cgroup2_mount
+from tests.testbed.layout import BASE_DIR, CGROUP_PARENT, LINK_PREFIX, NUM_SLOTS, Slot, SlotLock, cgroup2_mount
 from tests.testbed.resources import clean_slot
 
 
@@ -18,13 +18,14 @@ def main() -> int:
     if os.geteuid() != 0:
         print("testbed cleanup: not root, nothing to do")
         return 0
-    if not BASE_DIR.exists() and not any(n.startswith("ddtb") for n in os.listdir("/sys/class/net")):
-        cgroup_root = cgroup2_mount()
-        if cgroup_root is None or not (cgroup_root / "ddtreectl-testbed").exists():
-            return 0  # never ran here
     cgroup_root = cgroup2_mount()
+    ran_here = (BASE_DIR.exists() or any(n.startswith(LINK_PREFIX) for n in os.listdir("/sys/class/net"))
+                or (cgroup_root is not None and (cgroup_root / CGROUP_PARENT).exists()))
+    if not ran_here:
+        return 0
     if cgroup_root is None:
         print("testbed cleanup: no cgroup2 mounted; cleaning links and work dirs only")
+        cgroup_root = BASE_DIR / "no-cgroup2"  # a path that does not exist: no cgroup is touched
     status = 0
     for number in range(NUM_SLOTS):
         lock = SlotLock(number)
@@ -32,7 +33,7 @@ def main() -> int:
             print(f"testbed cleanup: slot {number} is in use, skipped")
             continue
         try:
-            slot = Slot(number, cgroup_root if cgroup_root is not None else BASE_DIR / "no-cgroup2")
+            slot = Slot(number, cgroup_root)
             for item in clean_slot(slot):
                 print(f"testbed cleanup: slot {number}: removed {item}")
         except Exception as exc:  # report and go on with the other slots
