@@ -64,10 +64,14 @@ class SetIpResult:
     host_sweeps: tuple[HostSweep, ...] = ()
     audit: str = ""  # "written", or why not
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Peers whose units are rendered from this host's address (it is rank 0 of their multi-node
+    # profile): stale once rendered, whether or not the grep found an installed copy yet.
+    rank0_peers: tuple[str, ...] = ()
 
     @property
     def rerender_hosts(self) -> list[str]:
-        return [s.host for s in self.host_sweeps if s.needs_rerender]
+        found = [s.host for s in self.host_sweeps if s.needs_rerender]
+        return list(dict.fromkeys([*found, *self.rank0_peers]))
 
     @property
     def unswept_hosts(self) -> list[HostSweep]:
@@ -158,8 +162,17 @@ def set_ip(
     return SetIpResult(
         name, old, address, path, True, dry_run, edit.diff(text, new_text, path.name),
         verified, not verify, matched, tuple(project_refs), tuple(skipped), tuple(sweeps), audit,
-        tuple(notes),
+        tuple(notes), rank0_peers(inventory, name),
     )
+
+
+def rank0_peers(inventory: Inventory, name: str) -> tuple[str, ...]:
+    """Every node of each multi-node profile whose rank 0 (`--dist-init-addr`) is `name`."""
+    peers: list[str] = []
+    for profile in inventory.services.values():
+        if profile.nodes and profile.nodes[0] == name:
+            peers.extend(profile.nodes)
+    return tuple(dict.fromkeys(peers))
 
 
 def verify_identity(

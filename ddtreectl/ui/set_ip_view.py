@@ -46,6 +46,9 @@ def render_text(result: SetIpResult) -> str:
         lines.append(r.diff.rstrip("\n"))
     for note in r.notes:
         lines.append(f"note: {note}")
+    if r.rank0_peers:
+        lines.append(f"note: {r.host} is rank 0 (--dist-init-addr) of a multi-node profile: units of "
+                     f"{', '.join(r.rank0_peers)} are rendered from its address")
     for proof in r.verified:
         lines.append(f"identity: {proof}")
     if r.changed:
@@ -91,6 +94,7 @@ def to_json(result: SetIpResult) -> dict[str, Any]:
             }
             for s in r.host_sweeps
         },
+        "rank0_peers": list(r.rank0_peers),
         "rerender_hosts": r.rerender_hosts,
         "audit": r.audit,
         "summary": summary(r),

@@ -217,6 +217,22 @@ def test_move_local_host_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "already at 127.0.0.81" in capsys.readouterr().out
 
 
+def test_rank0_of_a_multi_node_profile_names_every_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path)
+    path = root / "hosts.yaml"
+    path.write_text(
+        "services:\n  mn:\n    template: sglang-ddtree.service.j2\n    port: 30000\n"
+        "    model_path: /models/m\n    served_model_name: m\n    nodes: [here, other]\n"
+        "    dist_init_port: 5000\n" + path.read_text().replace("    transport: local\n", "    transport: local\n    service: mn\n"))
+    assert cli(root, "set-ip", "here", "127.0.0.81", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rank0_peers"] == ["here", "other"]
+    assert doc["rerender_hosts"] == ["here", "other"]  # `other` by the profile, not (yet) by grep
+    assert not doc["hosts"]["other"]["needs_rerender"]
+
+
 def test_machine_id_mismatch_on_local_host_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path)
     path = root / "hosts.yaml"
