@@ -413,10 +413,12 @@ def wrap_command(command: str, timeout: float) -> str:
 
     GNU `timeout` puts the command in its own process group and signals the whole group, so a
     timed-out command's children die with it even though closing the channel alone would not
-    kill them. Where `timeout` is missing (busybox-less minimal images) we run without it.
+    kill them. Where `timeout` is missing (minimal images) the command runs without it.
+    The command travels as ONE positional parameter, quoted once: nesting it inside the
+    wrapper's own quotes would multiply every `'` and could push a big script past Linux's
+    128 KiB limit for a single argument (MAX_ARG_STRLEN) when the login shell runs it.
     """
-    inner = shlex.quote(command)
     secs = max(1, int(timeout) + 1)  # a little after the client's own deadline
-    script = (f"command -v timeout >/dev/null 2>&1 && exec timeout -k {REMOTE_KILL_AFTER_S} {secs} "
-              f"/bin/sh -c {inner}; exec /bin/sh -c {inner}")
-    return "exec /bin/sh -c " + shlex.quote(script)
+    wrapper = (f'if command -v timeout >/dev/null 2>&1; then exec timeout -k {REMOTE_KILL_AFTER_S} '
+               f'{secs} /bin/sh -c "$1"; else exec /bin/sh -c "$1"; fi')
+    return f"exec /bin/sh -c {shlex.quote(wrapper)} ddtreectl {shlex.quote(command)}"

@@ -48,6 +48,16 @@ def test_run_exit_codes_stdin_and_streaming(start_sshd: Start) -> None:
         assert t.run("echo \"$0\"; set -- 'a b' c; echo $#").stdout == "/bin/sh\n2\n"
 
 
+def test_big_quote_heavy_script_fits_one_exec(start_sshd: Start) -> None:
+    # 4,000 quote-heavy words (~28 KB): quoting it twice (nested) would make ~580 KB, far past
+    # Linux's 128 KiB single-argument limit; quoted once it is ~96 KB.
+    words = ["'it''s'"] * 4_000
+    script = "set -- " + " ".join(words) + "\necho $#\necho \"$1\""
+    with open_ssh(start_sshd().host()) as t:
+        r = t.run(script)
+        assert (r.exit_code, r.stdout) == (0, "4000\nits\n"), r.stderr
+
+
 def test_timeout_raises_and_the_remote_process_group_dies(start_sshd: Start) -> None:
     sshd = start_sshd()
     pidfile = sshd.dir / "sleep.pid"
