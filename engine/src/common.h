@@ -27,6 +27,30 @@ inline ddtree_status_t check_launch(const char* what) { return from_cuda(cudaGet
 // Multiprocessor count of the current device, cached per device (reading attributes never syncs).
 int sm_count();
 
+// Whether launches may use programmatic dependent launch (sm_90+; DDTREE_DISABLE_PDL=1 turns it off).
+bool pdl_enabled();
+
+// Launches `kernel` on `stream`; with `pdl`, the kernel may start while the previous kernel in the
+// stream finishes and must call pdl_wait() before reading that kernel's outputs. Checks the launch.
+template <typename... Params, typename... Args>
+ddtree_status_t launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                       bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  const bool use_pdl = pdl && pdl_enabled();
+  cfg.attrs = use_pdl ? attr : nullptr;
+  cfg.numAttrs = use_pdl ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+  if (err != cudaSuccess) return from_cuda(err, what);
+  return check_launch(what);
+}
+
 // Rounds `bytes` up so that workspace sub-buffers stay 256-byte aligned.
 constexpr size_t align_up(size_t bytes, size_t to = 256) { return (bytes + to - 1) / to * to; }
 

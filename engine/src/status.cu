@@ -1,6 +1,7 @@
 // Last-error storage, status names, build info and the device/arch check of libddtree.
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common.h"
@@ -59,6 +60,19 @@ int sm_count() {
     cache[dev] = n;
   }
   return cache[dev];
+}
+
+bool pdl_enabled() {
+  static int cache[64] = {0};  // 0 unknown, 1 off, 2 on
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cache[dev] == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const char* off = std::getenv("DDTREE_DISABLE_PDL");
+    cache[dev] = (major >= 9 && !(off != nullptr && off[0] != '\0' && off[0] != '0')) ? 2 : 1;
+  }
+  return cache[dev] == 2;
 }
 
 }  // namespace detail

@@ -1,0 +1,37 @@
+/* draft_topk_lse: per row of draft logits, the top-k log-softmax values and token ids, and the
+ * log-sum-exp of the row.
+ *
+ *   logits  [batch, positions, vocab] fp32 or bf16; element (b, l, v) at
+ *           logits + b * batch_stride + l * row_stride + v (strides in elements, row_stride >= vocab)
+ *   top_lp  [batch, positions, k] fp32: x - lse, sorted descending (by logit, ties -> lower id)
+ *   top_id  [batch, positions, k] int32; ranks past vocab (vocab < k) get lp = -inf, id = -1
+ *   lse     [batch, positions] fp32: log(sum exp x) over the whole row
+ *
+ * -inf logits are allowed (lp = -inf). A row holding NaN or +inf gets lse = NaN, lp = NaN, id = -1 and
+ * sets DDTREE_FLAG_NAN_INPUT in *error_flags (if non-null). 1 <= k <= 1024, any vocab >= 1.
+ * Two kernel launches on `stream`, no synchronization, no allocation: the caller passes a device
+ * workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization needed). */
+#ifndef DDTREE_DRAFT_TOPK_LSE_H_
+#define DDTREE_DRAFT_TOPK_LSE_H_
+
+#include <cuda_runtime.h>
+
+#include "ddtree/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+DDTREE_API size_t ddtree_draft_topk_lse_workspace_size(int32_t batch, int32_t positions, int32_t vocab, int32_t k);
+
+DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtype_t dtype, int32_t batch,
+                                                 int32_t positions, int32_t vocab, int64_t batch_stride,
+                                                 int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
+                                                 float* lse, void* workspace, size_t workspace_bytes,
+                                                 int32_t* error_flags, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDTREE_DRAFT_TOPK_LSE_H_ */

@@ -1,0 +1,63 @@
+"""draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ddtree_engine import _lib
+from ddtree_engine.ops._common import check_errors, cuda_device_of, error_flags, ptr, require, stream_handle
+
+MAX_K = 1024
+_DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16}
+
+
+def _fns() -> tuple[object, object]:
+    size = _lib.function(
+        "ddtree_draft_topk_lse_workspace_size", [ctypes.c_int32] * 4, restype=ctypes.c_size_t
+    )
+    run = _lib.function(
+        "ddtree_draft_topk_lse",
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,
+         ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p],
+    )
+    return size, run
+
+
+def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(top_lp [B,L,k] f32, top_id [B,L,k] i32, lse [B,L] f32) of logits [B,L,V] (bf16/f32, CUDA).
+
+    No host sync unless check=True, which synchronizes and raises DdtreeDeviceError if any op on this
+    device flagged NaN input since the last check."""
+    require(logits.dim() == 3, f"logits must be [B, L, V], got shape {tuple(logits.shape)}")
+    require(logits.dtype in _DTYPES, f"logits must be float32 or bfloat16, got {logits.dtype}")
+    require(1 <= k <= MAX_K, f"k must be in [1, {MAX_K}], got {k}")
+    batch, positions, vocab = logits.shape
+    require(vocab >= 1, "logits must have at least one vocab entry")
+    device = cuda_device_of(logits)
+    top_lp = torch.empty((batch, positions, k), dtype=torch.float32, device=device)
+    top_id = torch.empty((batch, positions, k), dtype=torch.int32, device=device)
+    lse = torch.empty((batch, positions), dtype=torch.float32, device=device)
+    if batch * positions == 0:
+        return top_lp, top_id, lse
+    require(logits.stride(-1) == 1, "logits must have unit stride along the vocab dimension (call .contiguous())")
+    # Strides of size-1 dimensions are arbitrary in torch; give the library consistent ones.
+    row_stride = logits.stride(1) if positions > 1 else vocab
+    batch_stride = logits.stride(0) if batch > 1 else positions * row_stride
+    require(row_stride >= vocab and batch_stride >= (positions - 1) * row_stride + vocab,
+            f"logits rows overlap (strides {logits.stride()}); call .contiguous()")
+    size_fn, run_fn = _fns()
+    nbytes = int(size_fn(batch, positions, vocab, k))  # type: ignore[operator]
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    flags = error_flags(device)
+    with torch.cuda.device(device):
+        status = run_fn(  # type: ignore[operator]
+            ptr(logits), _DTYPES[logits.dtype], batch, positions, vocab, batch_stride, row_stride, k,
+            ptr(top_lp), ptr(top_id), ptr(lse), ptr(workspace), nbytes, ptr(flags), stream_handle(device),
+        )
+    _lib.check(status, "ddtree_draft_topk_lse")
+    if check:
+        check_errors(device)
+    return top_lp, top_id, lse
