@@ -1,0 +1,681 @@
+// build_tree kernel: DDTree's best-first heap reproduced by a parallel selection (one CTA per request).
+//
+// Why a selection replaces the heap. Let kappa(p.r) = fl(kappa(p) + lp[d][r]) (fp64, round to nearest),
+// kappa(root) = 0. When every row of lp used is <= 0 and non-increasing, kappa never increases along a
+// heap edge (first child, next sibling) while the rank tuple strictly increases lexicographically, so a
+// heap keyed on kappa pops exactly the candidates sorted by (kappa desc, tuple asc), and the top-M set
+// is prefix-closed. The real heap scores a sibling with fl(fl(s - lp[r]) + lp[r+1]); that equals
+// kappa whenever fl(kappa(c) - lp[r]) == kappa(parent) for every popped node c. The kernel checks
+// exactly that for every selected node after the fact (every frontier item is a successor of a
+// selected node, so the heap saw kappa on every item it compared), and it validates the rows. Any
+// failed check (unsorted or positive rows, NaN, the rare inexact fp64 sum, a pool overflow on massive
+// score ties, a depth the 64-bit tuple code cannot hold) reruns the request with a serial heap that
+// emulates the reference exactly: slow, never wrong.
+//
+// The selection. A pool U (shared memory) holds candidates level by level: depth d's candidates are
+// the children p.r of depth d-1 pool entries with kappa >= t, where t is a running lower bound of the
+// M-th best score (so nothing that belongs to the top-M is ever dropped). A child of rank r of p is in
+// the top-M only if prod_i (r_i + 1) <= M (all componentwise-smaller tuples beat it), which bounds the
+// ranks scanned per parent and makes an order-preserving prefix code of the tuple fit in 64 bits
+// (2 bits per level + 2 * floor(log2 M)). When the pool would outgrow its soft capacity, t is raised
+// to the score of the (M+1)-th best element (histogram over score buckets, refined inside the crossing
+// bucket) and dead entries are compacted. Finally the survivors are bitonic-sorted by (score desc,
+// tuple code asc): sorted position = node index = heap pop number.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// Test hook (the CPU emulation counts how often each path runs); compiled out on the GPU.
+#ifndef DDTREE_BUILD_TREE_EVENT
+#define DDTREE_BUILD_TREE_EVENT(name) ((void)0)
+#endif
+
+namespace ddtree {
+namespace build_tree_k {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kCap = 2560;  // candidate pool capacity (root included)
+constexpr int kPerThread = (kCap + kThreads - 1) / kThreads;
+constexpr int kSort = 4096;  // power of two >= kCap
+constexpr int kBuckets = 256;
+constexpr int kMaxNodes = 1025;
+constexpr int kMaxDepth = 63;
+constexpr int kMaxK = 32768;
+
+static_assert(kSort >= kCap && (kSort & (kSort - 1)) == 0, "sort buffer must be a power of two >= pool");
+static_assert(kCap <= 4096, "pool index must fit the 12-bit parent field");
+
+struct Params {
+  const float* lp;
+  const int32_t* ids;
+  const int32_t* root_token;
+  const int32_t* ctx_len;
+  const int32_t* budget;
+  int depth, k, n_max, words;
+  int32_t* node_token;
+  int32_t* node_parent;
+  int32_t* node_depth;
+  int32_t* num_nodes;
+  uint32_t* anc;
+  int32_t* positions;
+  int32_t* first_child;
+  int32_t* next_sibling;
+};
+
+// Per-node arrays of the finished tree (alias the pool's `lex` array once sorting is done).
+struct Nodes {
+  int16_t par[kMaxNodes];
+  uint16_t rank[kMaxNodes];
+  int16_t prev[kMaxNodes];  // previous sibling (node index) or -1
+  int16_t fc[kMaxNodes];    // first child; the serial heap uses it as "last child so far"
+  int16_t ns[kMaxNodes];
+  uint8_t dep[kMaxNodes];
+};
+
+struct Smem {
+  double score[kCap];       // kappa; the serial heap's entry scores
+  uint64_t lex[kCap];       // order-preserving tuple code, left-aligned; later: Nodes
+  uint32_t info0[kCap];     // parent pool index (12 bits) | rank << 12; the serial heap's entry meta
+  uint32_t info1[kCap];     // pi = prod(r_i+1) (11 bits) | code length << 11 (7 bits) | depth << 18
+  uint32_t scr[kCap];       // per-parent child offsets / compaction prefix / pool index -> node index
+  uint16_t sidx[kSort];     // sort permutation
+  uint32_t hist[kBuckets];
+  unsigned long long hmin[kBuckets];
+  unsigned long long hmax[kBuckets];
+  int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
+  uint32_t warp_sum[kWarps];
+  // block-uniform scalars
+  int bad;
+  int leff;
+  int count;
+  int cut_k;
+  unsigned cut_before;
+  unsigned long long cut_lo, cut_hi;
+};
+static_assert(sizeof(Nodes) <= sizeof(uint64_t) * kCap, "node arrays must fit in the lex array");
+
+constexpr size_t kSmemBytes = sizeof(Smem);
+static_assert(kSmemBytes <= 99 * 1024, "must fit sm_120's 99 KB per block");
+
+constexpr double kNegInf = -__builtin_huge_val();
+
+__device__ __forceinline__ unsigned long long ord_asc(double x) {
+  // Unsigned order == numeric order; -0.0 is folded into +0.0 (the heap compares them equal).
+  unsigned long long u = static_cast<unsigned long long>(__double_as_longlong(__dadd_rn(x, 0.0)));
+  return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double from_ord(unsigned long long k) {
+  unsigned long long u = (k >> 63) ? (k & 0x7FFFFFFFFFFFFFFFull) : ~k;
+  return __longlong_as_double(static_cast<long long>(u));
+}
+
+__device__ __forceinline__ double child_score(double parent, const float* row, int r) {
+  return __dadd_rn(parent, static_cast<double>(__ldg(row + r)));
+}
+
+// Exclusive block scan of one value per thread; returns the prefix, *total gets the sum.
+__device__ __forceinline__ unsigned block_exclusive_scan(Smem& S, unsigned v, unsigned* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) S.warp_sum[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    unsigned w = lane < kWarps ? S.warp_sum[lane] : 0u;
+    unsigned wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      unsigned y = __shfl_up_sync(0xffffffffu, wi, o);
+      if (lane >= o) wi += y;
+    }
+    if (lane < kWarps) S.warp_sum[lane] = wi - w;  // exclusive warp prefix
+    if (lane == kWarps - 1) S.count = static_cast<int>(wi);
+  }
+  __syncthreads();
+  unsigned prefix = S.warp_sum[warp] + inc - v;
+  *total = static_cast<unsigned>(S.count);
+  __syncthreads();  // S.warp_sum / S.count are reused by the next scan
+  return prefix;
+}
+
+// Children of parents [pa, pa+np) with kappa >= t: S.scr[j] = exclusive offset of parent j; returns
+// the total. Each thread scans a contiguous chunk of parents (binary search on its sorted row).
+__device__ int count_children(Smem& S, const float* row, int nv, int M, int pa, int np, double t) {
+  const int chunk = (np + kThreads - 1) / kThreads;
+  const int beg = min(np, static_cast<int>(threadIdx.x) * chunk), end = min(np, beg + chunk);
+  unsigned sum = 0;
+  for (int j = beg; j < end; ++j) {
+    const int e = pa + j;
+    const double sp = S.score[e];
+    const int pi = static_cast<int>(S.info1[e] & 0x7FFu);
+    int hi = min(nv, M / pi);
+    if (sp < t) hi = 0;
+    if (t != kNegInf && hi > 0) {
+      int lo = 0;
+      while (lo < hi) {  // first rank whose child falls below t
+        const int mid = (lo + hi) >> 1;
+        if (child_score(sp, row, mid) >= t) lo = mid + 1; else hi = mid;
+      }
+      hi = lo;
+    }
+    S.scr[j] = static_cast<unsigned>(hi);
+    sum += static_cast<unsigned>(hi);
+  }
+  unsigned total;
+  unsigned base = block_exclusive_scan(S, sum, &total);
+  for (int j = beg; j < end; ++j) {
+    const unsigned c = S.scr[j];
+    S.scr[j] = base;
+    base += c;
+  }
+  __syncthreads();
+  return static_cast<int>(total);
+}
+
+// Parent (0..np-1) of child slot j: the last parent whose offset is <= j.
+__device__ __forceinline__ int slot_parent(const Smem& S, int np, int j) {
+  int lo = 0, hi = np;  // first offset > j
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (static_cast<int>(S.scr[mid]) <= j) lo = mid + 1; else hi = mid;
+  }
+  return lo - 1;
+}
+
+__device__ __forceinline__ void hist_add(Smem& S, double x, double lo, double hi, double w) {
+  int k = 0;
+  if (w > 0.0) {
+    const double q = __ddiv_rn(__dsub_rn(hi, x), w);
+    k = q >= static_cast<double>(kBuckets - 1) ? kBuckets - 1 : static_cast<int>(q);
+  }
+  const unsigned long long o = ord_asc(x);
+  atomicAdd(&S.hist[k], 1u);
+  atomicMin(&S.hmin[k], o);
+  atomicMax(&S.hmax[k], o);
+}
+
+// Raises the score threshold: over the live pool entries (kappa >= t) and the virtual children counted
+// by count_children (offsets in S.scr, np parents from pa, `total` slots), finds the score t' of the
+// element whose inclusion first makes `need` elements >= t', refining inside the crossing bucket until
+// at most `target` elements are >= t' (or the bucket holds one value). Returns t'; *cnt = #(>= t').
+__device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
+                                  double t, int need, int target, int* cnt) {
+  // Round 0: the value range of the elements.
+  if (threadIdx.x == 0) { S.cut_lo = ~0ull; S.cut_hi = 0ull; }
+  __syncthreads();
+  {
+    unsigned long long mn = ~0ull, mx = 0ull;
+    for (int e = threadIdx.x; e < size; e += kThreads) {
+      const double x = S.score[e];
+      if (x >= t) { const unsigned long long o = ord_asc(x); mn = min(mn, o); mx = max(mx, o); }
+    }
+    for (int j = threadIdx.x; j < total; j += kThreads) {
+      const int p = slot_parent(S, np, j);
+      const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
+      const unsigned long long o = ord_asc(x);
+      mn = min(mn, o); mx = max(mx, o);
+    }
+    if (mn != ~0ull) { atomicMin(&S.cut_lo, mn); atomicMax(&S.cut_hi, mx); }
+  }
+  __syncthreads();
+  double lo = from_ord(S.cut_lo), hi = from_ord(S.cut_hi);
+  unsigned above = 0;
+  for (int round = 0;; ++round) {
+    const double w = __ddiv_rn(__dsub_rn(hi, lo), static_cast<double>(kBuckets));
+    for (int k = threadIdx.x; k < kBuckets; k += kThreads) { S.hist[k] = 0; S.hmin[k] = ~0ull; S.hmax[k] = 0; }
+    __syncthreads();
+    for (int e = threadIdx.x; e < size; e += kThreads) {
+      const double x = S.score[e];
+      if (x >= t && x >= lo && x <= hi) hist_add(S, x, lo, hi, w);
+    }
+    for (int j = threadIdx.x; j < total; j += kThreads) {
+      const int p = slot_parent(S, np, j);
+      const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
+      if (x >= lo && x <= hi) hist_add(S, x, lo, hi, w);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // warp 0 finds the bucket where the running count reaches `need`
+      constexpr int per = kBuckets / 32;
+      const int lane = threadIdx.x;
+      unsigned local = 0;
+#pragma unroll
+      for (int q = 0; q < per; ++q) local += S.hist[lane * per + q];
+      unsigned inc = local;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      const unsigned reach = above + inc;
+      const unsigned ballot = __ballot_sync(0xffffffffu, reach >= static_cast<unsigned>(need));
+      // `need` <= number of elements, so some lane reaches it; fall back to the last lane otherwise.
+      const int src = ballot ? __ffs(ballot) - 1 : 31;
+      if (lane == src) {
+        unsigned run = above + inc - local;
+        int k = lane * per;
+        for (int q = 0; q < per; ++q) {
+          k = lane * per + q;
+          if (run + S.hist[k] >= static_cast<unsigned>(need) || q == per - 1) break;
+          run += S.hist[k];
+        }
+        S.cut_k = k;
+        S.cut_before = run;
+        S.count = static_cast<int>(run + S.hist[k]);
+        S.cut_lo = S.hmin[k];
+        S.cut_hi = S.hmax[k];
+      }
+    }
+    __syncthreads();
+    const int c = S.count;
+    const unsigned before = S.cut_before;
+    const unsigned long long klo = S.cut_lo, khi = S.cut_hi;
+    __syncthreads();
+    if (threadIdx.x == 0 && round > 0) DDTREE_BUILD_TREE_EVENT(refine);
+    if (c <= target || klo == khi || round == 6) {
+      *cnt = c;
+      return from_ord(klo);
+    }
+    above = before;
+    lo = from_ord(klo);
+    hi = from_ord(khi);
+  }
+}
+
+// Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
+// moves *pa (start of the current parents) accordingly.
+__device__ int compact_pool(Smem& S, int size, double t, int* pa) {
+  const int chunk = (size + kThreads - 1) / kThreads;  // <= kPerThread
+  const int beg = min(size, static_cast<int>(threadIdx.x) * chunk), end = min(size, beg + chunk);
+  unsigned kept = 0;
+  for (int j = beg; j < end; ++j) kept += S.score[j] >= t ? 1u : 0u;
+  unsigned total;
+  unsigned base = block_exclusive_scan(S, kept, &total);
+  for (int j = beg; j < end; ++j) {
+    S.scr[j] = base;
+    base += S.score[j] >= t ? 1u : 0u;
+  }
+  __syncthreads();
+  const int new_pa = *pa < size ? static_cast<int>(S.scr[*pa]) : static_cast<int>(total);
+  // Two passes (scores + codes, then the index words) keep fewer values in registers at once; the
+  // barrier between read and write makes the in-place move safe (a destination is never after its
+  // source, but may be another thread's unread source).
+  {
+    double rs[kPerThread];
+    unsigned long long rl[kPerThread];
+    int dst[kPerThread];
+#pragma unroll
+    for (int q = 0; q < kPerThread; ++q) {
+      const int j = beg + q;
+      dst[q] = -1;
+      if (j < end && S.score[j] >= t) {
+        rs[q] = S.score[j];
+        rl[q] = S.lex[j];
+        dst[q] = static_cast<int>(S.scr[j]);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kPerThread; ++q)
+      if (dst[q] >= 0) { S.score[dst[q]] = rs[q]; S.lex[dst[q]] = rl[q]; }
+  }
+  __syncthreads();
+  {
+    uint32_t r0[kPerThread], r1[kPerThread];
+    int dst[kPerThread];
+#pragma unroll
+    for (int q = 0; q < kPerThread; ++q) {
+      const int j = beg + q;
+      dst[q] = -1;
+      // kept iff the prefix grows after j (the scores were already moved)
+      const bool kept = j < end && static_cast<int>(j + 1 < size ? S.scr[j + 1] : total) > static_cast<int>(S.scr[j]);
+      if (kept) {
+        r1[q] = S.info1[j];
+        const uint32_t i0 = S.info0[j];
+        const uint32_t par = (r1[q] >> 18) ? S.scr[i0 & 0xFFFu] : 0u;  // the root has no parent
+        r0[q] = (i0 & ~0xFFFu) | par;
+        dst[q] = static_cast<int>(S.scr[j]);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kPerThread; ++q)
+      if (dst[q] >= 0) { S.info0[dst[q]] = r0[q]; S.info1[dst[q]] = r1[q]; }
+  }
+  __syncthreads();
+  *pa = new_pa;
+  return static_cast<int>(total);
+}
+
+// Writes the `total` children counted by count_children into the pool at [size, size + total).
+__device__ void materialize(Smem& S, const float* row, int pa, int np, int total, int size, int depth) {
+  for (int j = threadIdx.x; j < total; j += kThreads) {
+    const int p = slot_parent(S, np, j);
+    const int r = j - static_cast<int>(S.scr[p]);
+    const int e_par = pa + p;
+    const uint32_t i1 = S.info1[e_par];
+    const uint32_t pi = (i1 & 0x7FFu) * static_cast<uint32_t>(r + 1);
+    const int len_p = static_cast<int>((i1 >> 11) & 0x7Fu);
+    // Order-preserving prefix code of rank r: a continuation bit, then b ones, a zero, and the b low
+    // bits of r+1 (b = floor(log2(r+1))). A shorter tuple is a prefix padded with zeros: it sorts first.
+    const uint32_t v = static_cast<uint32_t>(r + 1);
+    const int b = 31 - __clz(v);
+    const int n = 2 * b + 2;
+    const unsigned long long code = (((1ull << (b + 1)) - 1ull) << (b + 1)) | (v - (1u << b));
+    const int e = size + j;
+    S.score[e] = child_score(S.score[e_par], row, r);
+    S.lex[e] = S.lex[e_par] | (code << (64 - len_p - n));
+    S.info0[e] = static_cast<uint32_t>(e_par) | (static_cast<uint32_t>(r) << 12);
+    S.info1[e] = pi | (static_cast<uint32_t>(len_p + n) << 11) | (static_cast<uint32_t>(depth) << 18);
+  }
+}
+
+__device__ __forceinline__ bool sorts_before(const Smem& S, int a, int b) {
+  const unsigned long long ka = ~ord_asc(S.score[a]), kb = ~ord_asc(S.score[b]);
+  if (ka != kb) return ka < kb;
+  return S.lex[a] < S.lex[b];
+}
+
+__device__ void bitonic_sort(Smem& S, int P) {
+  for (int k = 2; k <= P; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int q = threadIdx.x; q < (P >> 1); q += kThreads) {
+        const int i = ((q & ~(j - 1)) << 1) | (q & (j - 1));
+        const int ixj = i | j;
+        const int a = S.sidx[i], c = S.sidx[ixj];
+        bool a_after_c;
+        if (a == 0xFFFF) a_after_c = c != 0xFFFF;
+        else if (c == 0xFFFF) a_after_c = false;
+        else a_after_c = sorts_before(S, c, a);
+        const bool up = (i & k) == 0;
+        const bool c_after_a = !a_after_c && a != c;
+        if (up ? a_after_c : c_after_a) { S.sidx[i] = static_cast<uint16_t>(c); S.sidx[ixj] = static_cast<uint16_t>(a); }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ---- the exact serial fallback -----------------------------------------------------------------
+
+// Lexicographic order of the rank tuples path(pa)+(ra) and path(pb)+(rb) (pa/pb are node indices).
+__device__ bool tuple_less(const Nodes& N, int pa, int ra, int da, int pb, int rb, int db) {
+  uint16_t A[kMaxDepth + 1], B[kMaxDepth + 1];
+  A[da - 1] = static_cast<uint16_t>(ra);
+  for (int k = da - 2, x = pa; k >= 0; --k) { A[k] = N.rank[x]; x = N.par[x]; }
+  B[db - 1] = static_cast<uint16_t>(rb);
+  for (int k = db - 2, x = pb; k >= 0; --k) { B[k] = N.rank[x]; x = N.par[x]; }
+  const int m = da < db ? da : db;
+  for (int k = 0; k < m; ++k)
+    if (A[k] != B[k]) return A[k] < B[k];
+  return da < db;
+}
+
+// Heap entry meta: parent node (11 bits) | depth << 11 (6 bits) | rank << 17 (15 bits).
+__device__ __forceinline__ bool heap_better(const Smem& S, const Nodes& N, int x, int y) {
+  const double sx = S.score[x], sy = S.score[y];
+  if (sx > sy) return true;
+  if (sx < sy) return false;
+  const uint32_t mx = S.info0[x], my = S.info0[y];
+  return tuple_less(N, mx & 0x7FF, mx >> 17, (mx >> 11) & 63, my & 0x7FF, my >> 17, (my >> 11) & 63);
+}
+
+__device__ __forceinline__ void heap_swap(Smem& S, int x, int y) {
+  const double s = S.score[x]; S.score[x] = S.score[y]; S.score[y] = s;
+  const uint32_t m = S.info0[x]; S.info0[x] = S.info0[y]; S.info0[y] = m;
+}
+
+__device__ void heap_push(Smem& S, const Nodes& N, int* size, double s, int parent, int depth, int rank) {
+  int i = (*size)++;
+  S.score[i] = s;
+  S.info0[i] = static_cast<uint32_t>(parent) | (static_cast<uint32_t>(depth) << 11) | (static_cast<uint32_t>(rank) << 17);
+  while (i > 0) {
+    const int up = (i - 1) >> 1;
+    if (!heap_better(S, N, i, up)) break;
+    heap_swap(S, i, up);
+    i = up;
+  }
+}
+
+__device__ void heap_pop_top(Smem& S, const Nodes& N, int* size) {
+  const int n = --(*size);
+  heap_swap(S, 0, n);
+  int i = 0;
+  for (;;) {
+    const int l = 2 * i + 1, r = l + 1;
+    int best = i;
+    if (l < n && heap_better(S, N, l, best)) best = l;
+    if (r < n && heap_better(S, N, r, best)) best = r;
+    if (best == i) break;
+    heap_swap(S, i, best);
+    i = best;
+  }
+}
+
+// One thread runs the reference heap; returns the node count (node arrays filled).
+__device__ __noinline__ int serial_heap(Smem& S, Nodes& N, const float* lp, int L, int K, int M) {
+  int n = 1, hs = 0;
+  N.par[0] = -1; N.rank[0] = 0; N.dep[0] = 0; N.prev[0] = -1; N.fc[0] = -1;
+  if (L >= 1 && M >= 1 && __ldg(lp) != -__builtin_huge_valf()) heap_push(S, N, &hs, static_cast<double>(__ldg(lp)), 0, 1, 0);
+  while (hs > 0 && n <= M) {
+    const double s = S.score[0];
+    const uint32_t m = S.info0[0];
+    heap_pop_top(S, N, &hs);
+    const int parent = static_cast<int>(m & 0x7FF), depth = static_cast<int>((m >> 11) & 63), rank = static_cast<int>(m >> 17);
+    const int i = n++;
+    N.par[i] = static_cast<int16_t>(parent);
+    N.rank[i] = static_cast<uint16_t>(rank);
+    N.dep[i] = static_cast<uint8_t>(depth);
+    N.prev[i] = N.fc[parent];  // fc = last child popped so far
+    N.fc[parent] = static_cast<int16_t>(i);
+    N.fc[i] = -1;
+    const float* row = lp + static_cast<size_t>(depth - 1) * K;
+    if (rank + 1 < K && __ldg(row + rank + 1) != -__builtin_huge_valf())
+      heap_push(S, N, &hs, __dadd_rn(__dsub_rn(s, static_cast<double>(__ldg(row + rank))), static_cast<double>(__ldg(row + rank + 1))), parent, depth, rank + 1);
+    if (depth < L && __ldg(lp + static_cast<size_t>(depth) * K) != -__builtin_huge_valf())
+      heap_push(S, N, &hs, __dadd_rn(s, static_cast<double>(__ldg(lp + static_cast<size_t>(depth) * K))), i, depth + 1, 0);
+  }
+  return n;
+}
+
+// ---- the parallel selection ----------------------------------------------------------------------
+
+// Returns the node count with the node arrays filled, or -1 when the serial heap must decide.
+__device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M) {
+  const int tid = threadIdx.x;
+  const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
+  for (int d = tid; d < L; d += kThreads) S.nvalid[d] = R;
+  if (tid == 0) S.bad = 0;
+  __syncthreads();
+  {
+    int bad = 0;
+    for (int idx = tid; idx < L * R; idx += kThreads) {
+      const int d = idx / R, r = idx - d * R;
+      const float x = __ldg(lp + static_cast<size_t>(d) * K + r);
+      if (!(x <= 0.f)) bad = 1;  // positive or NaN
+      if (r > 0 && x > __ldg(lp + static_cast<size_t>(d) * K + r - 1)) bad = 1;  // not sorted
+      if (x == -__builtin_huge_valf()) atomicMin(&S.nvalid[d], r);
+    }
+    if (bad) S.bad = 1;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int leff = L;
+    for (int d = 0; d < L; ++d) {
+      S.nvalid[d] = min(S.nvalid[d], min(K, M));
+      if (S.nvalid[d] == 0) { leff = d; break; }
+    }
+    S.leff = leff;
+    const int log2m = 31 - __clz(static_cast<unsigned>(M));
+    if (2 * leff + 2 * log2m > 64) S.bad = 1;  // the tuple code would not fit 64 bits
+    S.score[0] = 0.0; S.lex[0] = 0; S.info0[0] = 0; S.info1[0] = 1u;  // the root: pi 1, depth 0
+  }
+  __syncthreads();
+  if (S.bad) {
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(invalid_rows);
+    return -1;
+  }
+  const int leff = S.leff;
+  const int need = M + 1;
+  const int soft = min(kCap, max(1024, 3 * need));
+  const int raise_target = need + max(32, need / 8);
+  int size = 1, pa = 0, pb = 1, live = 1;
+  double t = kNegInf;
+  for (int d = 1; d <= leff && pb > pa; ++d) {
+    const float* row = lp + static_cast<size_t>(d - 1) * K;
+    const int nv = S.nvalid[d - 1];
+    int np = pb - pa;
+    int total = count_children(S, row, nv, M, pa, np, t);
+    if (live + total > soft) {
+      int cnt = 0;
+      const double t2 = raise_threshold(S, row, pa, np, total, size, t, need, raise_target, &cnt);
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(raise);
+      if (t2 > t) {
+        t = t2;
+        total = count_children(S, row, nv, M, pa, np, t);
+        live = cnt - total;
+      }
+    }
+    if (size + total > kCap) {  // drop the entries that earlier raises left dead
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(compact);
+      size = compact_pool(S, size, t, &pa);
+      np = size - pa;
+      total = count_children(S, row, nv, M, pa, np, t);
+      if (size + total > kCap) {  // massive score ties: let the serial heap decide
+        if (tid == 0) DDTREE_BUILD_TREE_EVENT(overflow);
+        return -1;
+      }
+    }
+    materialize(S, row, pa, np, total, size, d);
+    pa = size;
+    size += total;
+    pb = size;
+    live += total;
+    __syncthreads();
+  }
+  int n_live = live;
+  if (live > need) {
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(tighten);
+    const int target = need + max(16, need / 16);
+    t = raise_threshold(S, nullptr, 0, 0, 0, size, t, need, target, &n_live);
+  }
+  // Survivors (kappa >= t; n_live of them) into the sort buffer, padded to a power of two.
+  if (tid == 0) S.count = 0;
+  __syncthreads();
+  for (int e = tid; e < size; e += kThreads)
+    if (S.score[e] >= t) S.sidx[atomicAdd(&S.count, 1)] = static_cast<uint16_t>(e);
+  __syncthreads();
+  n_live = S.count;
+  int P = 1;
+  while (P < n_live) P <<= 1;
+  for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
+  __syncthreads();
+  bitonic_sort(S, P);
+  const int n = min(need, n_live);
+  for (int i = tid; i < n; i += kThreads) S.scr[S.sidx[i]] = static_cast<uint32_t>(i);
+  __syncthreads();
+  // From here `lex` is dead: its storage holds the node arrays.
+  int bad = 0;
+  for (int i = tid; i < n; i += kThreads) {
+    if (i == 0) { N.par[0] = -1; N.rank[0] = 0; N.dep[0] = 0; N.prev[0] = -1; continue; }
+    const int e = S.sidx[i];
+    const uint32_t i0 = S.info0[e], i1 = S.info1[e];
+    const int ep = static_cast<int>(i0 & 0xFFFu), r = static_cast<int>(i0 >> 12), dep = static_cast<int>(i1 >> 18);
+    N.par[i] = static_cast<int16_t>(S.scr[ep]);
+    N.rank[i] = static_cast<uint16_t>(r);
+    N.dep[i] = static_cast<uint8_t>(dep);
+    N.prev[i] = r > 0 ? static_cast<int16_t>(S.scr[e - 1]) : int16_t(-1);
+    // The heap scores the next sibling from this node's score: fl(fl(s - lp[r]) + lp[r+1]). It equals
+    // kappa(sibling) = fl(kappa(parent) + lp[r+1]) when fl(s - lp[r]) gives the parent's score back.
+    if (r + 1 < K) {
+      const double back = __dsub_rn(S.score[e], static_cast<double>(__ldg(lp + static_cast<size_t>(dep - 1) * K + r)));
+      if (back != S.score[ep]) bad = 1;
+    }
+  }
+  if (bad) S.bad = 1;
+  __syncthreads();
+  if (tid == 0 && S.bad) DDTREE_BUILD_TREE_EVENT(inexact);
+  return S.bad ? -1 : n;
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& S = *reinterpret_cast<Smem*>(smem_raw);
+  Nodes& N = *reinterpret_cast<Nodes*>(S.lex);
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const int L = p.depth, K = p.k;
+  const float* lp = p.lp + static_cast<size_t>(b) * L * K;
+  const int M = min(max(__ldg(p.budget + b), 0), p.n_max - 1);
+
+  int n = 1;
+  if (M > 0 && L > 0) {
+    n = parallel_select(S, N, lp, L, K, M);
+#ifdef DDTREE_BUILD_TREE_TRACE
+    if (tid == 0) DDTREE_BUILD_TREE_TRACE(b, n < 0);  // test hook: which path decided
+#endif
+    if (n < 0) {
+      if (tid == 0) S.count = serial_heap(S, N, lp, L, K, M);
+      __syncthreads();
+      n = S.count;
+    }
+  } else if (tid == 0) {
+    N.par[0] = -1; N.rank[0] = 0; N.dep[0] = 0; N.prev[0] = -1;
+  }
+  __syncthreads();
+
+  // Sibling lists: children of a node are popped in rank order (rank r+1 is pushed when r pops).
+  for (int i = tid; i < p.n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
+  __syncthreads();
+  for (int i = 1 + tid; i < n; i += kThreads) {
+    if (N.rank[i] == 0) N.fc[N.par[i]] = static_cast<int16_t>(i);
+    else N.ns[N.prev[i]] = static_cast<int16_t>(i);
+  }
+  __syncthreads();
+
+  const int ctx = __ldg(p.ctx_len + b);
+  const size_t row0 = static_cast<size_t>(b) * p.n_max;
+  for (int i = tid; i < p.n_max; i += kThreads) {
+    int tok = -1, par = -1, dep = 0, fc = -1, ns = -1;
+    if (i < n) {
+      dep = N.dep[i];
+      par = N.par[i];
+      fc = N.fc[i];
+      ns = N.ns[i];
+      tok = i == 0 ? __ldg(p.root_token + b)
+                   : __ldg(p.ids + (static_cast<size_t>(b) * L + (dep - 1)) * K + N.rank[i]);
+    }
+    p.node_token[row0 + i] = tok;
+    p.node_parent[row0 + i] = par;
+    p.node_depth[row0 + i] = dep;
+    p.positions[row0 + i] = ctx + dep;
+    p.first_child[row0 + i] = fc;
+    p.next_sibling[row0 + i] = ns;
+  }
+  // anc[i][w]: bits of i's ancestors (and i) in [32w, 32w+32). Parents precede children, so walking up
+  // from i visits indices in decreasing order.
+  const int W = p.words;
+  uint32_t* anc = p.anc + row0 * W;
+  for (int idx = tid; idx < p.n_max * W; idx += kThreads) {
+    const int i = idx / W, w = idx - i * W;
+    uint32_t bits = 0;
+    if (i < n) {
+      int j = i;
+      const int lo = 32 * w, hi = lo + 32;
+      while (j >= hi) j = N.par[j];
+      while (j >= lo) { bits |= 1u << (j - lo); j = N.par[j]; }
+    }
+    anc[idx] = bits;
+  }
+  if (tid == 0) p.num_nodes[b] = n;
+}
+
+}  // namespace build_tree_k
+}  // namespace ddtree

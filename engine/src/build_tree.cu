@@ -1,0 +1,75 @@
+// Launcher of build_tree: validates arguments, launches one CTA per request on the caller's stream.
+#include <cstdint>
+
+#include "common.h"
+#include "ddtree/build_tree.h"
+#include "ddtree/kernels/build_tree.cuh"
+
+namespace {
+
+namespace bt = ddtree::build_tree_k;
+using ddtree::detail::fail;
+
+static_assert(bt::kMaxDepth == DDTREE_BUILD_TREE_MAX_DEPTH, "header and kernel limits agree");
+static_assert(bt::kMaxK == DDTREE_BUILD_TREE_MAX_K, "header and kernel limits agree");
+static_assert(bt::kMaxNodes == DDTREE_BUILD_TREE_MAX_NODES, "header and kernel limits agree");
+
+// Raises the kernel's dynamic shared-memory limit once per device (a host-side attribute, no sync).
+ddtree_status_t prepare() {
+  static bool done[64] = {false};
+  int dev = 0;
+  DDTREE_CUDA_TRY(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < 64 && done[dev]) return DDTREE_STATUS_SUCCESS;
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bt::kSmemBytes)));
+  if (dev >= 0 && dev < 64) done[dev] = true;
+  return DDTREE_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
+    const float* top_lp, const int32_t* top_id, const int32_t* root_token, const int32_t* ctx_len,
+    const int32_t* budget, int batch, int depth, int k, int n_max, int32_t* node_token,
+    int32_t* node_parent, int32_t* node_depth, int32_t* num_nodes, uint32_t* anc, int32_t* positions,
+    int32_t* first_child, int32_t* next_sibling, void* stream) {
+  DDTREE_REQUIRE(batch >= 0 && batch <= 65535, "build_tree: batch must be in [0, 65535], got %d", batch);
+  DDTREE_REQUIRE(depth >= 0 && depth <= DDTREE_BUILD_TREE_MAX_DEPTH,
+                 "build_tree: depth L must be in [0, %d], got %d", DDTREE_BUILD_TREE_MAX_DEPTH, depth);
+  DDTREE_REQUIRE(k >= 1 && k <= DDTREE_BUILD_TREE_MAX_K, "build_tree: k must be in [1, %d], got %d",
+                 DDTREE_BUILD_TREE_MAX_K, k);
+  DDTREE_REQUIRE(n_max >= 1 && n_max <= DDTREE_BUILD_TREE_MAX_NODES,
+                 "build_tree: n_max must be in [1, %d] (budget <= %d), got %d", DDTREE_BUILD_TREE_MAX_NODES,
+                 DDTREE_BUILD_TREE_MAX_NODES - 1, n_max);
+  if (batch == 0) return ddtree::detail::succeed();
+  DDTREE_REQUIRE(top_lp || depth == 0, "build_tree: top_lp is NULL");
+  DDTREE_REQUIRE(top_id || depth == 0, "build_tree: top_id is NULL");
+  DDTREE_REQUIRE(root_token && ctx_len && budget, "build_tree: root_token, ctx_len and budget must not be NULL");
+  DDTREE_REQUIRE(node_token && node_parent && node_depth && num_nodes && anc && positions && first_child &&
+                     next_sibling,
+                 "build_tree: every output pointer must be non-NULL");
+  ddtree_status_t st = prepare();
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+
+  bt::Params p;
+  p.lp = top_lp;
+  p.ids = top_id;
+  p.root_token = root_token;
+  p.ctx_len = ctx_len;
+  p.budget = budget;
+  p.depth = depth;
+  p.k = k;
+  p.n_max = n_max;
+  p.words = (n_max + 31) / 32;
+  p.node_token = node_token;
+  p.node_parent = node_parent;
+  p.node_depth = node_depth;
+  p.num_nodes = num_nodes;
+  p.anc = anc;
+  p.positions = positions;
+  p.first_child = first_child;
+  p.next_sibling = next_sibling;
+  bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  return ddtree::detail::check_launch("build_tree kernel launch");
+}

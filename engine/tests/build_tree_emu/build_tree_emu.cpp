@@ -1,0 +1,80 @@
+// Runs the real build_tree kernel source (include/ddtree/kernels/build_tree.cuh) on the CPU through
+// simt_emu.h. Input (stdin, whitespace separated): B L K n_max, then B*L*K log-probs as C hex floats,
+// B*L*K ids, B root tokens, B ctx_len, B budgets. Output: per request one line
+// "path num_nodes | token... | parent... | depth... | position... | first_child... | next_sibling... | anc...".
+#include "simt_emu.h"
+
+#include <cstdio>
+#include <string>
+
+// Which path decided each request (1 = the serial fallback), printed first on each output line.
+static std::vector<int> g_fallback;
+#define DDTREE_BUILD_TREE_TRACE(b, fell_back) (g_fallback[(b)] = (fell_back) ? 1 : 0)
+// How often each internal step ran (only thread 0 of the running block records; blocks run one by one).
+#include <map>
+static std::map<std::string, int> g_events;
+#define DDTREE_BUILD_TREE_EVENT(name) (++g_events[#name])
+#include <cstdlib>
+#include <string>
+
+#include "ddtree/kernels/build_tree.cuh"
+
+namespace ddtree {
+namespace build_tree_k {
+alignas(16) unsigned char smem_raw[kSmemBytes];
+}  // namespace build_tree_k
+}  // namespace ddtree
+
+namespace bt = ddtree::build_tree_k;
+
+static std::string next_token() {
+  std::string s;
+  int c;
+  while ((c = std::getchar()) != EOF && std::isspace(c)) {
+  }
+  while (c != EOF && !std::isspace(c)) {
+    s.push_back(static_cast<char>(c));
+    c = std::getchar();
+  }
+  return s;
+}
+
+int main() {
+  const int B = std::atoi(next_token().c_str());
+  const int L = std::atoi(next_token().c_str());
+  const int K = std::atoi(next_token().c_str());
+  const int n_max = std::atoi(next_token().c_str());
+  const size_t nlp = static_cast<size_t>(B) * L * K;
+  std::vector<float> lp(nlp);
+  std::vector<int32_t> ids(nlp), root(B), ctx(B), budget(B);
+  for (auto& x : lp) x = std::strtof(next_token().c_str(), nullptr);
+  for (auto& x : ids) x = std::atoi(next_token().c_str());
+  for (auto& x : root) x = std::atoi(next_token().c_str());
+  for (auto& x : ctx) x = std::atoi(next_token().c_str());
+  for (auto& x : budget) x = std::atoi(next_token().c_str());
+  const int W = (n_max + 31) / 32;
+  const size_t nn = static_cast<size_t>(B) * n_max;
+  // Poison every output so that an unwritten element shows up.
+  std::vector<int32_t> token(nn, 0x5A5A5A5A), parent(nn, 0x5A5A5A5A), depth(nn, 0x5A5A5A5A),
+      pos(nn, 0x5A5A5A5A), fc(nn, 0x5A5A5A5A), ns(nn, 0x5A5A5A5A), num(B, 0x5A5A5A5A);
+  std::vector<uint32_t> anc(nn * W, 0x5A5A5A5Au);
+  bt::Params p{lp.data(), ids.data(), root.data(), ctx.data(), budget.data(), L, K, n_max, W,
+               token.data(), parent.data(), depth.data(), num.data(), anc.data(), pos.data(),
+               fc.data(), ns.data()};
+  g_fallback.assign(B, -1);
+  emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
+  for (int b = 0; b < B; ++b) {
+    const size_t o = static_cast<size_t>(b) * n_max;
+    std::printf("%d %d |", g_fallback[b], num[b]);
+    for (auto* arr : {&token, &parent, &depth, &pos, &fc, &ns}) {
+      for (int i = 0; i < n_max; ++i) std::printf(" %d", (*arr)[o + i]);
+      std::printf(" |");
+    }
+    for (size_t i = 0; i < static_cast<size_t>(n_max) * W; ++i) std::printf(" %u", anc[o * W + i]);
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "events");
+  for (const auto& [name, count] : g_events) std::fprintf(stderr, " %s=%d", name.c_str(), count);
+  std::fprintf(stderr, "\n");
+  return 0;
+}

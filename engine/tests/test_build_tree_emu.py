@@ -1,0 +1,214 @@
+"""The real build_tree CUDA kernel source, executed on the CPU, against the reference heap (CI, no GPU).
+
+tests/build_tree_emu/ compiles include/ddtree/kernels/build_tree.cuh with g++ and a small SIMT emulator
+(one std::thread per CUDA thread, std::barrier for __syncthreads, per-warp barriers for shuffles), so the
+kernel's selection, compaction, sort and fallback logic — barriers included — run on every CI run. The
+GPU tests (test_build_tree_gpu.py) run the same comparisons on the device."""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddtree_engine.reference.build_tree import BuildTreeOutput, build_tree
+
+ENGINE = Path(__file__).resolve().parents[1]
+EMU = ENGINE / "tests" / "build_tree_emu"
+
+
+@pytest.fixture(scope="module")
+def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found: the CPU emulation of the kernel needs a C++20 compiler")
+    out = tmp_path_factory.mktemp("emu") / "build_tree_emu"
+    cmd = [gxx, "-std=c++20", "-O2", "-pthread", f"-I{ENGINE / 'include'}", f"-I{EMU / 'fake_cuda'}",
+           f"-I{EMU}", str(EMU / "build_tree_emu.cpp"), "-o", str(out)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return out
+
+
+def run_emu(binary: Path, lp: torch.Tensor, ids: torch.Tensor, root: torch.Tensor, ctx: torch.Tensor,
+            budget: torch.Tensor, n_max: int) -> tuple[BuildTreeOutput, list[int], dict[str, int]]:
+    """Kernel outputs (as a BuildTreeOutput of int32 tensors); per request 1 if the serial fallback
+    decided, 0 for the parallel path, -1 if no selection ran (budget 0 or L = 0); and how often each
+    internal step ran (raise, refine, compact, tighten, overflow, invalid_rows, inexact)."""
+    bsz, depth, k = lp.shape
+    words = (n_max + 31) // 32
+    parts = [f"{bsz} {depth} {k} {n_max}",
+             " ".join(float(x).hex() for x in lp.to(torch.float32).flatten().tolist()),
+             " ".join(str(int(x)) for x in ids.flatten().tolist()),
+             " ".join(str(int(x)) for x in root.tolist()),
+             " ".join(str(int(x)) for x in ctx.tolist()),
+             " ".join(str(int(x)) for x in budget.tolist())]
+    proc = subprocess.run([str(binary)], input="\n".join(parts) + "\n", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = proc.stdout.strip().splitlines()
+    assert len(rows) == bsz
+    paths, fields = [], [[] for _ in range(8)]
+    for line in rows:
+        head, *cols = line.split("|")
+        path, num = head.split()
+        paths.append(int(path))
+        fields[3].append(int(num))
+        arrays = [[int(x) for x in c.split()] for c in cols]
+        for slot, arr in zip((0, 1, 2, 5, 6, 7), arrays[:6]):
+            fields[slot].append(arr)
+        fields[4].append([[(v - (1 << 32)) if v >= (1 << 31) else v for v in arrays[6][i * words:(i + 1) * words]]
+                          for i in range(n_max)])
+    out = BuildTreeOutput(*(torch.tensor(f, dtype=torch.int32) for f in fields))
+    events = {}
+    for line in proc.stderr.splitlines():
+        if line.startswith("events"):
+            events = {k: int(v) for k, v in (item.split("=") for item in line.split()[1:])}
+    return out, paths, events
+
+
+def assert_same(got: BuildTreeOutput, want: BuildTreeOutput, what: str) -> None:
+    for name, g, w in zip(BuildTreeOutput._fields, got, want):
+        assert g.shape == w.shape, f"{what}: {name} shape {tuple(g.shape)} != {tuple(w.shape)}"
+        if not torch.equal(g, w.to(g.dtype)):
+            bad = (g != w).nonzero()[:5].tolist()
+            raise AssertionError(f"{what}: {name} differs at {bad}: got {g[tuple(bad[0])]} want {w[tuple(bad[0])]}")
+
+
+def check(binary: Path, lp: torch.Tensor, ids: torch.Tensor | None = None, budget: list[int] | None = None,
+          n_max: int | None = None, seed: int = 0, events: dict[str, int] | None = None) -> list[int]:
+    bsz, depth, k = lp.shape
+    gen = torch.Generator().manual_seed(seed)
+    if ids is None:
+        ids = torch.randint(0, 160000, (bsz, depth, k), generator=gen, dtype=torch.int32)
+    root = torch.randint(0, 160000, (bsz,), generator=gen, dtype=torch.int32)
+    ctx = torch.randint(0, 5000, (bsz,), generator=gen, dtype=torch.int32)
+    if budget is None:
+        budget = [k] * bsz
+    n_max = n_max if n_max is not None else max(budget) + 1
+    bud = torch.tensor(budget, dtype=torch.int32)
+    want = build_tree(lp, ids, root, ctx, bud, n_max)
+    got, paths, ev = run_emu(binary, lp, ids, root, ctx, bud, n_max)
+    assert_same(got, want, f"B={bsz} L={depth} K={k} budgets={budget} n_max={n_max}")
+    if events is not None:
+        events.update(ev)
+    return paths
+
+
+def draft_lp(bsz: int, depth: int, k: int, seed: int, sharp: float = 3.0) -> torch.Tensor:
+    """Top-k of fp32 log-softmax over random logits (what draft_topk_lse produces)."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = max(2 * k, 1000)
+    logits = torch.randn(bsz, depth, vocab, generator=gen) * sharp
+    return torch.log_softmax(logits, -1).topk(k, -1).values
+
+
+def test_golden_tree(emu_binary: Path) -> None:
+    lp = torch.tensor([[[-0.5, -1.0], [-0.25, -2.0], [-1.0, -1.5]]])
+    for budget in (0, 1, 5, 7, 8, 14, 20):
+        check(emu_binary, lp, budget=[budget], n_max=max(budget, 1) + 3)
+
+
+def test_batch_with_mixed_budgets_takes_the_parallel_path(emu_binary: Path) -> None:
+    lp = draft_lp(4, 15, 64, seed=1)
+    paths = check(emu_binary, lp, budget=[0, 1, 63, 256], n_max=257)
+    assert paths == [-1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("depth,k,budget", [(15, 32, 1024), (15, 1024, 1024), (7, 16, 300), (1, 64, 64),
+                                            (15, 1, 20), (3, 4, 1024), (15, 8, 256)])
+def test_random_draft_distributions(emu_binary: Path, depth: int, k: int, budget: int) -> None:
+    for sharp in (1.0, 4.0):
+        lp = draft_lp(1, depth, k, seed=depth * 1000 + k + int(sharp), sharp=sharp)
+        paths = check(emu_binary, lp, budget=[budget], seed=k)
+        assert paths == [0]
+
+
+def test_dyadic_ties(emu_binary: Path) -> None:
+    rng = random.Random(5)
+    for case in range(12):
+        depth, k = rng.randint(1, 6), rng.choice([2, 3, 5, 16])
+        rows = [[sorted((-rng.randint(0, 8) / 4 for _ in range(k)), reverse=True) for _ in range(depth)]]
+        lp = torch.tensor(rows, dtype=torch.float32)
+        budget = rng.choice([1, 7, 40, 300])
+        paths = check(emu_binary, lp, budget=[budget], seed=case)
+        assert paths[0] in (0, 1)
+
+
+def test_all_zero_log_probs_fall_back_exactly(emu_binary: Path) -> None:
+    # Every score ties at 0: the pool cannot separate them by score, the serial heap decides.
+    lp = torch.zeros(1, 15, 64)
+    ev: dict[str, int] = {}
+    assert check(emu_binary, lp, budget=[1024], events=ev) == [1]
+    assert ev.get("overflow") == 1
+    assert check(emu_binary, torch.zeros(1, 3, 2), budget=[14]) == [0]  # small enough for the pool
+
+
+def test_unsorted_or_positive_rows_fall_back(emu_binary: Path) -> None:
+    lp = draft_lp(2, 6, 8, seed=3)
+    lp[0, 2] = lp[0, 2].flip(0)  # ascending row
+    lp[1, 0, 0] = 0.25  # a positive log-prob
+    ev: dict[str, int] = {}
+    assert check(emu_binary, lp, budget=[40, 40], events=ev) == [1, 1]
+    assert ev.get("invalid_rows") == 2
+
+
+def test_inexact_fp64_sums_fall_back(emu_binary: Path) -> None:
+    lp = torch.tensor([[[-6.6857430702782494e-09, -20.0, -21.0],
+                        [-5.3228440284729, -24.36475944519043, -34.079593658447266]]])
+    ev: dict[str, int] = {}
+    assert check(emu_binary, lp, budget=[12], events=ev) == [1]
+    assert ev.get("inexact") == 1
+
+
+def test_minus_inf_padding_and_k_beyond_vocab(emu_binary: Path) -> None:
+    lp = draft_lp(1, 5, 8, seed=9)
+    lp[0, :, 5:] = -math.inf
+    lp[0, 3, 1:] = -math.inf
+    assert check(emu_binary, lp, budget=[500]) == [0]
+    lp[0, 2, :] = -math.inf  # depth 3 has no candidate: the tree stops at depth 2
+    assert check(emu_binary, lp, budget=[500]) == [0]
+
+
+def test_deep_trees_use_the_serial_heap_beyond_the_code_width(emu_binary: Path) -> None:
+    lp = draft_lp(1, 40, 4, seed=11, sharp=6.0)
+    assert check(emu_binary, lp, budget=[300]) == [1]  # 2*40 + 2*8 bits > 64
+    lp = draft_lp(1, 22, 4, seed=12, sharp=6.0)
+    assert check(emu_binary, lp, budget=[1024]) == [0]  # 2*22 + 2*10 = 64 bits: fits
+
+
+def test_pool_raises_refines_and_compacts(emu_binary: Path) -> None:
+    # Scores packed in [-3, 0] plus one far outlier per row: the first histogram over the whole range
+    # puts nearly everything in one bucket, so the cutoff must be refined inside it.
+    gen = torch.Generator().manual_seed(21)
+    lp = -(torch.rand(1, 15, 64, generator=gen) * 3).sort(-1).values
+    lp[0, :, -1] = -1000.0
+    ev: dict[str, int] = {}
+    assert check(emu_binary, lp, budget=[256], events=ev) == [0]
+    assert ev.get("raise", 0) >= 1 and ev.get("refine", 0) >= 1 and ev.get("tighten", 0) >= 1, ev
+    ev = {}
+    assert check(emu_binary, draft_lp(1, 15, 1024, seed=16028, sharp=4.0), budget=[1024], events=ev) == [0]
+    assert ev.get("compact", 0) >= 1, ev
+
+
+def test_randomized_against_reference(emu_binary: Path) -> None:
+    rng = random.Random(2024)
+    for case in range(25):
+        bsz = rng.randint(1, 3)
+        depth = rng.choice([1, 2, 5, 15])
+        k = rng.choice([1, 2, 7, 32, 64])
+        sharp = rng.choice([0.5, 2.0, 6.0])
+        lp = draft_lp(bsz, depth, k, seed=case, sharp=sharp)
+        if rng.random() < 0.3:  # quantize to 1/8: exact score ties across branches
+            lp = (lp * 8).round() / 8
+            lp = lp.sort(-1, descending=True).values
+        budgets = [rng.choice([0, 1, 3, 31, 64, 200, 1024]) for _ in range(bsz)]
+        n_max = max(budgets) + 1 + rng.randint(0, 40)
+        if n_max > 1025:
+            n_max = 1025
+        check(emu_binary, lp, budget=budgets, n_max=n_max, seed=case)
