@@ -263,10 +263,9 @@ def _services(
 class _HostEntry:
     """A host's merged values (defaults under host keys) and where each came from."""
 
-    def __init__(self, key: ScalarNode, values: Values, explicit: set[str]) -> None:
+    def __init__(self, key: ScalarNode, values: Values) -> None:
         self.key = key
         self.values = values
-        self.explicit = explicit
 
 
 def _hosts(entry: tuple[ScalarNode, Node] | None, defaults: Values, problems: Problems) -> dict[str, _HostEntry]:
@@ -276,11 +275,15 @@ def _hosts(entry: tuple[ScalarNode, Node] | None, defaults: Values, problems: Pr
         own, present = _section_fields(node, path, HOST_FIELDS, "in a host", problems)
         merged = {**defaults, **own}
         transport = merged.get("transport", ("ssh", None))[0]
+        inherited_jump = merged.get("jump_host", (None, None))[0] if "jump_host" not in own else None
+        if inherited_jump is not None and (inherited_jump == name or transport == "local"):
+            # A jump host from defaults: the bastion itself and local hosts are reached directly.
+            del merged["jump_host"]
         if transport == "ssh" and present is not None and "address" not in present:
             problems.add(key, path, "missing required key 'address'", hint="add address: <IP or DNS name>")
         if transport == "local" and "jump_host" in own and own["jump_host"][0] is not None:
             problems.add(own["jump_host"][1], join(path, "jump_host"), "a local host cannot use a jump host")
-        hosts[name] = _HostEntry(key, merged, set(own))
+        hosts[name] = _HostEntry(key, merged)
     return hosts
 
 
@@ -353,13 +356,8 @@ def _check_jump(name: str, entry: _HostEntry, hosts: Mapping[str, _HostEntry], p
     if jump is None:
         return
     path = join(join("hosts", name), "jump_host")
-    if jump == name and "jump_host" not in entry.explicit:
-        # A jump host set in defaults: the bastion itself is reached directly.
-        del entry.values["jump_host"]
-        return
     if entry.values.get("transport", ("ssh", None))[0] == "local":
-        entry.values.pop("jump_host", None)
-        return
+        return  # reported in _hosts
     if jump not in hosts:
         problems.add(node, path, f"unknown jump host {jump!r}{_guess(jump, hosts)}", hint="hosts: " + ", ".join(hosts))
         return
@@ -377,8 +375,7 @@ def _check_jump(name: str, entry: _HostEntry, hosts: Mapping[str, _HostEntry], p
         if hop.values.get("transport", ("ssh", None))[0] == "local":
             problems.add(node, path, f"jump host {current!r} uses the local transport; it must be an SSH host")
             return
-        nxt = hop.values.get("jump_host", (None, None))[0]
-        current = None if nxt == current and "jump_host" not in hop.explicit else nxt
+        current = hop.values.get("jump_host", (None, None))[0]
 
 
 def _build_host(name: str, entry: _HostEntry) -> Host:

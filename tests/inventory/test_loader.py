@@ -148,8 +148,15 @@ def test_jump_host_in_defaults_does_not_loop_on_the_bastion(tmp_path: Path) -> N
         hosts:
           bastion: {address: 192.0.2.1}
           gpu: {address: 10.0.0.9}
+          here: {transport: local}
         """))
     assert inv.hosts["bastion"].jump_host is None and inv.hosts["gpu"].jump_host == "bastion"
+    assert inv.hosts["here"].jump_host is None
+
+
+def test_explicit_jump_host_on_a_local_host(tmp_path: Path) -> None:
+    err = error_of(tmp_path, "hosts:\n  b: {address: 10.0.0.1}\n  here: {transport: local, jump_host: b}\n")
+    assert str(err) == "hosts.yaml:3: hosts.here.jump_host: a local host cannot use a jump host"
 
 
 def test_shipped_inventory_loads(tmp_path: Path) -> None:
