@@ -91,8 +91,10 @@ def status(
     if code == ExitCode.CONNECTION:
         refused = [h for h in problems if h.outcome == "refused"]
         raise ConnectError(
-            f"refused to trust {', '.join(h.host.name for h in refused)}: "
-            f"{refused[0].error}", hint=refused[0].hint or None)
+            f"refused to trust {', '.join(h.host.name for h in refused)}: its key or machine-id "
+            "is not the one pinned for its name",
+            hint="the reasons and fingerprints are above (JSON: hosts[].error); "
+                 "do not re-trust a host before you know why it changed")
     if code == ExitCode.INTERNAL:
         raise DdtreeError(f"status failed unexpectedly on {listing}",
                           hint="run with --debug for the traceback and report it as a bug")

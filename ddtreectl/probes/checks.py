@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ddtreectl.inventory.models import Host
 from ddtreectl.probes.facts import HostFacts
-from ddtreectl.probes.words import service_condition
 
 # nvidia-smi answers in ~25 ms with persistence mode on (shared/ops-notes.md); a second or more
 # means the driver re-initialises per call, which slows every GPU tool on the host.
@@ -21,12 +20,9 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
         out.append(f"machine-id {facts.machine_id} differs from the recorded {host.machine_id}: "
                    "another machine answers at this address?")
     out.extend(_gpu_warnings(host, facts))
+    # The service's own state is reported beside the warnings (service.state / its column), so
+    # only what that state does not say appears here.
     if facts.service is not None:
-        condition = service_condition(facts.service)
-        if condition.kind == "not-installed":
-            out.append(f"{facts.service.unit} is not installed on this host")
-        elif condition.kind in ("failed", "restarting", "masked", "broken"):
-            out.append(f"{facts.service.unit} {condition.words}")
         if facts.service.need_daemon_reload:
             out.append(f"{facts.service.unit} changed on disk: daemon-reload pending")
     release = facts.release

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -34,9 +36,12 @@ def render_status(report: StatusReport, console: Console) -> None:
     answered = sum(1 for h in report.hosts if h.answered)
     summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
     console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
+    # Reasons in full below the table (fingerprints must not be cut by a narrow column).
     for status in report.hosts:
-        if status.hint:  # the error itself is in the table's warnings column
-            console.print(Text(f"{status.host.name}: hint: {status.hint}", style="dim"))
+        if status.error:
+            console.print(Text(f"{status.host.name}: {status.error}", style="red"))
+            if status.hint:
+                console.print(Text(f"  hint: {status.hint}", style="dim"))
 
 
 def _row(status: HostStatus) -> list[Text | str]:
@@ -46,13 +51,13 @@ def _row(status: HostStatus) -> list[Text | str]:
     facts = status.facts
     if facts is None:
         reach = Text(_OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
-        return [host.name, address, reach, "-", "-", "-", Text(status.error, style="red")]
+        return [host.name, address, reach, "-", "-", "-", Text("reason below", style="red")]
     latency = f"{status.probe_ms:.0f} ms" if status.probe_ms is not None else "?"
     reach = Text(f"ok {latency}", style="green") if status.outcome == "ok" else Text(
         _OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
     warnings = list(status.warnings)
-    if status.outcome != "ok" and status.error:
-        warnings.insert(0, status.error)
+    if status.outcome != "ok":
+        warnings.insert(0, "REFUSED: reason below")
     return [host.name, address, reach, _gpus(facts, host.gpus), _service(facts, host.service),
             _release(facts), Text("\n".join(warnings), style="yellow") if warnings else ""]
 
@@ -70,7 +75,24 @@ def _service(facts: HostFacts, profile: str | None) -> Text:
         return Text("no service profile", style="dim")
     condition = service_condition(facts.service)
     name = facts.service.unit.removesuffix(".service")
-    return Text(f"{name}: {condition.words}", style=_SERVICE_STYLE[condition.kind])
+    words = condition.words
+    since = facts.service.active_since_epoch
+    if condition.kind == "running" and since is not None:
+        # This machine's clock against the host's timestamp: skew of seconds does not matter here.
+        words += f" for {_duration(max(0.0, time.time() - since))}"
+    return Text(f"{name}: {words}", style=_SERVICE_STYLE[condition.kind])
+
+
+def _duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `3 h 05 min`, `6 d 02 h`."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
 
 
 def _release(facts: HostFacts) -> Text:

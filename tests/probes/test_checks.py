@@ -51,7 +51,6 @@ def test_failed_unit_identity_gpu_uuid_and_disk() -> None:
         "machine-id abc differs from the recorded other: another machine answers at this address?",
         "1 recorded GPU UUID(s) not found (e.g. GPU-00000000-dead-beef-0000-000000000000): "
         "GPU swapped or another machine?",
-        "fx.service failed (result exit-code, exit status 3, 0 restarts)",
         "disk low: 3.0 GiB free on / (97% used)",
     ]
 
