@@ -13,7 +13,7 @@ from ddtreectl.errors import ExitCode, HostKeyError, InventoryError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, fingerprint_sha256
 
-from tests.transport.conftest import keygen
+from tests.transport.sshd import keygen
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "ecdsa", "rsa"])

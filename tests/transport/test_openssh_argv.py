@@ -9,7 +9,7 @@ from ddtreectl.inventory.models import Host
 from ddtreectl.transport import openssh
 from ddtreectl.transport.hostkeys import PublicKey
 
-from tests.transport.conftest import keygen
+from tests.transport.sshd import keygen
 
 
 def _opt(argv: list[str], name: str) -> str:

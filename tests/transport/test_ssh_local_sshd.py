@@ -25,7 +25,7 @@ from ddtreectl.transport.base import PortClosedError
 from ddtreectl.transport.hostkeys import PublicKey
 from ddtreectl.transport.ssh import SshTransport, open_ssh
 
-from tests.transport.conftest import LocalSshd, keygen
+from tests.transport.sshd import LocalSshd, keygen
 
 Start = Callable[..., LocalSshd]
 

@@ -16,7 +16,7 @@ from ddtreectl.operations.trust import parse_identity
 from ddtreectl.transport import connect
 from ddtreectl.transport.hostkeys import PublicKey
 
-from tests.transport.conftest import LocalSshd, keygen
+from tests.transport.sshd import LocalSshd, keygen
 
 Start = Callable[..., LocalSshd]
 
