@@ -154,6 +154,8 @@ def host_key_problem(value: str) -> str | None:
     The key blob itself starts with its type name in SSH wire format; checking that catches a
     truncated or mangled paste, which would otherwise fail only at connect time as a "mismatch".
     """
+    if _CONTROL.search(value) or value != value.strip():
+        return "must be one line, without leading or trailing spaces"
     parts = value.split()
     if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
         return "is not a public host key ('ssh-ed25519 AAAA...')"

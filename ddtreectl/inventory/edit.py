@@ -49,31 +49,34 @@ def edit_host(text: str, path: Path, host: str, values: Mapping[str, EditValue])
     before.host(host)
     new_text = text
     for key, value in values.items():
-        new_text = set_host_value(new_text, host, key, value)
+        new_text = set_host_value(new_text, host, key, value, filename=str(path))
     after = parse(new_text, path)
     _check_only_host_changed(before, after, host, values)
     return new_text
 
 
-def set_host_value(text: str, host: str, key: str, value: EditValue) -> str:
-    """Replace `hosts.<host>.<key>`'s value in place, or insert `key: value` into the host."""
-    root = _compose(text)
-    host_key, host_node = _host_entry(root, host)
+def set_host_value(text: str, host: str, key: str, value: EditValue, *, filename: str = "hosts.yaml") -> str:
+    """Replace `hosts.<host>.<key>`'s value in place, or insert `key: value` into the host.
+
+    Refusals raise InventoryError naming `filename`:line; `edit_host` is the checked entry point.
+    """
+    root = _compose(text, filename)
+    host_key, host_node = _host_entry(root, host, filename)
     path = f"hosts.{host}.{key}"
     if isinstance(host_node, ScalarNode) and host_node.tag.endswith(":null"):
         return _insert_into_empty(text, host_key, key, value)
     if not isinstance(host_node, MappingNode) or _is_alias(host_key, host_node):
         raise InventoryError(
-            f"{_line(host_key)}: hosts.{host}: the host's entry is not written out in place",
+            f"{filename}:{_line(host_key)}: hosts.{host}: the host's entry is not written out in place",
             hint="write the host as its own mapping (not an alias) and run the command again",
         )
     for k, v in host_node.value:
         if isinstance(k, ScalarNode) and k.value == key and k.tag != _MERGE:
-            return _replace(text, k, v, value, path, flow=host_node.flow_style)
+            return _replace(text, k, v, value, f"{filename}:{_line(k)}: {path}", flow=host_node.flow_style)
     return _insert(text, host_node, key, value)
 
 
-def _compose(text: str) -> Node | None:
+def _compose(text: str, filename: str) -> Node | None:
     """The node tree with marks that are character offsets into `text` (the pure-Python loader;
     libyaml's marks are not). It is stricter than libyaml in rare corners (a BOM mid-file): then
     the file is refused, never half-edited."""
@@ -81,23 +84,24 @@ def _compose(text: str) -> Node | None:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark is not None else filename
         problem = getattr(err, "problem", None) or str(err)
         raise InventoryError(
-            f"cannot edit the inventory: {where}{problem}",
+            f"{where}: cannot edit the inventory: {problem}",
             hint="fix the YAML at that position (the loader may accept it; the editor needs plain YAML)",
         ) from None
 
 
-def _host_entry(root: Node | None, host: str) -> tuple[ScalarNode, Node]:
+def _host_entry(root: Node | None, host: str, filename: str) -> tuple[ScalarNode, Node]:
+    hint = f"check it with any ddtreectl command (it validates {filename}) and fix what it reports"
     if not isinstance(root, MappingNode):
-        raise InventoryError("the inventory is not a mapping", hint="run the loader on it first")
+        raise InventoryError(f"{filename}: the inventory is not a mapping", hint=hint)
     hosts = [v for k, v in root.value if isinstance(k, ScalarNode) and k.value == "hosts"]
     if len(hosts) != 1 or not isinstance(hosts[0], MappingNode):
-        raise InventoryError("the inventory has no single hosts: mapping", hint="fix the file first")
+        raise InventoryError(f"{filename}: the inventory has no single hosts: mapping", hint=hint)
     found = [(k, v) for k, v in hosts[0].value if isinstance(k, ScalarNode) and k.value == host]
     if len(found) != 1:
-        raise InventoryError(f"host {host!r} is not written once under hosts:", hint="fix the file first")
+        raise InventoryError(f"{filename}: host {host!r} is not written exactly once under hosts:", hint=hint)
     return found[0]
 
 
@@ -107,14 +111,16 @@ def _is_alias(key: Node, value: Node) -> bool:
     return value.start_mark.index < key.end_mark.index
 
 
-def _line(node: Node) -> str:
-    return f"line {node.start_mark.line + 1}"
+def _line(node: Node) -> int:
+    return node.start_mark.line + 1
 
 
-def _replace(text: str, key: ScalarNode, node: Node, value: EditValue, path: str, *, flow: bool) -> str:
+def _replace(text: str, key: ScalarNode, node: Node, value: EditValue, where: str, *, flow: bool) -> str:
+    """Splice `value` over `node`'s text. `where` is `file:line: key.path` for messages."""
+    path = where.rsplit(": ", 1)[-1]
     if _is_alias(key, node):
         raise InventoryError(
-            f"{_line(key)}: {path}: the value is an alias of the one defined at {_line(node)}; "
+            f"{where}: the value is an alias of the one defined at line {_line(node)}; "
             "changing it would change every place that uses it",
             hint=f"replace the alias in {path} with a plain value, then run the command again",
         )
@@ -122,7 +128,7 @@ def _replace(text: str, key: ScalarNode, node: Node, value: EditValue, path: str
     if isinstance(node, ScalarNode):
         if node.style in ("|", ">"):
             raise InventoryError(
-                f"{_line(key)}: {path}: block scalars ('|', '>') are not edited automatically",
+                f"{where}: block scalars ('|', '>') are not edited automatically",
                 hint=f"write {path} as a one-line value, then run the command again",
             )
         prefix = _PREFIX.match(text[start:end])

@@ -204,7 +204,7 @@ def test_alias_value_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InventoryError) as info:
         edit(ANCHORS, "d", tmp_path, address="10.0.0.4")
     assert str(info.value) == (
-        "line 14: hosts.d.address: the value is an alias of the one defined at line 12; "
+        f"{tmp_path}/hosts.yaml:14: hosts.d.address: the value is an alias of the one defined at line 12; "
         "changing it would change every place that uses it"
     )
     assert info.value.exit_code == 3
@@ -336,3 +336,22 @@ def test_random_valid_inventories_edit_by_exactly_one_line(tmp_path: Path) -> No
         assert getattr(parse(new, Path("h.yaml")).hosts[host], key) == value
         accepted += 1
     assert accepted > 150  # the mutations leave plenty of valid, editable files
+
+
+def test_empty_host_entry_gets_its_first_key(tmp_path: Path) -> None:
+    text = "defaults: {transport: local}\nhosts:\n  here:\n  there: {}\n"
+    new = edit(text, "here", tmp_path, address="127.0.0.2")
+    assert new == "defaults: {transport: local}\nhosts:\n  here:\n    address: 127.0.0.2\n  there: {}\n"
+    new = edit(text, "there", tmp_path, address="127.0.0.3")
+    assert new == "defaults: {transport: local}\nhosts:\n  here:\n  there: {address: 127.0.0.3}\n"
+
+
+def test_block_scalar_is_refused_not_mangled(tmp_path: Path) -> None:
+    text = f"hosts:\n  a:\n    address: 10.0.0.1\n    host_key: >-\n      {KEY}\n"
+    assert parse(text, Path("h")).hosts["a"].host_key == KEY
+    with pytest.raises(InventoryError, match="must be one line"):
+        parse(text.replace(">-", ">"), Path("h"))  # a folded scalar keeps its final newline
+    with pytest.raises(InventoryError) as info:
+        edit(text, "a", tmp_path, host_key=KEY)
+    assert str(info.value) == (
+        f"{tmp_path}/hosts.yaml:4: hosts.a.host_key: block scalars ('|', '>') are not edited automatically")
