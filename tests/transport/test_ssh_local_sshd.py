@@ -272,3 +272,13 @@ def test_not_an_ssh_server_is_a_clean_connect_error(capfd: pytest.CaptureFixture
     assert err.value.host == "web" and f"127.0.0.1:{port}" in err.value.message
     time.sleep(0.2)  # Paramiko's reader thread logs after the failure; it must stay silent
     assert capfd.readouterr().err == ""
+
+
+def test_nothing_runs_before_the_key_is_accepted(start_sshd: Start) -> None:
+    sshd = start_sshd()
+    with SshTransport.handshake(sshd.host(pinned=None)) as session:
+        assert session.presented_key.line == sshd.host_key
+        with pytest.raises(ConnectError, match="before the host key was accepted"):
+            session.run("true")
+        with pytest.raises(ConnectError, match="before the host key was accepted"):
+            session.port_open(22, timeout=1)
