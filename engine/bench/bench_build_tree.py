@@ -1,0 +1,136 @@
+"""Bench the build_tree kernel vs the Python heap (heapq, the reference's heap_pop_order), same process.
+
+Kernel times are CUDA-graph replays (median over repeats): "per call" replays a graph of 20
+back-to-back launches (kernel time without launch overhead), "1-launch" replays a graph of one launch
+(what a round pays when the op is alone in a graph). The heap is timed with perf_counter on the same
+inputs (Python lists prepared beforehand), summed over the batch. Every configuration's kernel output is
+checked against the reference before it is timed. Usage:
+    python engine/bench/bench_build_tree.py [--json out.json] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from ddtree_engine.ops.build_tree import build_tree  # noqa: E402
+from ddtree_engine.reference.build_tree import build_tree as ref_build_tree  # noqa: E402
+from ddtree_engine.reference.build_tree import heap_pop_order  # noqa: E402
+
+L = 15
+VOCAB = 32000
+
+
+def graph_time(fn, calls: int, reps: int = 25) -> float:
+    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(times)
+
+
+def heap_time(lp_lists: list[list[list[float]]], budget: int, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for rows in lp_lists:
+            heap_pop_order(rows, budget)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    logits = torch.randn(bsz, L, VOCAB, generator=gen, device="cuda") * sharp
+    return torch.log_softmax(logits, -1).topk(k, -1).values.contiguous()
+
+
+def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[str, float | int | str]:
+    n_max = m + 1
+    lp = draft_lp(bsz, k, sharp, seed=m * 31 + k + bsz)
+    ids = torch.randint(0, VOCAB, (bsz, L, k), dtype=torch.int32, device="cuda")
+    root = torch.randint(0, VOCAB, (bsz,), dtype=torch.int32, device="cuda")
+    ctx = torch.full((bsz,), 4096, dtype=torch.int32, device="cuda")
+    budget = torch.full((bsz,), m, dtype=torch.int32, device="cuda")
+    got = build_tree(lp, ids, root, ctx, budget, n_max)
+    want = ref_build_tree(lp.cpu(), ids.cpu(), root.cpu(), ctx.cpu(), budget.cpu(), n_max)
+    for name, g, w in zip(want._fields, got, want):
+        if not torch.equal(g.cpu(), w):
+            raise AssertionError(f"M={m} K={k} B={bsz}: kernel {name} differs from the reference")
+    fn = lambda: build_tree(lp, ids, root, ctx, budget, n_max)  # noqa: E731
+    t_call = graph_time(fn, calls=20)
+    t_one = graph_time(fn, calls=1)
+    lp_lists = lp.cpu().tolist()
+    t_heap = heap_time(lp_lists, m, heap_reps)
+    depth_max = int(got.node_depth.max())
+    return {"M": m, "K": k, "B": bsz, "sharp": sharp, "kernel_us": t_call * 1e6, "kernel_1launch_us": t_one * 1e6,
+            "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call, "ratio_1launch": t_heap / t_one,
+            "max_depth": depth_max}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
+    configs = []
+    for m in (64, 256, 1024):
+        for k in sorted({min(m, 64), 1024}):
+            for bsz in (1, 8):
+                configs.append((m, k, bsz))
+    configs += [(256, 64, 64), (1024, 64, 64)]
+    if args.quick:
+        configs = [(256, 64, 1), (1024, 1024, 8)]
+    rows = []
+    for m, k, bsz in configs:
+        for sharp in (4.0, 1.0):
+            heap_reps = 5 if m * bsz <= 2048 else 3
+            rows.append(bench_one(m, k, bsz, sharp, heap_reps))
+            r = rows[-1]
+            print(f"  done M={m} K={k} B={bsz} sharp={sharp}: {r['kernel_us']:.2f} us", flush=True)
+    # The serial fallback (all scores equal: only lexicographic order decides), for reference.
+    zeros = torch.zeros(1, L, 64, device="cuda")
+    ids = torch.zeros(1, L, 64, dtype=torch.int32, device="cuda")
+    one = torch.ones(1, dtype=torch.int32, device="cuda")
+    t_fb = graph_time(lambda: build_tree(zeros, ids, one, one, one * 1024, 1025), calls=2, reps=5)
+
+    print()
+    print("| M | K | B | lp sharpness | kernel us/call | kernel us (1-launch graph) | python heap ms | heap / kernel | heap / 1-launch | max depth |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']} | {r['kernel_us']:.2f} | {r['kernel_1launch_us']:.2f} | "
+              f"{r['heap_ms']:.3f} | {r['ratio']:.0f}x | {r['ratio_1launch']:.0f}x | {r['max_depth']} |")
+    print(f"\nserial fallback (all-zero log-probs, M=1024, K=64, B=1): {t_fb * 1e6:.1f} us/call")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "fallback_us": t_fb * 1e6}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

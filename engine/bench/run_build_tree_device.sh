@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One device call for build_tree: build (sm_90, this op only), ddtree-selftest, compute-sanitizer
+# (memcheck + racecheck), GPU pytest vs the reference heap, bench table. Logs go to $OUT.
+# STAGES (default "build selftest sanitize pytest bench") picks stages.
+# Run from the repository root:  bash engine/bench/run_build_tree_device.sh
+set -u
+OUT=${OUT:-/tmp/build_tree_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+STAGES=${STAGES:-"build selftest sanitize pytest bench"}
+BENCH_ARGS=${BENCH_ARGS:-}
+root=$(pwd)
+build=$root/engine/build-bt
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv,noheader || true
+
+if has build; then
+  stamp build
+  { cmake -S engine -B "$build" -G Ninja -DDDTREE_CUDA_ARCHS=90 -DDDTREE_OPS=build_tree \
+      -DDDTREE_PTXAS_VERBOSE=ON && cmake --build "$build"; } > "$OUT/build.log" 2>&1 \
+    || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+  grep -A2 "build_tree_kernel" "$OUT/build.log" | grep -E "registers|spill" || true
+fi
+export DDTREE_LIB=$build/libddtree.so
+
+if has selftest; then
+  stamp selftest
+  timeout 120 "$build/ddtree-selftest" build_tree 2>&1 | tee "$OUT/selftest.log"
+  st_rc=${PIPESTATUS[0]}
+  echo "selftest rc=$st_rc"
+fi
+
+if has sanitize; then
+  stamp memcheck
+  timeout 90 compute-sanitizer --tool memcheck --leak-check no "$build/ddtree-selftest" build_tree_golden \
+    build_tree_fallback > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; tail -3 "$OUT/memcheck.log"
+  stamp racecheck
+  timeout 90 compute-sanitizer --tool racecheck "$build/ddtree-selftest" build_tree_golden \
+    > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; tail -3 "$OUT/racecheck.log"
+fi
+
+if has pytest; then
+  stamp pytest
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
+    > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$?"
+  grep -E "passed|failed|Error|assert" "$OUT/pytest.log" | head -30
+fi
+
+if has bench; then
+  stamp bench
+  timeout 200 python3 engine/bench/bench_build_tree.py --json "$OUT/bench.json" $BENCH_ARGS 2>&1 \
+    | tee "$OUT/bench.log"
+fi
+stamp done
