@@ -26,6 +26,7 @@ _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MACHINE_ID = re.compile(r"^[0-9a-f]{32}$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f-]{8,}$")
+_IFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _IFACE = re.compile(r"^[A-Za-z0-9_.,=^:@-]{1,64}$")
 _HTTP_PATH = re.compile(r"^/[A-Za-z0-9._~/?&=%+-]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -41,6 +42,9 @@ HOST_KEY_TYPES = (
 
 def address_problem(value: str) -> str | None:
     """An IPv4/IPv6 address (scope ids allowed) or an RFC 1123 host name."""
+    # ipaddress accepts ANY text as an IPv6 scope id (`fe80::1%eth0\nX`): allow interface names only.
+    if "%" in value and not _IFACE_NAME.fullmatch(value.partition("%")[2]):
+        return "is not an IP address or hostname"
     try:
         ipaddress.ip_address(value)
         return None
@@ -55,13 +59,13 @@ def is_hostname(value: str) -> bool:
     if not value or len(value) > 253 or value.endswith("."):
         return False
     labels = value.split(".")
-    if not all(_LABEL.match(label) for label in labels):
+    if not all(_LABEL.fullmatch(label) for label in labels):
         return False
     return not labels[-1].isdigit()
 
 
 def name_problem(value: str) -> str | None:
-    if _NAME.match(value):
+    if _NAME.fullmatch(value):
         return None
     return "is not a valid name (letters, digits, '_', '.', '-'; starting with a letter or digit)"
 
@@ -69,17 +73,17 @@ def name_problem(value: str) -> str | None:
 def unit_problem(value: str) -> str | None:
     if value.endswith(".service"):
         return "must be given without the '.service' suffix"
-    if _UNIT.match(value):
+    if _UNIT.fullmatch(value):
         return None
     return "is not a valid systemd unit name"
 
 
 def user_problem(value: str) -> str | None:
-    return None if _USER.match(value) else "is not a valid user name"
+    return None if _USER.fullmatch(value) else "is not a valid user name"
 
 
 def env_name_problem(value: str) -> str | None:
-    if _ENV_NAME.match(value):
+    if _ENV_NAME.fullmatch(value):
         return None
     return "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
 
@@ -88,7 +92,7 @@ def path_problem(value: str) -> str | None:
     """An absolute path or one starting with `~`, made of characters safe in units and shells."""
     if not (value.startswith("/") or value == "~" or value.startswith("~/")):
         return "must be an absolute path or start with '~/'"
-    if not _PATH_CHARS.match(value):
+    if not _PATH_CHARS.fullmatch(value):
         return "contains characters that are unsafe in a path (spaces, quotes, '%', '$', ...)"
     if "/../" in value + "/" or value.endswith("/.."):
         return "must not contain '..' components"
@@ -103,12 +107,12 @@ def python_problem(value: str) -> str | None:
 
 
 def module_problem(value: str) -> str | None:
-    return None if _MODULE.match(value) else "is not a Python module name"
+    return None if _MODULE.fullmatch(value) else "is not a Python module name"
 
 
 def model_path_problem(value: str) -> str | None:
     """A model directory (absolute or `~/`) or a Hugging Face repository id (`org/name`)."""
-    if _HF_REPO.match(value) and not value.startswith("~"):
+    if _HF_REPO.fullmatch(value) and not value.startswith("~"):
         return None
     problem = path_problem(value)
     if problem is None:
@@ -120,7 +124,7 @@ def template_problem(value: str) -> str | None:
     """A file name relative to the project's templates/ directory."""
     if value.startswith("/") or value.startswith("~"):
         return "must be relative to the templates/ directory"
-    if not _PATH_CHARS.match(value) or ".." in value.split("/"):
+    if not _PATH_CHARS.fullmatch(value) or ".." in value.split("/"):
         return "is not a safe relative file name"
     return None
 
@@ -133,19 +137,19 @@ def text_problem(value: str) -> str | None:
 
 
 def machine_id_problem(value: str) -> str | None:
-    return None if _MACHINE_ID.match(value) else "is not a machine-id (32 lowercase hex digits)"
+    return None if _MACHINE_ID.fullmatch(value) else "is not a machine-id (32 lowercase hex digits)"
 
 
 def gpu_uuid_problem(value: str) -> str | None:
-    return None if _GPU_UUID.match(value) else "is not a GPU UUID ('GPU-...' as nvidia-smi prints)"
+    return None if _GPU_UUID.fullmatch(value) else "is not a GPU UUID ('GPU-...' as nvidia-smi prints)"
 
 
 def interface_problem(value: str) -> str | None:
-    return None if _IFACE.match(value) else "is not a network interface name or NCCL interface list"
+    return None if _IFACE.fullmatch(value) else "is not a network interface name or NCCL interface list"
 
 
 def http_path_problem(value: str) -> str | None:
-    return None if _HTTP_PATH.match(value) else "is not an HTTP path starting with '/'"
+    return None if _HTTP_PATH.fullmatch(value) else "is not an HTTP path starting with '/'"
 
 
 def host_key_problem(value: str) -> str | None:
