@@ -125,6 +125,10 @@ class SshTransport:
         else:
             try:
                 sock = jump.open_tcp_channel(host.address, host.port, timeout=timeout, purpose="jump")
+            except PortClosedError as exc:
+                jump.close()  # the jump host answered; the target behind it did not
+                raise _connect_error(host, where, exc.message, _reason_of(socket.timeout())[1]
+                                     if "no answer" in exc.message else "is sshd running on it?") from None
             except BaseException:
                 jump.close()
                 raise
@@ -166,7 +170,11 @@ class SshTransport:
             self.close()
             raise ConnectError("internal: authenticate() called with a key the host did not present",
                                host=self.host_name)
-        keys = self._identities()
+        try:
+            keys = self._identities()
+        except BaseException:
+            self.close()
+            raise
         if not keys:
             self.close()
             raise ConnectError(
@@ -242,6 +250,13 @@ class SshTransport:
                 host=self.host_name,
             ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if self._t.is_active():  # our link is fine: the far end did not answer in time
+                raise PortClosedError(
+                    f"{self.host_name} got no answer from {address}:{port} ({purpose}) "
+                    f"within {timeout:g} s",
+                    hint="is that address up and reachable from this host?",
+                    host=self.host_name,
+                ) from None
             raise _connect_error(self.host, self.where, f"connection lost: {exc}",
                                  "check the host") from None
 

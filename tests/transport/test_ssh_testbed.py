@@ -133,6 +133,22 @@ def test_jump_host_reaches_b_through_a(testbed: Any, pair: list[Any], tmp_path: 
     assert err.value.host == "tr-a"
 
 
+def test_jump_to_a_dead_target_blames_the_target(testbed: Any, pair: list[Any], tmp_path: Path) -> None:
+    a, b = pair
+    nowhere = testbed.new_address()  # nothing there: packets are dropped, connects time out
+    overrides = {"tr-b": {"jump_host": "tr-a", "address": nowhere, "connect_timeout": 1.5}}
+    inv = _inv(testbed, pair, tmp_path / "hosts.yaml", host_overrides=overrides)
+    with pytest.raises(ConnectError) as err:
+        connect(inv.host("tr-b"), inv)
+    assert err.value.host == "tr-b" and "no answer" in err.value.message
+    assert f"{nowhere}:22 via tr-a" in err.value.message
+    overrides["tr-b"].update(address=b.address, port=2)  # B is up, nothing listens on port 2
+    inv = _inv(testbed, pair, tmp_path / "refused.yaml", host_overrides=overrides)
+    with pytest.raises(ConnectError) as err:
+        connect(inv.host("tr-b"), inv)
+    assert err.value.host == "tr-b" and "could not open a TCP connection" in err.value.message
+
+
 def test_stopped_sshd_is_a_quick_connect_error(testbed: Any, boot_hosts: Boot, tmp_path: Path) -> None:
     (h,) = boot_hosts(["tr-nossh"])
     inv = _inv(testbed, [h], tmp_path / "hosts.yaml")
