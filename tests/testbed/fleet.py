@@ -127,6 +127,15 @@ class Fleet:
                                         keydir=self.workdir / "keys", nvidia_smi_stub=nvidia_smi_stub,
                                         extra_files=files)
         cgroup = self.slot.cgroup / name
+        launcher = self._start_init(name, cgroup, hostdir)
+        host = TestHost(name=name, address=self.slot.host_address(index), init_pid=0,
+                        machine_id=machine_id, host_key=host_key, index=index, cgroup=cgroup,
+                        hostdir=hostdir, gateway=self.gateway, vlan_gateway=self.vlan_gateway,
+                        launcher=launcher)
+        return host
+
+    def _start_init(self, name: str, cgroup: Path, hostdir: Path) -> subprocess.Popen[bytes]:
+        """Start host-init for `hostdir` from a fresh child cgroup; it waits for the network."""
         resources.kill_cgroup(cgroup)  # an earlier host of that name that failed to tear down
         resources.remove_cgroup_tree(cgroup)
         resources.make_cgroup(cgroup)
@@ -140,10 +149,29 @@ class Fleet:
                 stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                 close_fds=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             )
-        host = TestHost(name=name, address=self.slot.host_address(index), init_pid=0,
-                        machine_id=machine_id, host_key=host_key, index=index, cgroup=cgroup,
-                        hostdir=hostdir, gateway=self.gateway, vlan_gateway=self.vlan_gateway,
-                        launcher=launcher)
+        return launcher
+
+    def reboot(self, host: TestHost) -> TestHost:
+        """Power-cycle a host: kill everything in it, then boot the same root again.
+
+        What was written to disk (enabled units, releases, state files) survives in the upper dir;
+        processes, /run, /tmp and the volatile journal do not, as after a real reboot. The host keeps
+        its name, key, machine-id and current address. Returns once it is `running` again.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("Fleet.reboot must be called from the main thread")
+        resources.kill_cgroup(host.cgroup)
+        if host.launcher is not None:
+            host.launcher.wait(timeout=10)
+        resources.delete_link(self.slot.veth(host.index))
+        resources.remove_workdir(host.hostdir / "work")  # overlayfs needs an empty work dir per mount
+        (host.hostdir / "work").mkdir()
+        host.launcher = self._start_init(host.name, host.cgroup, host.hostdir)
+        host.init_pid = 0
+        self._wire_and_release(host)
+        error = self._wait_ready(host)
+        if error:
+            raise BootError(error)
         return host
 
     def _find_init_pid(self, host: TestHost, timeout: float = 10) -> int:
@@ -172,9 +200,10 @@ class Fleet:
         run = resources.run
         run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(host.init_pid)])
         run(["ip", "link", "set", veth, "master", self.slot.bridge, "up"])
+        gateway = self.vlan_gateway if host.address.split(".")[1] == self.vlan_gateway.split(".")[1] else self.gateway
         run(["nsenter", "-t", str(host.init_pid), "-n", "--", "sh", "-c",
              f"ip link set lo up && ip addr add {host.address}/16 dev eth0 && ip link set eth0 up"
-             f" && ip route add default via {self.gateway}"])
+             f" && ip route add default via {gateway}"])
         # host-init blocks reading this FIFO; non-blocking open fails (ENXIO) until it is reading
         deadline = time.monotonic() + 10
         while True:

@@ -346,3 +346,21 @@ def test_boot_times(testbed: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
         results.append(f"{count} hosts: {elapsed:.2f} s")
     with capsys.disabled():
         print("\ntestbed boot (ssh banner + systemd running): " + "; ".join(results))
+
+
+@pytest.mark.testbed
+def test_reboot_keeps_the_disk_and_starts_enabled_units(testbed: Any, boot_hosts: Any) -> None:
+    (host,) = boot_hosts(["tb-reboot"])
+    host.write_file("/etc/systemd/system/tb-sleeper.service",
+                    "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
+    host.systemctl("enable", "--now", "tb-sleeper.service")
+    host.sh("echo gone > /run/tb-marker && echo kept > /var/lib/tb-marker")
+    old_pid = host.init_pid
+    key, machine_id, address = host.host_key, host.machine_id, host.address
+    testbed.reboot(host)
+    assert host.init_pid != old_pid
+    assert host.systemctl("is-active", "tb-sleeper.service", check=False).stdout.strip() == "active"
+    assert host.sh("cat /var/lib/tb-marker").stdout.strip() == "kept"
+    assert host.sh("test -e /run/tb-marker", check=False).returncode != 0
+    assert (host.host_key, host.machine_id, host.address) == (key, machine_id, address)
+    assert testbed.ssh(host, "hostname").stdout.strip() == "tb-reboot"
