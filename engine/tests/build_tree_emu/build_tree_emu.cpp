@@ -73,7 +73,7 @@ int main() {
     for (size_t i = 0; i < static_cast<size_t>(n_max) * W; ++i) std::printf(" %u", anc[o * W + i]);
     std::printf("\n");
   }
-  std::fprintf(stderr, "events");
+  std::fprintf(stderr, "events barriers=%ld", emu::barrier_count);
   for (const auto& [name, count] : g_events) std::fprintf(stderr, " %s=%d", name.c_str(), count);
   std::fprintf(stderr, "\n");
   return 0;

@@ -34,7 +34,13 @@ inline std::vector<uint64_t> warp_slots;  // [warps][32]
 #define __shared__
 #define __align__(n)
 
-inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+namespace emu {
+inline long barrier_count = 0;  // __syncthreads episodes (counted by thread 0): a cost proxy
+}
+inline void __syncthreads() {
+  if (threadIdx.x == 0) ++emu::barrier_count;
+  emu::block_barrier->arrive_and_wait();
+}
 
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
@@ -82,6 +88,8 @@ inline T __shfl_up_sync(unsigned, T v, int delta) {
   std::memcpy(&out, &got, sizeof(T));
   return out;
 }
+
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_sync(); }
 
 inline unsigned __ballot_sync(unsigned, bool pred) {
   const int lane = threadIdx.x & 31;

@@ -145,28 +145,50 @@ __device__ __forceinline__ unsigned block_exclusive_scan(Smem& S, unsigned v, un
   return prefix;
 }
 
+// Number of children p.r of pool entry e with kappa >= t (a prefix of ranks: the row is sorted).
+__device__ __forceinline__ unsigned count_one(const Smem& S, const float* row, int nv, int M, int e, double t) {
+  const double sp = S.score[e];
+  const int pi = static_cast<int>(S.info1[e] & 0x7FFu);
+  int hi = min(nv, M / pi);  // prod(r_i + 1) <= M, else M better candidates exist
+  if (sp < t) hi = 0;
+  if (t != kNegInf && hi > 0) {
+    int lo = 0;
+    while (lo < hi) {  // first rank whose child falls below t
+      const int mid = (lo + hi) >> 1;
+      if (child_score(sp, row, mid) >= t) lo = mid + 1; else hi = mid;
+    }
+    hi = lo;
+  }
+  return static_cast<unsigned>(hi);
+}
+
 // Children of parents [pa, pa+np) with kappa >= t: S.scr[j] = exclusive offset of parent j; returns
-// the total. Each thread scans a contiguous chunk of parents (binary search on its sorted row).
+// the total. Up to 32 parents (the common case past the first levels): warp 0 alone, one barrier.
+// Otherwise each thread scans a contiguous chunk of parents and a block scan joins them.
 __device__ int count_children(Smem& S, const float* row, int nv, int M, int pa, int np, double t) {
+  if (np <= 32) {
+    if (threadIdx.x < 32) {
+      const int j = threadIdx.x;
+      const unsigned c = j < np ? count_one(S, row, nv, M, pa + j, t) : 0u;
+      unsigned inc = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (j >= o) inc += y;
+      }
+      if (j < np) S.scr[j] = inc - c;
+      if (j == 31) S.count = static_cast<int>(inc);
+    }
+    __syncthreads();
+    return S.count;
+  }
   const int chunk = (np + kThreads - 1) / kThreads;
   const int beg = min(np, static_cast<int>(threadIdx.x) * chunk), end = min(np, beg + chunk);
   unsigned sum = 0;
   for (int j = beg; j < end; ++j) {
-    const int e = pa + j;
-    const double sp = S.score[e];
-    const int pi = static_cast<int>(S.info1[e] & 0x7FFu);
-    int hi = min(nv, M / pi);
-    if (sp < t) hi = 0;
-    if (t != kNegInf && hi > 0) {
-      int lo = 0;
-      while (lo < hi) {  // first rank whose child falls below t
-        const int mid = (lo + hi) >> 1;
-        if (child_score(sp, row, mid) >= t) lo = mid + 1; else hi = mid;
-      }
-      hi = lo;
-    }
-    S.scr[j] = static_cast<unsigned>(hi);
-    sum += static_cast<unsigned>(hi);
+    const unsigned c = count_one(S, row, nv, M, pa + j, t);
+    S.scr[j] = c;
+    sum += c;
   }
   unsigned total;
   unsigned base = block_exclusive_scan(S, sum, &total);
@@ -382,6 +404,9 @@ __device__ __forceinline__ bool sorts_before(const Smem& S, int a, int b) {
   return S.lex[a] < S.lex[b];
 }
 
+// Sorts S.sidx[0, P) (P a power of two). Stages whose compare distance j is <= 32 stay inside one
+// warp's 64-element segment (pair q of warp w touches [64 * (q / 32), +64)), so they need only
+// __syncwarp; a block barrier is paid only around stages with j >= 64. Ends with a block barrier.
 __device__ void bitonic_sort(Smem& S, int P) {
   for (int k = 2; k <= P; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -397,9 +422,11 @@ __device__ void bitonic_sort(Smem& S, int P) {
         const bool c_after_a = !a_after_c && a != c;
         if (up ? a_after_c : c_after_a) { S.sidx[i] = static_cast<uint16_t>(c); S.sidx[ixj] = static_cast<uint16_t>(a); }
       }
-      __syncthreads();
+      const int next_j = j > 1 ? j >> 1 : k;  // the next k starts with j = k
+      if (j >= 64 || next_j >= 64) __syncthreads(); else __syncwarp();
     }
   }
+  __syncthreads();
 }
 
 // ---- the exact serial fallback -----------------------------------------------------------------
