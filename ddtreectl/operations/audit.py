@@ -33,15 +33,22 @@ def operator() -> str:
 
 
 def audit_line(action: str, **fields: object) -> str:
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "by": operator(), "action": action}
+    record: dict[str, object] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "by": operator(), "action": action}
     record.update(fields)
     return json.dumps(record, sort_keys=False)
 
 
-def append_audit(transport: Transport, root: str, action: str, **fields: object) -> None:
-    """Append one audit line on the host (creating state/ if needed). Never raises on failure to
-    write: an audit line must not turn a finished change into an error; the caller's result stands."""
+def append_audit(transport: Transport, root: str, action: str, **fields: object) -> str | None:
+    """Append one audit line on the host (creating state/ if needed).
+
+    Returns None when written, else why not. It does not raise for a failed write: an audit line
+    must not turn a finished change into an error, so the caller shows the reason as a warning.
+    """
     state = remote_path(root, "state")
     log = remote_path(root, "state", "audit.log")
     line = shlex.quote(audit_line(action, **fields))
-    transport.run(f"mkdir -p {state} && printf '%s\\n' {line} >> {log}", timeout=15)
+    result = transport.run(f"mkdir -p {state} && printf '%s\\n' {line} >> {log}", timeout=15)
+    if result.ok:
+        return None
+    return f"audit line not written to {root}/state/audit.log: {result.stderr.strip()[-200:] or result.exit_code}"

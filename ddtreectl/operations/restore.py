@@ -151,7 +151,9 @@ def restore_host(
         result.failure = ServiceGate(transport, host.name, service, rendered.server_args,
                                      on_event=record).run()
     result.duration_s = time.monotonic() - started_at
-    append_audit(transport, host.remote_root, "restore-service", unit=rendered.unit,
-                 ok=result.ok, started=result.started, enabled=result.enabled,
-                 failed_phase=result.failure.phase if result.failure else None)
+    not_audited = append_audit(transport, host.remote_root, "restore-service", unit=rendered.unit,
+                               ok=result.ok, started=result.started, enabled=result.enabled,
+                               failed_phase=result.failure.phase if result.failure else None)
+    if not_audited:
+        result.warnings.append(not_audited)
     return result

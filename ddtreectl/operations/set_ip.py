@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,22 +300,13 @@ def _sweep_hosts(
 
 
 def _audit(conn: Transport | None, host: Host, old: str, new: str) -> str:
-    """One audit line on the moved host; the outcome is reported, never raised (the move is done).
-
-    Written here rather than with audit.append_audit because that helper does not report a
-    failed write, and "audit: written" must be true when we say it.
-    """
-    from ddtreectl.operations.audit import audit_line, remote_path
+    """One audit line on the moved host; the outcome is reported, never raised (the move is done)."""
+    from ddtreectl.operations.audit import append_audit
 
     if conn is None:
         return "not written (host not reachable)"
-    line = shlex.quote(audit_line("set-ip", host=host.name, old=old, new=new))
-    command = (f"mkdir -p {remote_path(host.remote_root, 'state')} && "
-               f"printf '%s\\n' {line} >> {remote_path(host.remote_root, 'state', 'audit.log')}")
     try:
-        result = conn.run(command, timeout=15)
+        failed = append_audit(conn, host.remote_root, "set-ip", host=host.name, old=old, new=new)
     except DdtreeError as err:
         return f"not written ({err.message})"
-    if not result.ok:
-        return f"not written (exit {result.exit_code}: {result.stderr.strip()[:120]})"
-    return "written"
+    return f"not written ({failed})" if failed else "written"
