@@ -72,10 +72,25 @@ class LocalTransport:
             assert proc.stdin is not None
             # A thread, so a command that reads slowly cannot deadlock us against its output.
             threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
+        try:
+            return self._collect(proc, command, limit, started, on_line)
+        except BaseException:
+            # on_line raised, or Ctrl-C: never leave the command running behind our back.
+            if proc.returncode is None:
+                _kill_group(proc)
+            raise
+
+    def _collect(self, proc: "subprocess.Popen[bytes]", command: str, limit: float,
+                 started: float, on_line: Callable[[str], None] | None) -> RunResult:
         assert proc.stdout is not None and proc.stderr is not None
         out, err = bytearray(), bytearray()
         lines = LineSplitter(on_line)
         deadline = started + limit
+        timed_out = RemoteCommandError(
+            f"command timed out after {limit:g} s (process group killed): {_short(command)}",
+            hint="raise the timeout (command_timeout in the inventory) or check the host",
+            host=self.host_name,
+        )
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, out)
             sel.register(proc.stderr, selectors.EVENT_READ, err)
@@ -83,11 +98,7 @@ class LocalTransport:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     _kill_group(proc)
-                    raise RemoteCommandError(
-                        f"command timed out after {limit:g} s (process group killed): {_short(command)}",
-                        hint="raise the timeout (command_timeout in the inventory) or check the host",
-                        host=self.host_name,
-                    )
+                    raise timed_out
                 for key, _ in sel.select(min(remaining, 1.0)):
                     data = os.read(key.fd, 65536)
                     if not data:
@@ -101,10 +112,7 @@ class LocalTransport:
             code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise RemoteCommandError(
-                f"command timed out after {limit:g} s (process group killed): {_short(command)}",
-                host=self.host_name,
-            ) from None
+            raise timed_out from None
         finally:
             proc.stdout.close()
             proc.stderr.close()

@@ -273,9 +273,23 @@ class SshTransport:
         self._require_authenticated()
         limit = self.host.command_timeout if timeout is None else timeout
         started = time.monotonic()
-        deadline = started + limit
         try:
             chan = self._t.open_session(timeout=self.host.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise _connect_error(self.host, self.where, f"connection lost: {exc}",
+                                 "check the host") from None
+        try:
+            return self._exec(chan, command, limit, started, stdin, on_line)
+        except BaseException:
+            chan.close()  # on_line raised or Ctrl-C; the remote `timeout` wrapper bounds the rest
+            raise
+
+    def _exec(self, chan: Any, command: str, limit: float, started: float, stdin: bytes | None,
+              on_line: Callable[[str], None] | None) -> RunResult:
+        import paramiko
+
+        deadline = started + limit
+        try:
             chan.exec_command(wrap_command(command, limit))
             out, err = bytearray(), bytearray()
             lines = LineSplitter(on_line)

@@ -120,3 +120,21 @@ def test_http_get_and_port_open(local: LocalTransport) -> None:
 def test_rsync_helpers_are_local(local: LocalTransport) -> None:
     assert local.rsync_ssh_command() is None
     assert local.rsync_destination("~/x") == os.path.expanduser("~/x")
+
+
+def test_a_failing_on_line_callback_does_not_leave_the_command_running(
+    local: LocalTransport, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "pid"
+
+    def on_line(line: str) -> None:
+        raise ValueError(f"consumer gave up at {line!r}")
+
+    with pytest.raises(ValueError, match="consumer gave up at 'started'"):
+        local.run(f"sh -c 'echo $$ > {pidfile}; exec sleep 60' & sleep 0.2; echo started; wait",
+                  on_line=on_line, timeout=30)
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
