@@ -1,0 +1,228 @@
+"""tree_accept: the reference (CPU, CI) on hand-built trees, the Gumbel noise (pinned bits, statistics,
+equivalence with autoregressive sampling), and the CUDA op against the reference (GPU)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from ddtree_engine.reference.tree_accept import gumbel_noise, tree_accept
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _links(parents: list[int], n_max: int) -> tuple[list[int], list[int]]:
+    first = [-1] * n_max
+    nxt = [-1] * n_max
+    last: dict[int, int] = {}
+    for i, p in enumerate(parents):
+        if i == 0 or p < 0:
+            continue
+        if p in last:
+            nxt[last[p]] = i
+        else:
+            first[p] = i
+        last[p] = i
+    return first, nxt
+
+
+def _golden() -> dict[str, torch.Tensor]:
+    # Root 0 -> {1: tok 5, 2: tok 3}; 1 -> {3: tok 2}; 2 -> {4: tok 7}; node 5 is padding.
+    parents = [-1, 0, 0, 1, 2, -1]
+    first, nxt = _links(parents, 6)
+    logits = torch.zeros(6, 8)
+    logits[0, 3] = 2.0
+    logits[2, 7] = 1.0
+    logits[4, 1] = 3.0
+    logits[4, 6] = 3.0  # tie with id 1: lower id wins
+    logits[1, 2] = 5.0
+    return dict(
+        target_logits=logits,
+        node_token=torch.tensor([[9, 5, 3, 2, 7, -1]], dtype=torch.int32),
+        first_child=torch.tensor([first], dtype=torch.int32),
+        next_sibling=torch.tensor([nxt], dtype=torch.int32),
+        num_nodes=torch.tensor([5], dtype=torch.int32),
+        ctx_len=torch.tensor([10], dtype=torch.int32),
+        temperature=torch.tensor([0.0]),
+        seed=torch.tensor([1], dtype=torch.int64),
+        stop_ids=torch.tensor([], dtype=torch.int32),
+    )
+
+
+def test_reference_golden_greedy_walk() -> None:
+    out = tree_accept(**_golden(), max_depth=5)
+    assert out.accept_nodes.tolist() == [[0, 2, 4, -1, -1, -1]]
+    assert out.committed_ids.tolist() == [[3, 7, 1, -1, -1, -1]]
+    assert out.accept_len.tolist() == [3] and out.bonus.tolist() == [1] and out.finished.tolist() == [0]
+
+
+def test_reference_stop_id_truncates_right_after_it() -> None:
+    args = _golden()
+    args["stop_ids"] = torch.tensor([11, 7], dtype=torch.int32)
+    out = tree_accept(**args, max_depth=5)
+    assert out.accept_nodes.tolist() == [[0, 2, -1, -1, -1, -1]]
+    assert out.committed_ids.tolist() == [[3, 7, -1, -1, -1, -1]]
+    assert (out.accept_len.item(), out.bonus.item(), out.finished.item()) == (2, 7, 1)
+    args["stop_ids"] = torch.tensor([3], dtype=torch.int32)  # the very first new token
+    out = tree_accept(**args, max_depth=5)
+    assert out.accept_nodes.tolist()[0][:2] == [0, -1] and out.committed_ids.tolist()[0][:2] == [3, -1]
+    assert (out.accept_len.item(), out.bonus.item(), out.finished.item()) == (1, 3, 1)
+
+
+def test_reference_max_depth_caps_the_walk_and_root_only_tree() -> None:
+    out = tree_accept(**_golden(), max_depth=1)
+    assert out.accept_nodes.tolist() == [[0, 2]] and out.committed_ids.tolist() == [[3, 7]]
+    assert out.bonus.item() == 7
+    args = _golden()
+    args["num_nodes"] = torch.tensor([1], dtype=torch.int32)  # plain decode: root only
+    out = tree_accept(**args)
+    assert out.accept_len.item() == 1 and out.committed_ids.tolist()[0][:2] == [3, -1]
+
+
+def test_gumbel_noise_bits_are_pinned() -> None:
+    # The same literals are checked against the CUDA implementation in ddtree-selftest.
+    cases = [((0, 0, 0, 0), 0x3F4F029A), ((1, 0, 5, 7), 0xBD82AA69), ((123456789012345, 3, 1000, 163839), 0xBF96F373),
+             ((-5, 7, 99999, 42), 0x403A772E), ((42, 1, 17, 31999), 0xBECD0A66)]
+    for (seed, req, pos, vid), bits in cases:
+        g = gumbel_noise(seed, req, pos, torch.tensor([vid]))[0].item()
+        assert struct.unpack("<I", struct.pack("<f", g))[0] == bits
+
+
+def test_gumbel_noise_statistics_and_sampling_frequencies() -> None:
+    g = gumbel_noise(7, 0, 3, torch.arange(400_000))
+    g = g[torch.isfinite(g)]
+    assert abs(g.mean().item() - 0.5772) < 0.01 and abs(g.std().item() - 1.2825) < 0.01
+    # Gumbel-max over positions samples softmax(logits / T).
+    logits = torch.tensor([0.0, 1.0, 2.0, -1.0])
+    temp = 0.7
+    positions = torch.arange(40000).unsqueeze(1)
+    draws = torch.argmax(logits / temp + gumbel_noise(3, 1, positions, torch.arange(4).unsqueeze(0)), dim=1)
+    freq = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert torch.allclose(freq, torch.softmax(logits / temp, dim=0), atol=0.01)
+
+
+def test_gumbel_noise_depends_on_every_key_part() -> None:
+    v = torch.arange(64)
+    base = gumbel_noise(5, 1, 9, v)
+    assert torch.equal(base, gumbel_noise(5, 1, 9, v))
+    for other in (gumbel_noise(6, 1, 9, v), gumbel_noise(5, 2, 9, v), gumbel_noise(5, 1, 10, v),
+                  gumbel_noise(5 + (1 << 32), 1, 9, v)):
+        assert not torch.equal(base, other)
+
+
+def test_reference_sampled_tree_reproduces_autoregressive_sampling() -> None:
+    # A bigram "model": the logits after token t are table[t]. AR sampling draws token k at position
+    # ctx + k; a tree holding the AR path (plus distractor siblings) must accept exactly that path.
+    gen = torch.Generator().manual_seed(0)
+    vocab, ctx, seed, temp, steps = 50, 17, 1234, 0.9, 6
+    table = torch.randn(vocab, vocab, generator=gen) * 2
+    root = 4
+    ar = [root]
+    for k in range(1, steps + 2):
+        g = gumbel_noise(seed, 0, ctx + k, torch.arange(vocab))
+        ar.append(int(torch.argmax(table[ar[-1]] / torch.tensor(temp) + g)))
+    # Tree: chain of the first `steps` AR tokens, each with a distractor sibling of another token.
+    tokens, parents = [root], [-1]
+    for k in range(1, steps + 1):
+        chain_parent = 0 if k == 1 else len(tokens) - 1
+        tokens.append((ar[k] + 1) % vocab)  # distractor first (lower index)
+        parents.append(chain_parent)
+        tokens.append(ar[k])
+        parents.append(chain_parent)
+    n = len(tokens)
+    first, nxt = _links(parents, n)
+    out = tree_accept(
+        table[torch.tensor(tokens)], torch.tensor([tokens], dtype=torch.int32), torch.tensor([first], dtype=torch.int32),
+        torch.tensor([nxt], dtype=torch.int32), torch.tensor([n], dtype=torch.int32), torch.tensor([ctx], dtype=torch.int32),
+        torch.tensor([temp]), torch.tensor([seed]), torch.tensor([], dtype=torch.int32),
+    )
+    assert out.accept_len.item() == steps + 1
+    assert out.committed_ids[0, : steps + 1].tolist() == ar[1 : steps + 2]
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+def _random_case(batch: int, n_max: int, vocab: int, dtype: torch.dtype, temp: float, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.full((batch, n_max), -1, dtype=torch.int32)
+    first = torch.full((batch, n_max), -1, dtype=torch.int32)
+    nxt = torch.full((batch, n_max), -1, dtype=torch.int32)
+    num = torch.randint(1, n_max + 1, (batch,), generator=gen, dtype=torch.int32)
+    logits = torch.randn(batch, n_max, vocab, generator=gen) * 2
+    for b in range(batch):
+        n = int(num[b])
+        parents = [-1] + [int(torch.randint(0, max(1, i // 2 + 1), (1,), generator=gen)) for i in range(1, n)]
+        kids: dict[int, list[int]] = {}
+        tokens[b, 0] = int(torch.randint(0, vocab, (1,), generator=gen))
+        for i in range(1, n):
+            used = {int(tokens[b, s]) for s in kids.get(parents[i], [])}
+            tok = int(torch.randint(0, vocab, (1,), generator=gen))
+            while tok in used:
+                tok = (tok + 1) % vocab
+            tokens[b, i] = tok
+            kids.setdefault(parents[i], []).append(i)
+        f, s = _links(parents + [-1] * (n_max - n), n_max)
+        first[b], nxt[b] = torch.tensor(f), torch.tensor(s)
+        for p, ks in kids.items():  # steer most nodes toward one child so walks go deep
+            if torch.rand(1, generator=gen).item() < 0.8:
+                logits[b, p, int(tokens[b, ks[int(torch.randint(0, len(ks), (1,), generator=gen))]])] += 12
+    temps = torch.tensor([temp if b % 2 == 0 else 0.0 for b in range(batch)])
+    return dict(
+        target_logits=logits.to(dtype).cuda(), node_token=tokens.cuda(), first_child=first.cuda(),
+        next_sibling=nxt.cuda(), num_nodes=num.cuda(),
+        ctx_len=torch.randint(0, 4000, (batch,), generator=gen, dtype=torch.int32).cuda(),
+        temperature=temps.cuda(), seed=torch.randint(-(2**62), 2**62, (batch,), generator=gen).cuda(),
+        stop_ids=torch.randint(0, vocab, (2,), generator=gen, dtype=torch.int32).cuda(),
+    )
+
+
+def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> None:
+    for name, g, w in zip(("accept_nodes", "accept_len", "committed_ids", "bonus", "finished"), got, want):
+        assert torch.equal(g, w), f"{name}: {g.tolist()} != {w.tolist()}"
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("vocab", [997, 32000, 163840])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("temp", [0.0, 0.8])
+def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float) -> None:
+    from ddtree_engine.ops import tree_accept as op
+
+    args = _random_case(3, 24, vocab, dtype, temp, seed=vocab + int(temp * 10))
+    _assert_same(op(**args, max_depth=15), tree_accept(**args, max_depth=15))
+    _assert_same(op(**args), tree_accept(**args))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_op_flat_logits_large_tree_and_graph_replay() -> None:
+    from ddtree_engine.ops import tree_accept as op
+
+    args = _random_case(2, 257, 32000, torch.bfloat16, 1.3, seed=5)
+    args["target_logits"] = args["target_logits"].reshape(2 * 257, 32000)
+    want = tree_accept(**args, max_depth=40)
+    _assert_same(op(**args, max_depth=40), want)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(**args, max_depth=40)
+    for _ in range(2):
+        out.accept_nodes.fill_(-7)
+        graph.replay()
+        _assert_same(out, want)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_op_nan_logits_set_the_flag() -> None:
+    from ddtree_engine import DdtreeDeviceError
+    from ddtree_engine.ops import check_errors
+    from ddtree_engine.ops import tree_accept as op
+
+    check_errors()
+    args = _random_case(1, 8, 997, torch.float32, 0.0, seed=1)
+    args["target_logits"][0, 0, 5] = float("nan")
+    with pytest.raises(DdtreeDeviceError, match="NaN"):
+        op(**args, check=True)
