@@ -61,7 +61,7 @@ def restore_service_command(
     def restore(host: Host, gate: bool) -> RestoreResult:
         with connect(host, inventory) as transport:
             return restore_host(transport, inventory, host, options, gate=gate,
-                                on_event=None if json_out else units_view.phase_printer)  # type: ignore[arg-type]
+                                on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
     deadline = max((inventory.service_of(h).health.total_timeout for h in ordered  # type: ignore[union-attr]
                     if inventory.service_of(h)), default=3600.0) + 120
