@@ -87,10 +87,10 @@ def make_case(
         for p in range(pages_needed[b]):
             block_table[b, p] = perm[at]
             at += 1
-        for s in range(lengths[b]):
-            pg, off = int(block_table[b, s // page]), s % page
-            k_cache[pg, off] = torch.randn(hkv, d, generator=gen)
-            v_cache[pg, off] = torch.randn(hkv, d, generator=gen)
+        slots = torch.arange(lengths[b])
+        pg, off = block_table[b].long()[slots // page], slots % page
+        k_cache[pg, off] = torch.randn(lengths[b], hkv, d, generator=gen)
+        v_cache[pg, off] = torch.randn(lengths[b], hkv, d, generator=gen)
     t_total = sum(sizes)
     q = torch.randn(t_total, hq, d, generator=gen)
     indptr = torch.tensor([0] + list(torch.tensor(sizes).cumsum(0).tolist()), dtype=torch.int32)

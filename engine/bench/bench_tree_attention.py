@@ -1,0 +1,229 @@
+"""Bench tree_attention vs torch SDPA (boolean mask) and flex_attention (block mask), same process.
+
+Every path is timed as CUDA-graph replays (median over repeats, several calls per graph, input sets
+rotated so small shapes are not timed out of L2 alone). The floor is max(bytes, FLOPs) with the copy
+bandwidth and bf16 matmul rate measured in this run. torch paths get dense, pre-gathered K/V (their
+best case); the kernel reads the paged cache. Usage:
+    python engine/bench/bench_tree_attention.py [--json out.json] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from ddtree_engine.ops import tree_attention  # noqa: E402
+from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401  (binds the name)
+
+ref = sys.modules["ddtree_engine.reference.tree_attention"]
+
+
+def graph_time(fn, calls: int = 10, reps: int = 15) -> float:
+    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(times)
+
+
+def measure_ceilings() -> tuple[float, float]:
+    """(copy bytes/s counting read + write, bf16 matmul FLOP/s) on random data."""
+    x = torch.randn(512 * 1024 * 1024 // 2, dtype=torch.bfloat16, device="cuda")  # 512 MiB
+    y = torch.empty_like(x)
+    t = graph_time(lambda: y.copy_(x), calls=5, reps=10)
+    bw = 2 * x.numel() * 2 / t
+    del x, y
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    t = graph_time(lambda: a @ b, calls=5, reps=10)
+    return bw, 2 * 8192**3 / t
+
+
+def ddtree_like_parents(n: int, gen: torch.Generator, max_depth: int = 15) -> list[int]:
+    """Random tree with depth <= max_depth, wide near the root like a DDTree."""
+    par, depth = [-1], [0]
+    for i in range(1, n):
+        while True:
+            p = int(torch.randint(max(0, i - 24), i, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.6 \
+                else int(torch.randint(0, i, (1,), generator=gen))
+            if depth[p] < max_depth:
+                break
+        par.append(p)
+        depth.append(depth[p] + 1)
+    return par
+
+
+def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, *, use_flex: bool = True,
+              use_sdpa: bool = True, page: int = 16, d: int = 128) -> dict:
+    gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
+    parents = torch.tensor([ddtree_like_parents(n, gen)])
+    anc = ref.anc_from_parents(parents).cuda()
+    vis_tree = ref.unpack_bits(anc[0].cpu(), n).cuda()
+    length = ctx + n
+    pages = math.ceil(length / page)
+    kv_bytes = length * hkv * d * 2 * 2
+    sets = max(1, min(4, math.ceil(256e6 / kv_bytes)))
+    dev = "cuda"
+    qs, kcs, vcs, bts, kds, vds = [], [], [], [], [], []
+    for _ in range(sets):
+        q = torch.randn(n, hq, d, dtype=torch.bfloat16, device=dev)
+        kc = torch.randn(pages + 1, page, hkv, d, dtype=torch.bfloat16, device=dev)
+        vc = torch.randn_like(kc)
+        bt = torch.randperm(pages + 1, device=dev)[:pages].to(torch.int32).view(1, -1)
+        slots = torch.arange(length, device=dev)
+        kd = kc[bt[0].long()[slots // page], slots % page]  # [L, Hkv, D]
+        vd = vc[bt[0].long()[slots // page], slots % page]
+        qs.append(q), kcs.append(kc), vcs.append(vc), bts.append(bt)
+        kds.append(kd.permute(1, 0, 2).unsqueeze(0).contiguous())  # [1, Hkv, L, D]
+        vds.append(vd.permute(1, 0, 2).unsqueeze(0).contiguous())
+    indptr = torch.tensor([0, n], dtype=torch.int32, device=dev)
+    ctx_t = torch.tensor([ctx], dtype=torch.int32, device=dev)
+    scale = 1.0 / math.sqrt(d)
+    mask = torch.cat([torch.ones(n, ctx, dtype=torch.bool, device=dev), vis_tree], 1)  # [N, L]
+
+    i_ours = [0]
+
+    def ours():
+        i = i_ours[0] = (i_ours[0] + 1) % sets
+        return tree_attention(qs[i], kcs[i], vcs[i], indptr, bts[i], ctx_t, anc, scale)
+
+    row = {"hq": hq, "hkv": hkv, "n": n, "ctx": ctx}
+    flops = 4.0 * n * length * d * hq
+    bytes_ = kv_bytes + 2 * n * hq * d * 2
+    row["floor_us"] = max(bytes_ / bw, flops / rate) * 1e6
+    row["ours_us"] = graph_time(ours) * 1e6
+    o_ours = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
+
+    qd = [q.permute(1, 0, 2).unsqueeze(0) for q in qs]  # [1, Hq, N, D] (strided view is fine for SDPA)
+    i_sdpa = [0]
+
+    def sdpa():
+        i = i_sdpa[0] = (i_sdpa[0] + 1) % sets
+        return torch.nn.functional.scaled_dot_product_attention(
+            qd[i], kds[i], vds[i], attn_mask=mask, scale=scale, enable_gqa=True)
+
+    try:
+        if not use_sdpa:
+            raise RuntimeError("skipped in this pass")
+        o_sdpa = sdpa()
+        torch.cuda.synchronize()
+        row["sdpa_us"] = graph_time(sdpa) * 1e6
+        row["max_diff_vs_sdpa"] = float((o_sdpa[0].permute(1, 0, 2).float() - o_ours.float()).abs().max())
+    except Exception as exc:  # noqa: BLE001 - report, keep going
+        row["sdpa_us"] = None
+        row["sdpa_error"] = f"{type(exc).__name__}: {exc}"[:200]
+
+    if not use_flex:
+        row["flex_us"] = None
+        row["flex_error"] = "skipped (--no-flex)"
+        return row
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+        vis = vis_tree
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (kv_idx < ctx) | vis[q_idx, (kv_idx - ctx).clamp(min=0)]
+
+        bm = create_block_mask(mask_mod, 1, 1, n, length, device=dev)
+        i_flex = [0]
+
+        def flex_call():
+            i = i_flex[0] = (i_flex[0] + 1) % sets
+            return flex(qd[i], kds[i], vds[i], block_mask=bm, scale=scale, enable_gqa=True)
+
+        t0 = time.time()
+        o_flex = flex_call()
+        torch.cuda.synchronize()
+        row["flex_compile_s"] = round(time.time() - t0, 1)
+        row["flex_us"] = graph_time(flex_call) * 1e6
+        row["max_diff_vs_flex"] = float((o_flex[0].permute(1, 0, 2).float() - o_ours.float()).abs().max())
+    except Exception as exc:  # noqa: BLE001
+        row["flex_us"] = None
+        row["flex_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    hdr = "| Hq/Hkv | N | C | floor µs | ours µs | ours/floor | SDPA mask µs | SDPA/ours | flex µs | flex/ours |"
+    print("\n" + hdr + "\n|" + "---|" * 10)
+    for r in rows:
+        sd = f"{r['sdpa_us']:.1f} | {r['sdpa_us'] / r['ours_us']:.1f}x" if r.get("sdpa_us") else "failed | -"
+        fl = f"{r['flex_us']:.1f} | {r['flex_us'] / r['ours_us']:.1f}x" if r.get("flex_us") else "n/a | -"
+        print(f"| {r['hq']}/{r['hkv']} | {r['n']} | {r['ctx'] // 1024}k | {r['floor_us']:.1f} | {r['ours_us']:.1f} | "
+              f"{r['ours_us'] / r['floor_us']:.2f} | {sd} | {fl} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--quick", action="store_true", help="only the 4k-context shapes")
+    ap.add_argument("--no-flex", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    bw, rate = measure_ceilings()
+    impl = os.environ.get("DDTREE_TREE_ATTENTION_IMPL", "default (wgmma on sm_90a builds)")
+    print(f"device {torch.cuda.get_device_name()}: copy {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s;"
+          f" kernel impl {impl}", flush=True)
+    shapes = [(hq, hkv, n, ctx) for hq, hkv in ((8, 1), (64, 8)) for n in (64, 512)
+              for ctx in ((4096,) if args.quick else (4096, 65536))]
+
+    def save(rows: list[dict]) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"copy_Bps": bw, "bf16_flops": rate, "impl": impl, "rows": rows},
+                                            indent=1))
+
+    # Pass 1: kernel + SDPA (fast). Pass 2: flex_attention, whose compiles are slow, shape by shape.
+    rows = []
+    for hq, hkv, n, ctx in shapes:
+        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, use_flex=False))
+        print(json.dumps(rows[-1]), flush=True)
+    save(rows)
+    print_table(rows)
+    if args.no_flex:
+        return
+    # N=512 first: flex compiled there in earlier measurements; N=64 may fail to compile (inductor).
+    for k in sorted(range(len(shapes)), key=lambda i: -shapes[i][2]):
+        hq, hkv, n, ctx = shapes[k]
+        row = run_shape(hq, hkv, n, ctx, bw, rate, use_flex=True, use_sdpa=False)
+        for key in ("sdpa_us", "sdpa_error", "max_diff_vs_sdpa"):
+            if key in rows[k]:
+                row[key] = rows[k][key]
+        row.pop("sdpa_error", None) if row.get("sdpa_us") else None
+        row["ours_us_pass1"] = rows[k]["ours_us"]
+        rows[k] = row
+        print(json.dumps(row), flush=True)
+        save(rows)
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+/* tree_attention: DDTree verification attention (GQA, paged bf16 KV cache, ancestor bitsets).
+ *
+ * Query t of request b is tree node i = t - qo_indptr[b] (n_b = qo_indptr[b+1] - qo_indptr[b] <= n_max
+ * nodes). Key slot s of request b lives at k_cache[block_table[b][s / page_size]][s % page_size]; slots
+ * [0, ctx_len[b]) are committed tokens and tree node j sits at slot ctx_len[b] + j. Query i sees every
+ * committed key and tree key j < n_b iff bit j of anc[b][i] (u32 words, little-endian bits,
+ * W = ceil(n_max / 32) words per row). anc == NULL selects the causal (chain) mode: node i sees nodes
+ * 0..i. A query whose row has no bit among j < n_b is padding: o = 0, lse = -inf.
+ *
+ * Shapes (all contiguous, row-major): q, o [T, Hq, D] bf16; k_cache, v_cache [num_pages, page_size,
+ * Hkv, D] bf16; qo_indptr [B+1] i32; block_table [B, max_pages] i32; ctx_len [B] i32; anc [B, n_max, W]
+ * u32; lse [T, Hq] f32 (natural log of the softmax denominator of sm_scale * q.k; may be NULL).
+ * D in {64, 128, 256}; Hq % Hkv == 0; sm_scale > 0.
+ *
+ * Work split: the key range [0, ctx_len + n_b) is cut into chunks of a fixed size by absolute position
+ * (kv_chunk, or a size planned from B, Hkv, n_max, the cache capacity and the GPU's SM count when
+ * kv_chunk == 0); one CTA per (row tile, chunk, kv head, request), and the last CTA of a row tile to
+ * finish merges the chunk partials in chunk order. A query's result therefore depends only on its
+ * visible keys, their positions and the plan: a chain tree equals the causal mode bit for bit.
+ *
+ * Scratch: `workspace` holds fp32 partials of split row tiles (no initialization needed; size from
+ * ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). When the
+ * plan splits, a small merge kernel runs right after the main one on the same stream.
+ * On compute capability 9.0 with a library built for sm_90a, D=128 runs on wgmma; otherwise (and with
+ * env DDTREE_TREE_ATTENTION_IMPL=mma) on mma.sync. Both produce the same layout of work and plan.
+ * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
+ * (different streams) need different workspaces. */
+#ifndef DDTREE_TREE_ATTENTION_H_
+#define DDTREE_TREE_ATTENTION_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddtree/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of fp32 partials workspace the launch with these plan inputs needs (0 when no split is planned
+ * or the arguments are invalid; see ddtree_last_error). Uses the current device's SM count. */
+DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_heads, int num_kv_heads,
+                                                       int head_dim, int n_max, int max_pages,
+                                                       int page_size, int kv_chunk);
+
+/* Chunk size in keys (the split boundary spacing) of the plan, for tests and benches (0 on invalid
+ * arguments). */
+DDTREE_API int ddtree_tree_attention_plan_chunk(int batch, int num_qo_heads, int num_kv_heads,
+                                                int head_dim, int n_max, int max_pages, int page_size,
+                                                int kv_chunk);
+
+DDTREE_API ddtree_status_t ddtree_tree_attention(
+    const void* q, const void* k_cache, const void* v_cache, const int32_t* qo_indptr,
+    const int32_t* block_table, const int32_t* ctx_len, const uint32_t* anc, void* o, float* lse,
+    int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
+    int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
+    void* workspace, size_t workspace_bytes, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDTREE_TREE_ATTENTION_H_ */

@@ -1,0 +1,189 @@
+// ddtree-selftest checks of tree_attention: a host fp64 reference on random paged trees (several head
+// dims, GQA ratios, page sizes, forced splits), chain == causal bit for bit, ctx_len 0 + padding rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ddtree/tree_attention.h"
+#include "selftest.h"
+
+namespace {
+
+struct TaCase {
+  int hq, hkv, d, page, n_max, max_pages, num_pages;
+  std::vector<int> ctx, n, indptr, block_table;
+  std::vector<std::vector<int>> parents;  // per request, n entries (padding: -1 at i > 0)
+  std::vector<uint32_t> anc;              // [B, n_max, W]
+  std::vector<uint16_t> q, k, v;          // bf16 bits
+  float sm_scale;
+  int B() const { return int(ctx.size()); }
+  int W() const { return (n_max + 31) / 32; }
+  int T() const { return indptr.back(); }
+};
+
+TaCase make_case(int hq, int hkv, int d, int page, std::vector<int> ctx, std::vector<int> n, int kind,
+                 uint64_t seed, int pad_every = 0) {
+  st::Rng rng(seed);
+  TaCase c{};
+  c.hq = hq, c.hkv = hkv, c.d = d, c.page = page, c.ctx = ctx, c.n = n;
+  c.sm_scale = 1.f / std::sqrt(float(d));
+  c.n_max = 1;
+  for (int x : n) c.n_max = std::max(c.n_max, x);
+  c.indptr.push_back(0);
+  for (int x : n) c.indptr.push_back(c.indptr.back() + x);
+  c.max_pages = 1;
+  for (int b = 0; b < c.B(); ++b) c.max_pages = std::max(c.max_pages, (ctx[b] + n[b] + page - 1) / page);
+  c.num_pages = c.B() * c.max_pages + 2;
+  // pages in reverse order so that requests interleave in the cache
+  c.block_table.assign(size_t(c.B()) * c.max_pages, -1);
+  for (int b = 0; b < c.B(); ++b)
+    for (int p = 0; p < c.max_pages; ++p) c.block_table[b * c.max_pages + p] = c.num_pages - 1 - (p * c.B() + b);
+  c.anc.assign(size_t(c.B()) * c.n_max * c.W(), 0u);
+  for (int b = 0; b < c.B(); ++b) {
+    std::vector<int> par(n[b], -1);
+    for (int i = 1; i < n[b]; ++i) {
+      if (pad_every && i % pad_every == 0) { par[i] = -1; continue; }
+      int p = kind == 0 ? i - 1 : kind == 1 ? 0 : rng.below(i);
+      while (p > 0 && par[p] < 0) --p;  // never hang a node under a padding node
+      par[i] = p;
+    }
+    c.parents.push_back(par);
+    for (int i = 0; i < n[b]; ++i) {
+      if (i > 0 && par[i] < 0) continue;
+      uint32_t* row = &c.anc[(size_t(b) * c.n_max + i) * c.W()];
+      if (par[i] >= 0) {
+        const uint32_t* prow = &c.anc[(size_t(b) * c.n_max + par[i]) * c.W()];
+        for (int w = 0; w < c.W(); ++w) row[w] = prow[w];
+      }
+      row[i / 32] |= 1u << (i % 32);
+    }
+  }
+  const size_t cache = size_t(c.num_pages) * page * hkv * d;
+  c.k.resize(cache), c.v.resize(cache);
+  for (auto& x : c.k) x = st::f32_to_bf16(rng.normal());
+  for (auto& x : c.v) x = st::f32_to_bf16(rng.normal());
+  c.q.resize(size_t(c.T()) * hq * d);
+  for (auto& x : c.q) x = st::f32_to_bf16(rng.normal());
+  return c;
+}
+
+// fp64 reference: o [T, Hq, D], lse [T, Hq] (padding rows: 0 / -inf).
+void reference(const TaCase& c, std::vector<double>& o, std::vector<double>& lse) {
+  const int G = c.hq / c.hkv, D = c.d;
+  o.assign(size_t(c.T()) * c.hq * D, 0.0);
+  lse.assign(size_t(c.T()) * c.hq, -INFINITY);
+  for (int b = 0; b < c.B(); ++b)
+    for (int i = 0; i < c.n[b]; ++i) {
+      if (i > 0 && c.parents[b][i] < 0) continue;
+      std::vector<int> slots;
+      for (int s = 0; s < c.ctx[b]; ++s) slots.push_back(s);
+      for (int j = 0; j <= i; ++j)
+        if (c.anc[(size_t(b) * c.n_max + i) * c.W() + j / 32] >> (j % 32) & 1u) slots.push_back(c.ctx[b] + j);
+      const int t = c.indptr[b] + i;
+      for (int h = 0; h < c.hq; ++h) {
+        std::vector<double> sc(slots.size());
+        double mx = -INFINITY;
+        for (size_t x = 0; x < slots.size(); ++x) {
+          const int s = slots[x];
+          const size_t base =
+              ((size_t(c.block_table[b * c.max_pages + s / c.page]) * c.page + s % c.page) * c.hkv + h / G) * D;
+          double dot = 0;
+          for (int e = 0; e < D; ++e)
+            dot += double(st::bf16_to_f32(c.q[(size_t(t) * c.hq + h) * D + e])) * st::bf16_to_f32(c.k[base + e]);
+          sc[x] = dot * c.sm_scale;
+          mx = std::max(mx, sc[x]);
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        lse[size_t(t) * c.hq + h] = mx + std::log(sum);
+        for (size_t x = 0; x < slots.size(); ++x) {
+          const int s = slots[x];
+          const size_t base =
+              ((size_t(c.block_table[b * c.max_pages + s / c.page]) * c.page + s % c.page) * c.hkv + h / G) * D;
+          for (int e = 0; e < D; ++e) o[(size_t(t) * c.hq + h) * D + e] += sc[x] / sum * st::bf16_to_f32(c.v[base + e]);
+        }
+      }
+    }
+}
+
+struct Result {
+  std::vector<uint16_t> o;
+  std::vector<float> lse;
+};
+
+Result run(const TaCase& c, bool causal, int kv_chunk) {
+  st::DeviceBuffer<uint16_t> q(c.q), k(c.k), v(c.v);
+  st::DeviceBuffer<int32_t> indptr(c.indptr), bt(c.block_table), ctx(c.ctx);
+  st::DeviceBuffer<uint32_t> anc(c.anc);
+  st::DeviceBuffer<uint16_t> o(c.q.size());
+  st::DeviceBuffer<float> lse(size_t(c.T()) * c.hq);
+  o.poison(), lse.poison();
+  const size_t ws_bytes = ddtree_tree_attention_workspace_size(c.B(), c.hq, c.hkv, c.d, c.n_max, c.max_pages,
+                                                               c.page, kv_chunk);
+  ST_REQUIRE(ddtree_tree_attention_plan_chunk(c.B(), c.hq, c.hkv, c.d, c.n_max, c.max_pages, c.page, kv_chunk) > 0,
+             "plan: %s", ddtree_last_error());
+  st::DeviceBuffer<unsigned char> ws(ws_bytes);
+  ws.poison(0xFF);  // partials need no initialization: NaN garbage there must not matter
+  for (int rep = 0; rep < 2; ++rep)  // twice: a launch must not depend on what the last one left
+    ST_CHECK_STATUS(ddtree_tree_attention(q.ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, causal ? nullptr : anc.ptr,
+                                          o.ptr, lse.ptr, c.T(), c.B(), c.hq, c.hkv, c.d, c.num_pages, c.page,
+                                          c.max_pages, c.n_max, c.sm_scale, kv_chunk, DDTREE_DTYPE_BFLOAT16, ws.ptr,
+                                          ws_bytes, nullptr));
+  ST_CUDA(cudaDeviceSynchronize());
+  return {o.download(), lse.download()};
+}
+
+void check_against_reference(const TaCase& c, const Result& r, const char* what) {
+  std::vector<double> o_ref, lse_ref;
+  reference(c, o_ref, lse_ref);
+  double max_ref = 1e-3, max_err = 0, max_lse = 0;
+  int bad_pad = 0;
+  for (double x : o_ref) max_ref = std::max(max_ref, std::fabs(x));
+  for (size_t i = 0; i < o_ref.size(); ++i) {
+    const float got = st::bf16_to_f32(r.o[i]);
+    max_err = std::max(max_err, std::isnan(got) ? INFINITY : std::fabs(got - o_ref[i]));
+  }
+  for (size_t i = 0; i < lse_ref.size(); ++i) {
+    if (std::isinf(lse_ref[i])) {
+      bad_pad += !(std::isinf(r.lse[i]) && r.lse[i] < 0);
+      for (int e = 0; e < c.d; ++e) bad_pad += r.o[i * c.d + e] != 0;
+    } else {
+      max_lse = std::max(max_lse, std::isnan(r.lse[i]) ? INFINITY : std::fabs(r.lse[i] - lse_ref[i]));
+    }
+  }
+  ST_EXPECT(max_err <= 2e-2 * max_ref, "%s: max |o - ref| %.3e (ref max %.3e)", what, max_err, max_ref);
+  ST_EXPECT(max_lse <= 2e-3, "%s: max |lse - ref| %.3e", what, max_lse);
+  ST_EXPECT(bad_pad == 0, "%s: %d padding outputs not zero / -inf", what, bad_pad);
+}
+
+}  // namespace
+
+DDTREE_SELFTEST(tree_attention_random_trees) {
+  const int shapes[][3] = {{8, 1, 128}, {4, 2, 64}, {8, 4, 256}, {6, 3, 128}};
+  int seed = 1;
+  for (auto& s : shapes)
+    for (int page : {1, 16, 64})
+      for (int chunk : {0, 64}) {
+        TaCase c = make_case(s[0], s[1], s[2], page, {130, 0, 71}, {40, 7, 66}, 2, seed++, 9);
+        check_against_reference(c, run(c, false, chunk),
+                                st::format("hq=%d hkv=%d d=%d page=%d chunk=%d", s[0], s[1], s[2], page, chunk).c_str());
+      }
+}
+
+DDTREE_SELFTEST(tree_attention_star_and_ctx0) {
+  TaCase star = make_case(8, 2, 128, 16, {0, 500}, {65, 1}, 1, 77);
+  check_against_reference(star, run(star, false, 0), "star, ctx 0");
+}
+
+DDTREE_SELFTEST(tree_attention_chain_equals_causal_bitwise) {
+  for (int chunk : {64, 256, 0}) {
+    TaCase c = make_case(8, 1, 128, 16, {300, 5}, {100, 37}, 0, 5 + chunk);
+    Result tree = run(c, false, chunk), causal = run(c, true, chunk);
+    size_t diff = 0;
+    for (size_t i = 0; i < tree.o.size(); ++i) diff += tree.o[i] != causal.o[i];
+    for (size_t i = 0; i < tree.lse.size(); ++i) diff += std::memcmp(&tree.lse[i], &causal.lse[i], 4) != 0;
+    ST_EXPECT(diff == 0, "chunk %d: %zu elements differ between chain bitset and causal mode", chunk, diff);
+    check_against_reference(c, causal, "causal");
+  }
+}

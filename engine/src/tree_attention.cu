@@ -1,0 +1,260 @@
+// Launcher of tree_attention: validates arguments, plans the key-range split, launches the kernel
+// (plus the merge kernel when the plan splits the key range).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "common.h"
+#include "ddtree/kernels/tree_attention.cuh"
+#include "ddtree/tree_attention.h"
+
+namespace {
+
+using ddtree::detail::fail;
+namespace ta = ddtree::tree_attn;
+
+// Smallest chunk the planner makes: below this the partial write + merge costs about as much as
+// reading the chunk's K/V.
+constexpr int kMinChunk = 512;
+
+struct Plan {
+  int bm = 0, bn = 0, row_tiles = 0, num_splits = 0, chunk = 0;
+  bool wgmma = false;
+  size_t part_o_bytes = 0, part_ml_bytes = 0;
+  size_t workspace() const { return part_o_bytes + part_ml_bytes; }
+};
+
+// The library holds sm_90a code (wgmma) iff CMake built it for "90a" (DDTREE_CUDA_ARCHS_STRING
+// names the archs of this very build), so no device query or sync is needed to choose.
+#ifndef DDTREE_CUDA_ARCHS_STRING
+#define DDTREE_CUDA_ARCHS_STRING ""
+#endif
+constexpr bool archs_have_sm90a(const char* s) {
+  for (; *s; ++s)
+    if (s[0] == '9' && s[1] == '0' && s[2] == 'a') return true;
+  return false;
+}
+constexpr bool kLibHasSm90a = archs_have_sm90a(DDTREE_CUDA_ARCHS_STRING);
+
+// wgmma for D=128 on compute capability 9.0 when the library has sm_90a code, unless
+// DDTREE_TREE_ATTENTION_IMPL=mma (a debugging / comparison knob, read once).
+bool use_wgmma(int d) {
+  if (!kLibHasSm90a || d != 128) return false;
+  static const bool forced_mma = [] {
+    const char* e = std::getenv("DDTREE_TREE_ATTENTION_IMPL");
+    return e != nullptr && std::strcmp(e, "mma") == 0;
+  }();
+  if (forced_mma) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
+template <class C>
+const void* kernel_ptr() {
+  return reinterpret_cast<const void*>(&ta::tree_attention_kernel<C>);
+}
+
+// Raises the kernel's dynamic shared-memory limit (once per device) and returns CTAs per SM.
+template <class C>
+ddtree_status_t prepare(int* ctas_per_sm) {
+  static int cache[64] = {0};  // CTAs per SM per device ordinal; 0 = not prepared yet
+  int dev = 0;
+  DDTREE_CUDA_TRY(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < 64 && cache[dev] > 0) {
+    *ctas_per_sm = cache[dev];
+    return DDTREE_STATUS_SUCCESS;
+  }
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(kernel_ptr<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  int occ = 0;
+  DDTREE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, &ta::tree_attention_kernel<C>, C::NT, C::SMEM));
+  if (occ <= 0)
+    return fail(DDTREE_STATUS_UNSUPPORTED,
+                "tree_attention: D=%d needs %d bytes of shared memory per block, more than this device offers",
+                C::D, C::SMEM);
+  if (dev >= 0 && dev < 64) cache[dev] = occ;
+  *ctas_per_sm = occ;
+  return DDTREE_STATUS_SUCCESS;
+}
+
+ddtree_status_t prepare_for(int d, bool wgmma, int* ctas_per_sm) {
+  if (wgmma) return prepare<ta::WgmmaConfig128>(ctas_per_sm);
+  switch (d) {
+    case 64: return prepare<ta::SyncConfig<64>::type>(ctas_per_sm);
+    case 128: return prepare<ta::SyncConfig<128>::type>(ctas_per_sm);
+    case 256: return prepare<ta::SyncConfig<256>::type>(ctas_per_sm);
+  }
+  return fail(DDTREE_STATUS_UNSUPPORTED, "tree_attention: head_dim %d not supported (64, 128, 256)", d);
+}
+
+ddtree_status_t check_shape(int batch, int hq, int hkv, int d, int n_max, int max_pages, int page_size,
+                            int kv_chunk) {
+  DDTREE_REQUIRE(batch >= 0 && batch <= 65535, "tree_attention: batch %d out of [0, 65535]", batch);
+  DDTREE_REQUIRE(hkv >= 1 && hkv <= 65535 && hq >= hkv && hq % hkv == 0,
+                 "tree_attention: num_qo_heads %d must be a positive multiple of num_kv_heads %d", hq, hkv);
+  DDTREE_REQUIRE(d == 64 || d == 128 || d == 256, "tree_attention: head_dim %d not in {64, 128, 256}", d);
+  const int bn = d == 256 ? 32 : 64;
+  DDTREE_REQUIRE(n_max >= 1 && n_max <= 62 * bn,
+                 "tree_attention: n_max %d out of [1, %d] for head_dim %d", n_max, 62 * bn, d);
+  DDTREE_REQUIRE(page_size >= 1 && max_pages >= 1, "tree_attention: page_size %d / max_pages %d must be >= 1",
+                 page_size, max_pages);
+  DDTREE_REQUIRE(static_cast<int64_t>(page_size) * max_pages <= (int64_t{1} << 30),
+                 "tree_attention: page_size * max_pages = %lld keys per request is too large",
+                 static_cast<long long>(page_size) * max_pages);
+  DDTREE_REQUIRE(kv_chunk >= 0, "tree_attention: kv_chunk %d must be >= 0 (0 = planned)", kv_chunk);
+  return DDTREE_STATUS_SUCCESS;
+}
+
+// The split plan depends only on these inputs and the device's SM count / occupancy, never on the
+// device-side lengths, so a launch needs no host sync and can be captured in a graph.
+ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_pages, int page_size,
+                          int kv_chunk, Plan* plan) {
+  ddtree_status_t st = check_shape(batch, hq, hkv, d, n_max, max_pages, page_size, kv_chunk);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+  Plan p;
+  p.wgmma = use_wgmma(d);
+  int occ = 0;
+  st = prepare_for(d, p.wgmma, &occ);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+  p.bm = d == 256 ? 64 : 128;
+  p.bn = d == 256 ? 32 : 64;
+  const int64_t rows = static_cast<int64_t>(n_max) * (hq / hkv);
+  p.row_tiles = static_cast<int>((rows + p.bm - 1) / p.bm);
+  const int64_t max_kv = static_cast<int64_t>(max_pages) * page_size;
+  int64_t chunk;
+  if (kv_chunk > 0) {
+    chunk = kv_chunk;
+  } else {
+    // About one full wave of CTAs, counting every row tile of every request; chunks of >= kMinChunk.
+    const int64_t per_split = std::max<int64_t>(1, static_cast<int64_t>(std::max(batch, 1)) * hkv * p.row_tiles);
+    const int64_t target = static_cast<int64_t>(ddtree::detail::sm_count()) * occ;
+    int64_t ns = std::max<int64_t>(1, (target + per_split / 2) / per_split);
+    ns = std::min<int64_t>(ns, std::max<int64_t>(1, (max_kv + kMinChunk - 1) / kMinChunk));
+    chunk = (max_kv + ns - 1) / ns;
+  }
+  chunk = (chunk + p.bn - 1) / p.bn * p.bn;
+  p.chunk = static_cast<int>(std::min<int64_t>(chunk, (max_kv + p.bn - 1) / p.bn * p.bn));
+  p.num_splits = static_cast<int>((max_kv + p.chunk - 1) / p.chunk);
+  DDTREE_REQUIRE(static_cast<int64_t>(p.row_tiles) * p.num_splits <= 0x7fffffff,
+                 "tree_attention: %d row tiles x %d splits exceed the grid", p.row_tiles, p.num_splits);
+  const int64_t tiles = static_cast<int64_t>(batch) * hkv * p.row_tiles;
+  using ddtree::detail::align_up;
+  if (p.num_splits > 1) {
+    const size_t slots = static_cast<size_t>(tiles) * p.num_splits * p.bm;
+    p.part_o_bytes = align_up(slots * d * sizeof(float));
+    p.part_ml_bytes = align_up(slots * 2 * sizeof(float));
+  }
+  *plan = p;
+  return DDTREE_STATUS_SUCCESS;
+}
+
+template <class C>
+void launch(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
+            static_cast<unsigned>(batch));
+  ta::tree_attention_kernel<C><<<grid, C::NT, C::SMEM, stream>>>(params);
+  if (plan.num_splits > 1) {
+    dim3 mgrid(static_cast<unsigned>((plan.row_tiles * C::BM + 3) / 4), static_cast<unsigned>(hkv),
+               static_cast<unsigned>(batch));
+    ta::tree_attention_merge_kernel<C::D, C::BM><<<mgrid, 128, 0, stream>>>(params);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_heads, int num_kv_heads,
+                                                       int head_dim, int n_max, int max_pages,
+                                                       int page_size, int kv_chunk) {
+  Plan plan;
+  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                &plan) != DDTREE_STATUS_SUCCESS)
+    return 0;
+  ddtree::detail::succeed();
+  return plan.workspace();
+}
+
+DDTREE_API int ddtree_tree_attention_plan_chunk(int batch, int num_qo_heads, int num_kv_heads,
+                                                int head_dim, int n_max, int max_pages, int page_size,
+                                                int kv_chunk) {
+  Plan plan;
+  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                &plan) != DDTREE_STATUS_SUCCESS)
+    return 0;
+  ddtree::detail::succeed();
+  return plan.chunk;
+}
+
+DDTREE_API ddtree_status_t ddtree_tree_attention(
+    const void* q, const void* k_cache, const void* v_cache, const int32_t* qo_indptr,
+    const int32_t* block_table, const int32_t* ctx_len, const uint32_t* anc, void* o, float* lse,
+    int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
+    int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
+    void* workspace, size_t workspace_bytes, void* stream) {
+  if (dtype != DDTREE_DTYPE_BFLOAT16)
+    return fail(DDTREE_STATUS_UNSUPPORTED, "tree_attention: dtype %d not supported (bf16 only)", static_cast<int>(dtype));
+  DDTREE_REQUIRE(num_tokens >= 0, "tree_attention: num_tokens %d < 0", num_tokens);
+  DDTREE_REQUIRE(num_pages >= 1, "tree_attention: num_pages %d < 1", num_pages);
+  DDTREE_REQUIRE(std::isfinite(sm_scale) && sm_scale > 0.f, "tree_attention: sm_scale %g must be finite and > 0",
+                 static_cast<double>(sm_scale));
+  Plan plan;
+  ddtree_status_t st = make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size,
+                                 kv_chunk, &plan);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+  if (batch == 0 || num_tokens == 0) return ddtree::detail::succeed();
+  DDTREE_REQUIRE(q && k_cache && v_cache && qo_indptr && block_table && ctx_len && o,
+                 "tree_attention: q, k_cache, v_cache, qo_indptr, block_table, ctx_len and o must be non-null");
+  const auto misaligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) != 0; };
+  DDTREE_REQUIRE(!misaligned(q) && !misaligned(k_cache) && !misaligned(v_cache) && !misaligned(o),
+                 "tree_attention: q, k_cache, v_cache and o must be 16-byte aligned");
+  DDTREE_REQUIRE((workspace != nullptr || plan.workspace() == 0) && workspace_bytes >= plan.workspace() &&
+                     !misaligned(workspace),
+                 "tree_attention: workspace of %zu bytes at %p, need %zu (16-byte aligned)", workspace_bytes,
+                 workspace, plan.workspace());
+
+  ta::Params params{};
+  params.q = static_cast<const __nv_bfloat16*>(q);
+  params.k = static_cast<const __nv_bfloat16*>(k_cache);
+  params.v = static_cast<const __nv_bfloat16*>(v_cache);
+  params.qo_indptr = qo_indptr;
+  params.block_table = block_table;
+  params.ctx_len = ctx_len;
+  params.anc = anc;
+  params.o = static_cast<__nv_bfloat16*>(o);
+  params.lse = lse;
+  auto* ws = static_cast<unsigned char*>(workspace);
+  params.part_o = reinterpret_cast<float*>(ws);
+  params.part_ml = reinterpret_cast<float*>(ws + plan.part_o_bytes);
+  params.num_tokens = num_tokens;
+  params.hq = num_qo_heads;
+  params.hkv = num_kv_heads;
+  params.group = num_qo_heads / num_kv_heads;
+  params.page_size = page_size;
+  params.page_shift = (page_size & (page_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(page_size)) : -1;
+  params.max_pages = max_pages;
+  params.n_max = n_max;
+  params.words = (n_max + 31) / 32;
+  params.row_tiles = plan.row_tiles;
+  params.num_splits = plan.num_splits;
+  params.chunk = plan.chunk;
+  params.scale_log2 = sm_scale * 1.4426950408889634f;
+
+  auto s = static_cast<cudaStream_t>(stream);
+  if (plan.wgmma) {
+    launch<ta::WgmmaConfig128>(params, batch, num_kv_heads, plan, s);
+  } else {
+    switch (head_dim) {
+      case 64: launch<ta::SyncConfig<64>::type>(params, batch, num_kv_heads, plan, s); break;
+      case 128: launch<ta::SyncConfig<128>::type>(params, batch, num_kv_heads, plan, s); break;
+      default: launch<ta::SyncConfig<256>::type>(params, batch, num_kv_heads, plan, s); break;
+    }
+  }
+  return ddtree::detail::check_launch("tree_attention kernel");
+}
+
+}  // extern "C"

@@ -1,0 +1,194 @@
+"""GPU tests of the tree_attention kernel against the fp32 reference (skipped without CUDA)."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from test_tree_attention import Case, make_case, ref, repage
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def kernel(case: Case, *, causal: bool = False, kv_chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    from ddtree_engine.ops import tree_attention
+
+    args = list(case.args())
+    if causal:
+        args[6] = None
+    # Poison the allocator's free blocks so that an output element the kernel never writes shows up.
+    junk = torch.full((case.q.numel() * 2,), float("nan"), dtype=torch.float32, device="cuda")
+    del junk
+    o, lse = tree_attention(*args, kv_chunk=kv_chunk)
+    torch.cuda.synchronize()
+    return o, lse
+
+
+def assert_close_to_reference(case: Case, o: torch.Tensor, lse: torch.Tensor, causal: bool = False) -> None:
+    o_ref, lse_ref = ref.tree_attention(*case.to("cpu").args()[:6], None if causal else case.anc.cpu(),
+                                        case.sm_scale)
+    o_ref, lse_ref = o_ref.cuda(), lse_ref.cuda()
+    assert o.dtype == torch.bfloat16 and not torch.isnan(o).any(), "NaN in o"
+    err = (o.float() - o_ref).abs()
+    scale = o_ref.abs().max().clamp_min(1e-3)
+    assert err.max() <= 2e-2 * scale, f"max |o - ref| = {err.max():.3e} (ref max {scale:.3e})"
+    rel = err.norm() / o_ref.norm().clamp_min(1e-6)
+    assert rel <= 8e-3, f"relative error {rel:.3e}"
+    pad = torch.isneginf(lse_ref)
+    assert torch.equal(torch.isneginf(lse), pad), "padding rows (lse = -inf) differ"
+    assert torch.all(o[pad] == 0), "padding rows must be exactly zero"
+    torch.testing.assert_close(lse[~pad], lse_ref[~pad], atol=2e-3, rtol=1e-4)
+
+
+SHAPES = [(8, 1, 128), (4, 2, 64), (16, 4, 256), (64, 8, 128), (6, 3, 128)]
+
+
+@pytest.mark.parametrize("hq,hkv,d", SHAPES)
+@pytest.mark.parametrize("page", [1, 16, 64])
+@pytest.mark.parametrize("kv_chunk", [0, 128])
+def test_random_trees_match_reference(hq: int, hkv: int, d: int, page: int, kv_chunk: int) -> None:
+    case = make_case(hq, hkv, d, ctx=[300, 0, 1000, 77], n=[64, 9, 33, 1], page=page,
+                     n_pad=[0, 3, 0, 0], seed=hq * 31 + page + kv_chunk, n_max=67).to("cuda")
+    o, lse = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o, lse)
+
+
+@pytest.mark.parametrize("kind", ["chain", "star", "random"])
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 200])
+def test_tree_shapes(kind: str, n: int) -> None:
+    case = make_case(8, 2, 128, ctx=[129, 5], n=[n, max(1, n // 2)], page=16, kind=kind,
+                     seed=n).to("cuda")
+    o, lse = kernel(case)
+    assert_close_to_reference(case, o, lse)
+
+
+@pytest.mark.parametrize("kv_chunk", [0, 64, 192])
+@pytest.mark.parametrize("page", [1, 16])
+def test_chain_equals_causal_bit_for_bit(kv_chunk: int, page: int) -> None:
+    case = make_case(8, 1, 128, ctx=[1000, 63, 0], n=[70, 130, 5], page=page, kind="chain",
+                     seed=kv_chunk + page).to("cuda")
+    o_tree, lse_tree = kernel(case, kv_chunk=kv_chunk or 256)
+    o_causal, lse_causal = kernel(case, causal=True, kv_chunk=kv_chunk or 256)
+    assert torch.equal(o_tree, o_causal)
+    assert torch.equal(lse_tree, lse_causal)
+    assert_close_to_reference(case, o_causal, lse_causal, causal=True)
+
+
+def test_context_len_zero_and_padding_rows() -> None:
+    case = make_case(4, 1, 64, ctx=[0, 0, 40], n=[1, 5, 3], page=16, n_pad=[4, 0, 2],
+                     seed=11).to("cuda")
+    o, lse = kernel(case)
+    assert_close_to_reference(case, o, lse)
+    pad_tokens = [1, 2, 3, 4, 13, 14]
+    assert torch.all(o[pad_tokens] == 0) and torch.all(torch.isneginf(lse[pad_tokens]))
+
+
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_page_boundaries_inside_tree(page: int) -> None:
+    # ctx chosen so that the tree straddles one or more page boundaries
+    ctx = [page + 13, 2 * page - 1, 5 * page + 7]
+    case = make_case(8, 2, 128, ctx=ctx, n=[40, 100, 9], page=page, seed=page).to("cuda")
+    o, lse = kernel(case)
+    assert_close_to_reference(case, o, lse)
+    o2, lse2 = kernel(repage(case.to("cpu"), 64 if page != 64 else 16).to("cuda"))
+    assert (o2.float() - o.float()).abs().max() <= 1e-2 * o.float().abs().max()
+
+
+def test_ragged_batch_and_batch_independent_rows() -> None:
+    case = make_case(16, 2, 128, ctx=[17, 2500, 0, 640, 64, 1], n=[1, 64, 7, 128, 33, 2], page=16,
+                     seed=21).to("cuda")
+    o, lse = kernel(case, kv_chunk=512)
+    assert_close_to_reference(case, o, lse)
+    # request 3 alone (same pinned chunk size) gives the same bits as inside the batch
+    b = 3
+    t0, t1 = int(case.qo_indptr[b]), int(case.qo_indptr[b + 1])
+    single = Case(case.q[t0:t1].contiguous(), case.k_cache, case.v_cache,
+                  torch.tensor([0, t1 - t0], dtype=torch.int32, device="cuda"),
+                  case.block_table[b:b + 1].contiguous(), case.ctx_len[b:b + 1].contiguous(),
+                  case.anc[b:b + 1].contiguous(), case.sm_scale, [case.parents[b]])
+    o1, lse1 = kernel(single, kv_chunk=512)
+    assert torch.equal(o1, o[t0:t1]) and torch.equal(lse1, lse[t0:t1])
+
+
+def test_non_ancestor_kv_leaves_output_unchanged() -> None:
+    case = make_case(8, 1, 128, ctx=[500], n=[90], page=16, seed=8).to("cuda")
+    o, lse = kernel(case, kv_chunk=128)
+    par = case.parents[0]
+    node = 89
+    path = set()
+    j = node
+    while j >= 0:
+        path.add(j)
+        j = par[j]
+    others = [j for j in range(90) if j not in path]
+    assert len(others) > 10
+    bt = case.block_table.cpu()
+    for j in others:
+        s = 500 + j
+        pg = int(bt[0, s // 16])
+        case.k_cache[pg, s % 16] = torch.randn_like(case.k_cache[pg, s % 16]) * 4
+        case.v_cache[pg, s % 16] = torch.randn_like(case.v_cache[pg, s % 16]) * 4
+    o2, lse2 = kernel(case, kv_chunk=128)
+    assert torch.equal(o2[node], o[node]) and torch.equal(lse2[node], lse[node])
+    assert not torch.equal(o2, o)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_node_equals_attention_over_its_ancestor_path(seed: int) -> None:
+    hq, hkv, d, ctx, n, page = 8, 2, 128, 700, 120, 16
+    case = make_case(hq, hkv, d, ctx=[ctx], n=[n], page=page, seed=seed).to("cuda")
+    o, lse = kernel(case)
+    rng = random.Random(seed)
+    bt = case.block_table.cpu()
+    for node in rng.sample(range(n), 6):
+        path = []
+        j = node
+        while j >= 0:
+            path.append(j)
+            j = case.parents[0][j]
+        path.reverse()
+        # chain request: same context pages, then the path's K/V in fresh pages
+        m = len(path)
+        pages = math.ceil((ctx + m) / page)
+        kc = case.k_cache.clone()
+        vc = case.v_cache.clone()
+        extra = torch.arange(kc.shape[0], kc.shape[0] + pages, dtype=torch.int32)
+        kc = torch.cat([kc, torch.zeros(pages, *kc.shape[1:], dtype=kc.dtype, device="cuda")])
+        vc = torch.cat([vc, torch.zeros(pages, *vc.shape[1:], dtype=vc.dtype, device="cuda")])
+        for s in range(ctx + m):
+            src_slot = s if s < ctx else ctx + path[s - ctx]
+            src = int(bt[0, src_slot // page]), src_slot % page
+            kc[int(extra[s // page]), s % page] = case.k_cache[src]
+            vc[int(extra[s // page]), s % page] = case.v_cache[src]
+        t = case.qo_indptr[0].item() + node
+        q_path = torch.stack([case.q[int(case.qo_indptr[0]) + p] for p in path]).contiguous()
+        chain = Case(q_path, kc, vc, torch.tensor([0, m], dtype=torch.int32, device="cuda"),
+                     extra.view(1, -1).cuda(), case.ctx_len.clone(), torch.zeros(1, 1, 1, dtype=torch.int32, device="cuda"),
+                     case.sm_scale, [list(range(-1, m - 1))])
+        o_path, lse_path = kernel(chain, causal=True)
+        assert (o_path[m - 1].float() - o[t].float()).abs().max() <= 1e-2 * o[t].float().abs().max() + 1e-3
+        torch.testing.assert_close(lse_path[m - 1], lse[t], atol=1e-3, rtol=1e-5)
+
+
+def test_repeated_launches_are_deterministic() -> None:
+    case = make_case(8, 1, 128, ctx=[3000, 900], n=[64, 17], page=64, seed=4).to("cuda")
+    first = kernel(case)
+    for _ in range(3):
+        again = kernel(case)
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+
+
+def test_invalid_arguments_raise() -> None:
+    from ddtree_engine.ops import tree_attention
+
+    case = make_case(6, 4, 128, ctx=[3], n=[2], page=16, seed=1).to("cuda")
+    with pytest.raises(ValueError, match="multiple"):
+        tree_attention(*case.args())
+    case = make_case(4, 2, 96, ctx=[3], n=[2], page=16, seed=1).to("cuda")
+    with pytest.raises(Exception, match="head_dim"):
+        tree_attention(*case.args())
