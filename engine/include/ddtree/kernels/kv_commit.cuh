@@ -1,0 +1,97 @@
+// kv_commit kernel: move the accepted tree nodes' K/V rows to their committed slots, all layers at once.
+//
+// Request b's tree node j sits at cache slot ctx_len[b] + j; accepted node accept_nodes[b][i] moves to
+// slot ctx_len[b] + i. Sources never precede destinations (accept_nodes[i] >= i), so a thread that reads
+// all its rows before writing any, tile by tile in increasing i, never reads a row it already overwrote.
+// CTA (b, layer, k|v) owns one layer's K or V rows of one request; its threads split each row's bytes.
+// The last CTA of request b to finish (counted in `counters`, which it resets) does ctx_len[b] +=
+// accept_len[b], so the whole commit is one launch.
+#pragma once
+
+#include <cstdint>
+
+#include "ddtree/kernels/common.cuh"
+
+namespace ddtree {
+namespace kernels {
+
+constexpr int kCommitThreads = 128;
+constexpr int kCommitMaxLayers = 128;  // layer pointers passed by value per launch
+constexpr int kCommitTile = 16;        // rows gathered into registers before writing
+
+struct CommitLayers {
+  char* k[kCommitMaxLayers];
+  char* v[kCommitMaxLayers];  // null when only K caches are given
+};
+
+template <typename U>
+__global__ void __launch_bounds__(kCommitThreads) kv_commit_kernel(
+    const CommitLayers layers, int num_layers, int num_pages, int page_size, int64_t row_bytes,
+    const int32_t* __restrict__ block_table, int max_pages, const int32_t* __restrict__ accept_nodes, int width,
+    const int32_t* __restrict__ accept_len, int32_t* __restrict__ ctx_len, int32_t* __restrict__ counters,
+    int update_ctx, int32_t* __restrict__ flags) {
+  const int b = blockIdx.x;
+  const int layer = blockIdx.y >> 1;
+  const bool is_v = blockIdx.y & 1;
+  char* base = is_v ? layers.v[layer] : layers.k[layer];
+  const int ctx = ctx_len[b];
+  const int n = min(max(accept_len[b], 0), width);
+  const int32_t* an = accept_nodes + int64_t(b) * width;
+  const int32_t* bt = block_table + int64_t(b) * max_pages;
+  const int64_t slots = int64_t(max_pages) * page_size;
+  const int64_t units = row_bytes / int64_t(sizeof(U));
+
+  if (base != nullptr) {
+    for (int i0 = 0; i0 < n; i0 += kCommitTile) {
+      const int cnt = min(kCommitTile, n - i0);
+      const U* src[kCommitTile];
+      U* dst[kCommitTile];
+#pragma unroll
+      for (int r = 0; r < kCommitTile; ++r) {
+        src[r] = nullptr;
+        dst[r] = nullptr;
+        if (r < cnt) {
+          const int i = i0 + r;
+          const int node = an[i];
+          const int64_t s = int64_t(ctx) + node, d = int64_t(ctx) + i;
+          if (node < i || s >= slots || d < 0) {  // malformed: sources must not precede destinations
+            if (threadIdx.x == 0) raise_flag(flags, 0x2);
+            continue;
+          }
+          if (node == i) continue;  // already in place
+          const int sp = bt[s / page_size], dp = bt[d / page_size];
+          if (sp < 0 || sp >= num_pages || dp < 0 || dp >= num_pages) {
+            if (threadIdx.x == 0) raise_flag(flags, 0x2);
+            continue;
+          }
+          src[r] = reinterpret_cast<const U*>(base + (int64_t(sp) * page_size + s % page_size) * row_bytes);
+          dst[r] = reinterpret_cast<U*>(base + (int64_t(dp) * page_size + d % page_size) * row_bytes);
+        }
+      }
+      for (int64_t u = threadIdx.x; u < units; u += kCommitThreads) {
+        U val[kCommitTile];
+#pragma unroll
+        for (int r = 0; r < kCommitTile; ++r)
+          if (src[r] != nullptr) val[r] = src[r][u];
+#pragma unroll
+        for (int r = 0; r < kCommitTile; ++r)
+          if (dst[r] != nullptr) dst[r][u] = val[r];
+      }
+      __syncthreads();  // the next tile's sources were destinations' neighbours: keep tiles ordered
+    }
+  }
+
+  if (!update_ctx) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int total = int(gridDim.y);
+    if (atomicAdd(&counters[b], 1) == total - 1) {
+      ctx_len[b] = ctx + accept_len[b];
+      counters[b] = 0;
+    }
+  }
+}
+
+}  // namespace kernels
+}  // namespace ddtree
