@@ -7,13 +7,15 @@ absent. Everything else (systemctl, df, readlink, the release tree) is real.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from ddtreectl.inventory.models import Host
-from ddtreectl.probes.status import probe_status, status_command
+from ddtreectl.probes.status import load_script, parse_status_output, probe_status, status_command
 from ddtreectl.transport.local import LocalTransport
 
 from tests.probes.fixtures import FIXTURES
@@ -113,7 +115,6 @@ def test_no_nvidia_smi_and_no_systemctl(local: LocalTransport, tmp_path: Path,
         "PATH=\"$PATH:/usr/sbin:/sbin:/usr/bin:/bin\"", f"PATH={bin_dir}")
     monkeypatch.setenv("PATH", str(bin_dir))
     result = local.run(command, timeout=30)
-    from ddtreectl.probes.status import parse_status_output
     facts = parse_status_output(result.stdout, unit="x.service")
     assert facts.gpus.status == "missing"
     assert facts.service is not None and facts.service.detail == "systemctl is not installed"
@@ -124,3 +125,22 @@ def test_unit_name_and_root_are_quoted_not_interpreted(local: LocalTransport, tm
     facts = probe_status(local, unit="a.service; touch pwned2", remote_root=str(evil), timeout=30)
     assert facts.release.root == str(evil)
     assert not (tmp_path / "pwned").exists() and not Path("pwned2").exists()
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_same_facts_under_every_sh(shell: str, tmp_path: Path) -> None:
+    """`sh` is dash on Debian, bash on RHEL, busybox on small images: the facts must not differ."""
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} is not installed")
+    (tmp_path / "releases" / "r1").mkdir(parents=True)
+    (tmp_path / "releases" / "r1" / ".build-stamp").write_text("ok\n")
+    (tmp_path / "current").symlink_to("releases/r1")
+    argv = [exe, "sh", "-c"] if shell == "busybox" else [exe, "-c"]
+    out = subprocess.run([*argv, load_script("status.sh"), "ddtree-probe", "", str(tmp_path), "5"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stderr == ""
+    facts = parse_status_output(out.stdout, unit=None)
+    assert facts.machine_id == Path("/etc/machine-id").read_text().strip()
+    assert (facts.release.current, facts.release.build_stamp, facts.release.stamp_text) == ("r1", True, "ok")
+    assert facts.disk is not None and facts.uptime_s is not None and facts.kernel == os.uname().release

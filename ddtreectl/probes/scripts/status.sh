@@ -25,11 +25,10 @@ now_ms() {
   echo "$t"
 }
 
-# first_line FILE: print the first line of FILE (empty if unreadable) without forking `cat`.
+# first_line FILE: set $line to the first line of FILE (empty if unreadable); no fork at all.
 first_line() {
   line=
   { IFS= read -r line; } 2>/dev/null <"$1"
-  printf '%s\n' "$line"
 }
 
 # run_section NAME TOOL TIMED CMD...: run CMD (stderr folded in, so error text reaches the parser),
@@ -60,14 +59,13 @@ bounded() {
 }
 
 echo "@@ddtree-begin meta"
-echo "hostname=$(first_line /proc/sys/kernel/hostname)"
-echo "machine_id=$(first_line /etc/machine-id)"
-echo "boot_id=$(first_line /proc/sys/kernel/random/boot_id)"
-up=$(first_line /proc/uptime)
-echo "uptime=${up%% *}"
-echo "kernel=$(first_line /proc/sys/kernel/osrelease)"
+first_line /proc/sys/kernel/hostname; echo "hostname=$line"
+first_line /etc/machine-id; echo "machine_id=$line"
+first_line /proc/sys/kernel/random/boot_id; echo "boot_id=$line"
+first_line /proc/uptime; echo "uptime=${line%% *}"
+first_line /proc/sys/kernel/osrelease; echo "kernel=$line"
 echo "user=${USER:-$(id -un 2>/dev/null)}"
-echo "pid1=$(first_line /proc/1/comm)"
+first_line /proc/1/comm; echo "pid1=$line"
 echo "@@ddtree-end meta rc=0"
 
 run_section gpus nvidia-smi 1 bounded nvidia-smi \
