@@ -143,9 +143,15 @@ def main() -> None:
             out = run(ansible_argv, env)
             assert out.count("| CHANGED | rc=0 >>") == len(hosts) and out.count("@@ddtree-end disk") == len(hosts), out[-3000:]
 
+        inner: dict[int, list[float]] = {1: [], len(hosts): []}
+
+        def status(targets: list[str]) -> None:
+            doc = json.loads(run(ddt + targets))
+            inner[len(doc["hosts"])].append(doc["elapsed_ms"] / 1000)
+
         cases: dict[str, Callable[[], object]] = {
-            "ddtreectl status, 1 host": lambda: run(ddt + [names[0]]),
-            f"ddtreectl status, {len(hosts)} hosts": lambda: run(ddt),
+            "ddtreectl status, 1 host": lambda: status([names[0]]),
+            f"ddtreectl status, {len(hosts)} hosts": lambda: status([]),
             f"ansible -m shell, {len(hosts)} hosts (defaults: ControlPersist)": lambda: run(ansible_argv, ansible_env),
             f"ansible -m shell, {len(hosts)} hosts (fresh SSH per run)": lambda: run(ansible_argv, no_cp_env),
             "ddtreectl --help": lambda: run([exe, "--help"]),
@@ -164,6 +170,9 @@ def main() -> None:
     for name in keys:
         ts = times[name]
         print(f"{name:<58} {med[name]:>9.3f} {min(ts):>7.3f} {max(ts):>7.3f}")
+    print(f"  (of which the fan-out itself, connect + probe, from the JSON's elapsed_ms: "
+          f"1 host {statistics.median(inner[1]):.3f} s, {len(hosts)} hosts "
+          f"{statistics.median(inner[len(hosts)]):.3f} s; the rest is interpreter start and imports)")
     print("\nratios")
     print(f"  {len(hosts)} hosts / 1 host (ddtreectl)           {med[many_k] / med[one_k]:6.2f}x   target ≤ 1.5x")
     print(f"  ansible defaults / ddtreectl ({len(hosts)} hosts)     {med[ans_k] / med[many_k]:6.2f}x   target ≥ 5x")
