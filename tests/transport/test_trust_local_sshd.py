@@ -141,3 +141,16 @@ def test_trust_through_a_jump_host(start_sshd: Start, tmp_path: Path) -> None:
     assert inv.host("inner").host_key == target.host_key
     with connect(inv.host("inner"), inv) as t:
         assert t.run("echo $SSH_CONNECTION").stdout.split()[3] == str(target.port)
+
+
+def test_trust_refuses_a_different_machine_id_unless_replace(start_sshd: Start, tmp_path: Path) -> None:
+    sshd = start_sshd()
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd, host_key=sshd.host_key)
+    with inv_path.open("a") as fh:
+        fh.write("    machine_id: 00000000000000000000000000000001\n")
+    code, _, err = _cli(["-i", str(inv_path), "trust", "box", "--yes"])
+    assert code == 4 and "differs from the recorded 00000000000000000000000000000001" in err
+    assert "--replace" in err
+    code, _, err = _cli(["-i", str(inv_path), "trust", "box", "--yes", "--replace"])
+    assert code == 0, err
+    assert load(inv_path).host("box").machine_id == Path("/etc/machine-id").read_text().strip()
