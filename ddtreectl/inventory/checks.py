@@ -171,3 +171,21 @@ def host_key_problem(value: str) -> str | None:
     if blob[:4] != len(kind).to_bytes(4, "big") or blob[4 : 4 + len(kind)] != kind:
         return f"is not a valid {parts[0]} key (the key data does not match its type)"
     return None
+
+
+_CUDA_ARCH = re.compile(r"[1-9][0-9]{1,2}[af]?")
+_CMAKE_DEFINE = re.compile(r"-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=[^\n\r]*")
+
+
+def cuda_arch_problem(value: str) -> str | None:
+    if _CUDA_ARCH.fullmatch(value) is None:
+        return "is not a CUDA architecture (like 90, 90a or 120)"
+    return None
+
+
+def cmake_arg_problem(value: str) -> str | None:
+    if _CMAKE_DEFINE.fullmatch(value) is None:
+        return "is not a CMake cache definition -DNAME=VALUE"
+    if value.startswith("-DDDTREE_CUDA_ARCHS"):
+        return "sets the architectures: use build.cuda_archs instead"
+    return None

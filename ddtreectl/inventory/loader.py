@@ -28,7 +28,7 @@ from ddtreectl.inventory.fields import (
     text_list,
     text_map,
 )
-from ddtreectl.inventory.models import HealthSettings, Host, Inventory, ServiceProfile
+from ddtreectl.inventory.models import BuildSettings, HealthSettings, Host, Inventory, ServiceProfile
 from ddtreectl.inventory.yamltree import Problems, compose, join, kind, line_of, mapping
 
 LOCAL_ADDRESS = "127.0.0.1"
@@ -53,6 +53,7 @@ HOST_FIELDS: dict[str, Converter] = {
     "keep_releases": integer(2, hint="keep at least the current and the previous release"),
     "connect_timeout": seconds(),
     "command_timeout": seconds(),
+    "build": lambda node, path, problems: _build(node, path, problems),
 }
 # Facts that identify ONE machine can never come from defaults.
 PER_HOST_ONLY = ("address", "host_key", "machine_id", "gpu_uuids")
@@ -65,6 +66,11 @@ HEALTH_FIELDS: dict[str, Converter] = {
     "liveness_timeout": seconds(),
     "readiness_timeout": seconds(),
     "total_timeout": seconds(),
+}
+
+BUILD_FIELDS: dict[str, Converter] = {
+    "cuda_archs": text_list(checks.cuda_arch_problem),
+    "cmake_args": text_list(checks.cmake_arg_problem, unique=False),
 }
 
 SERVICE_FIELDS: dict[str, Converter] = {
@@ -235,6 +241,15 @@ def _health(node: Node, path: str, problems: Problems) -> Any:
     if len(problems.items) > before:
         return INVALID
     return HealthSettings(**{k: v for k, (v, _) in values.items()})
+
+
+def _build(node: Node, path: str, problems: Problems) -> Any:
+    # A host's build: replaces the one from defaults as a whole (the settings belong together).
+    before = len(problems.items)
+    values, _ = _section_fields(node, path, BUILD_FIELDS, "in build", problems)
+    if len(problems.items) > before:
+        return INVALID
+    return BuildSettings(**{k: v for k, (v, _) in values.items()})
 
 
 def _services(

@@ -61,6 +61,15 @@ class ServiceProfile:
 
 
 @dataclass(frozen=True)
+class BuildSettings:
+    """How deploy builds the engine on a host. `cuda_archs` applies only where the host has no GPU to
+    detect (then empty means the engine's default); `cmake_args` are extra `-DNAME=VALUE` options."""
+
+    cuda_archs: tuple[str, ...] = ()
+    cmake_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Host:
     """One machine ddtreectl manages, keyed by its NAME (never by its address)."""
 
@@ -79,6 +88,7 @@ class Host:
     gpu_uuids: tuple[str, ...] = ()  # GPU UUIDs recorded at first contact
     remote_root: str = "/opt/ddtree"
     keep_releases: int = 5
+    build: BuildSettings = field(default_factory=BuildSettings)
     connect_timeout: float = 5.0
     command_timeout: float = 60.0
     line: int = 0  # line of the host's entry in the inventory file (for messages)

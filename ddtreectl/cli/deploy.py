@@ -1,0 +1,152 @@
+"""`ddtreectl deploy`: ship, build, self-test and switch the engine release on hosts, in parallel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, List, Optional, TypeVar
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+from ddtreectl.errors import ExitCode, InterruptedByOperatorError, UsageError
+from ddtreectl.inventory.models import Host, Inventory
+
+if TYPE_CHECKING:
+    from ddtreectl.fleet import FleetResult
+
+T = TypeVar("T")
+CLEANUP_GRACE_S = 20.0  # after Ctrl-C: how long the hosts get to release their locks
+
+
+def resolve_targets(inventory: Inventory, targets: list[str] | None, hosts: list[str] | None,
+                    groups: list[str] | None) -> list[Host]:
+    """Positional targets, --host and --group together; at least one must be named (never an implicit all)."""
+    names = [*(targets or []), *(hosts or []), *(groups or [])]
+    if not names:
+        raise UsageError("name what to deploy: --host HOST, --group GROUP or `all`",
+                         hint="hosts: " + ", ".join(sorted(inventory.hosts)))
+    for g in groups or []:
+        if g not in inventory.groups:
+            raise UsageError(f"no group named {g!r}", hint="groups: " + (", ".join(sorted(inventory.groups)) or "none"))
+    return inventory.resolve(names)
+
+
+def engine_dir_for(inventory: Inventory, given: Path | None) -> Path:
+    """--engine, else `engine/` beside the inventory, else the engine bundled with this checkout."""
+    if given is not None:
+        path = given
+    else:
+        beside = inventory.path.resolve().parent / "engine"
+        path = beside if (beside / "CMakeLists.txt").is_file() else Path(__file__).resolve().parents[2] / "engine"
+    if not (path / "CMakeLists.txt").is_file():
+        raise UsageError(f"{path}: not an engine source tree (no CMakeLists.txt)", hint="pass --engine DIR")
+    return path
+
+
+def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadline_s: float) -> "FleetResult[T]":
+    """run_on_hosts with Ctrl-C handling: the hosts are told to stop at their next step and given
+    CLEANUP_GRACE_S to release their locks before ddtreectl exits 130."""
+    from ddtreectl.fleet import run_on_hosts
+
+    cancel = threading.Event()
+    active = [0]
+    cond = threading.Condition()
+
+    def wrapped(host: Host) -> T:
+        with cond:
+            active[0] += 1
+        try:
+            return fn(host, cancel)
+        finally:
+            with cond:
+                active[0] -= 1
+                cond.notify_all()
+
+    try:
+        return run_on_hosts(hosts, wrapped, deadline_s=deadline_s)
+    except KeyboardInterrupt:
+        cancel.set()
+        end = time.monotonic() + CLEANUP_GRACE_S
+        with cond:
+            while active[0] and time.monotonic() < end:
+                cond.wait(max(0.0, end - time.monotonic()))
+        raise InterruptedByOperatorError(
+            "interrupted: hosts keep serving their old release",
+            hint="locks were released where the hosts answered; `ddtreectl lock status HOST` shows any left") from None
+
+
+def exit_code_of(errors: list[BaseException], total: int) -> int:
+    if not errors:
+        return 0
+    if len(errors) < total:
+        return int(ExitCode.PARTIAL)
+    codes = {int(getattr(e, "exit_code", ExitCode.INTERNAL)) for e in errors}
+    return codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL)
+
+
+@app.command("deploy")
+def deploy_command(
+    targets: Optional[List[str]] = typer.Argument(None, help="Hosts, groups or `all`."),
+    host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to deploy to (repeatable)."),
+    group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to deploy to (repeatable)."),
+    plan: bool = typer.Option(False, "--plan", help="Show what would change on each host; change nothing."),
+    restart: bool = typer.Option(False, "--restart", help="Restart a running service on the new release."),
+    lock_wait: float = typer.Option(0.0, "--lock-wait", metavar="SECONDS",
+                                    help="Wait up to this long for another deploy's lock."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine source tree (default: engine/ beside "
+                                          "the inventory, else the bundled one)."),
+    deadline: float = typer.Option(7200.0, "--deadline", help="Give up on hosts still running after this many s."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable results on stdout."),
+) -> None:
+    """Deploy the engine: lock, rsync a release (unchanged files hard-linked), build it with CMake +
+    ninja for the host's GPU archs, run ddtree-selftest, install units, switch `current` atomically.
+
+    A release already built on the host (same content hash) is not rebuilt. A failed build or
+    self-test leaves `current` untouched (exit 5). A running service keeps its release until
+    restarted (--restart does it). Exit codes: 0 ok, 5 build/self-test/remote failure, 8 lock held,
+    6 some hosts failed, 4 unreachable, 130 interrupted.
+    """
+    from ddtreectl.operations.deploy import DeployOptions, deploy_host
+    from ddtreectl.operations.plan import plan_host
+    from ddtreectl.operations.release import walk_files
+    from ddtreectl.render.units import templates_dir_for
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import deploy_view
+
+    inventory = load_inventory()
+    hosts = resolve_targets(inventory, targets, host, group)
+    engine_dir = engine_dir_for(inventory, engine)
+    templates = templates_dir_for(inventory)
+    files = walk_files(engine_dir)
+    if templates.is_dir():
+        files += walk_files(templates, "templates/")
+    options = DeployOptions(engine_dir=engine_dir, templates_dir=templates if templates.is_dir() else None,
+                            files=tuple(files), lock_wait_s=lock_wait, restart=restart)
+
+    if plan:
+        def plan_one(h: Host, cancel: threading.Event) -> object:
+            with connect(h, inventory) as transport:
+                return plan_host(transport, inventory, h, options)
+
+        outcome = fan_out(hosts, plan_one, deadline)
+        deploy_view.show_plans([r.value for r in outcome.ok], as_json=json_out)  # type: ignore[misc]
+        deploy_view.show_errors([(r.host.name, r.error) for r in outcome.failed if r.error is not None])
+        code = exit_code_of([r.error for r in outcome.failed if r.error is not None], len(hosts))
+        if code:
+            raise typer.Exit(code)
+        return
+
+    with deploy_view.DeployProgress([h.name for h in hosts], enabled=not json_out) as progress:
+        def deploy_one(h: Host, cancel: threading.Event) -> object:
+            with connect(h, inventory) as transport:
+                return deploy_host(transport, inventory, h, options, on_event=progress.event, cancel=cancel)
+
+        outcome = fan_out(hosts, deploy_one, deadline)
+    errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
+    deploy_view.show_results([r.value for r in outcome.ok], errors, as_json=json_out)  # type: ignore[misc]
+    code = exit_code_of([e for _, e in errors], len(hosts))
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,57 @@
+"""`ddtreectl lock status|release HOST`: inspect or free a host's deploy lock."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+
+lock_app = typer.Typer(help="Show or release a host's deploy lock.", no_args_is_help=True)
+app.add_typer(lock_app, name="lock")
+
+
+@lock_app.command("status")
+def lock_status_command(
+    host: str = typer.Argument(..., help="The host."),
+    name: str = typer.Option("deploy", "--name", help="Which lock."),
+) -> None:
+    """Who holds the lock, why and since when; whether an automatic lock has expired (exit 8 when held)."""
+    from ddtreectl.operations import remote_lock
+    from ddtreectl.transport import connect
+    from ddtreectl.ui.console import stdout
+
+    inventory = load_inventory()
+    target = inventory.host(host)
+    with connect(target, inventory) as transport:
+        holder = remote_lock.status(transport, target.remote_root, name)
+    if holder is None:
+        stdout().print(f"{host}: {name} lock free")
+        return
+    stdout().print(f"{host}: {name} lock {holder.describe(int(time.time()))}", markup=False)
+    raise typer.Exit(8)
+
+
+@lock_app.command("release")
+def lock_release_command(
+    host: str = typer.Argument(..., help="The host."),
+    name: str = typer.Option("deploy", "--name", help="Which lock."),
+    force: bool = typer.Option(False, "--force", help="Release a lock someone else holds (audited)."),
+) -> None:
+    """Release the lock (yours; someone else's only with --force, recorded in the host's audit log)."""
+    from ddtreectl.operations import remote_lock
+    from ddtreectl.operations.audit import append_audit
+    from ddtreectl.transport import connect
+    from ddtreectl.ui.console import stdout
+
+    inventory = load_inventory()
+    target = inventory.host(host)
+    with connect(target, inventory) as transport:
+        holder = remote_lock.status(transport, target.remote_root, name)
+        removed = remote_lock.release(transport, target.remote_root, name, force=force)
+        if removed and holder is not None:
+            append_audit(transport, target.remote_root, "lock-release", lock=name, holder=holder.owner,
+                         forced=force)
+    stdout().print(f"{host}: {name} lock " + ("released" if removed else "was not held"))

@@ -1,0 +1,45 @@
+"""`ddtreectl rollback --host H [--to ID]`: switch `current` back to an earlier good release."""
+
+from __future__ import annotations
+
+import threading
+from typing import List, Optional
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.cli.common import load_inventory
+from ddtreectl.cli.deploy import exit_code_of, fan_out, resolve_targets
+from ddtreectl.inventory.models import Host
+
+
+@app.command("rollback")
+def rollback_command(
+    host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to roll back (repeatable)."),
+    group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to roll back (repeatable)."),
+    to: Optional[str] = typer.Option(None, "--to", metavar="ID", help="The release to switch to (default: the "
+                                     "previous one)."),
+    restart: bool = typer.Option(False, "--restart", help="Restart a running service on that release."),
+    lock_wait: float = typer.Option(0.0, "--lock-wait", metavar="SECONDS", help="Wait for another deploy's lock."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable results on stdout."),
+) -> None:
+    """Switch `current` back to the previous good release (or --to ID, which must have a good build
+    stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt."""
+    from ddtreectl.operations.plan import rollback_host
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import deploy_view
+
+    inventory = load_inventory()
+    hosts = resolve_targets(inventory, None, host, group)
+
+    def one(h: Host, cancel: threading.Event) -> object:
+        with connect(h, inventory) as transport:
+            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart)
+
+    outcome = fan_out(hosts, one, 600.0 + lock_wait)
+    deploy_view.show_rollbacks([r.value for r in outcome.ok], as_json=json_out)  # type: ignore[misc]
+    errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
+    deploy_view.show_errors(errors)
+    code = exit_code_of([e for _, e in errors], len(hosts))
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,249 @@
+"""`deploy` on one host: lock, sync, build, self-test, units, switch, stamp, audit, prune.
+
+Order matters for safety: nothing a server reads changes before the last steps. The new release is
+staged under `releases/.incoming-<id>` and renamed to its final name only once built and tested;
+`current` moves last. An interruption at any step (Ctrl-C, a dropped link, a killed ddtreectl)
+leaves the host serving its old release; the lock is released in a `finally`, or, when the
+process died, stays as an automatic lock whose holder this machine can prove dead (see `take_lock`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ddtreectl.errors import InterruptedByOperatorError, LockHeldError, RemoteCommandError
+from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations import activate, remote_lock
+from ddtreectl.operations.audit import append_audit, operator, remote_path
+from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
+from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
+from ddtreectl.operations.sync import rsync_argv, run_rsync, sources_for
+from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.status import probe_status
+from ddtreectl.transport.base import Transport
+
+LOCK_NAME = "deploy"
+_PID_IN_REASON = re.compile(r"ddtreectl pid (\d+)")
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    engine_dir: Path
+    templates_dir: Path | None
+    files: tuple[ShippedFile, ...]  # walked once per command (release.walk_files)
+    lock_wait_s: float = 0.0
+    lock_ttl_s: int = 7200
+    restart: bool = False
+    build_timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class DeployEvent:
+    host: str
+    phase: str  # probe, lock, sync, build, selftest, units, switch, done
+    completed: float | None = None
+    total: float | None = None
+    detail: str = ""
+
+
+EventFn = Callable[[DeployEvent], None]
+
+
+@dataclass
+class DeployResult:
+    host: str
+    release: str
+    action: str = "noop"  # "deployed" (built now) | "activated" (built before, switched now) | "noop"
+    previous: str | None = None
+    archs: str = ""
+    archs_source: str = ""
+    built: bool = False
+    ninja_steps: int | None = None
+    compiled: tuple[str, ...] = ()
+    selftest: str = ""
+    units_changed: tuple[str, ...] = ()
+    daemon_reloaded: bool = False
+    restarted: bool = False
+    pruned: tuple[str, ...] = ()
+    lock_took_over: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _check(cancel: threading.Event | None, host: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise InterruptedByOperatorError("interrupted; `current` unchanged", host=host)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphaned(holder: remote_lock.LockInfo, me: str) -> bool:
+    """An automatic lock taken by a ddtreectl of THIS machine and user whose process is gone."""
+    m = _PID_IN_REASON.search(holder.reason)
+    return holder.kind == "auto" and holder.owner == me and m is not None and not _pid_alive(int(m.group(1)))
+
+
+def take_lock(transport: Transport, root: str, reason: str, *, wait_s: float, ttl_s: int) -> remote_lock.Acquired:
+    """The deploy lock, or LockHeldError (exit 8) with the holder. A lock left by a killed ddtreectl
+    of this machine is taken over at once (recorded in the audit log), not waited out for its TTL."""
+    try:
+        return remote_lock.acquire(transport, root, LOCK_NAME, reason=reason, ttl_s=ttl_s)
+    except LockHeldError:
+        holder = remote_lock.status(transport, root, LOCK_NAME)
+        if holder is not None and orphaned(holder, operator()):
+            remote_lock.release(transport, root, LOCK_NAME, force=True)
+            append_audit(transport, root, "lock-takeover", lock=LOCK_NAME, holder=holder.owner, reason=holder.reason)
+            got = remote_lock.acquire(transport, root, LOCK_NAME, reason=reason, ttl_s=ttl_s)
+            return remote_lock.Acquired(got.info, holder)
+        if wait_s <= 0:
+            raise
+        return remote_lock.acquire(transport, root, LOCK_NAME, reason=reason, ttl_s=ttl_s, wait_s=wait_s)
+
+
+def release_lock_quietly(transport: Transport, root: str) -> None:
+    """Best effort (a `finally` on a possibly dead link): the TTL covers a failure here."""
+    try:
+        remote_lock.release(transport, root, LOCK_NAME)
+    except Exception:  # noqa: BLE001 - the lock then expires by its TTL; nothing better to do
+        pass
+
+
+def probe(transport: Transport, inventory: Inventory, host: Host) -> HostFacts:
+    service = inventory.service_of(host)
+    return probe_status(transport, unit=service.unit if service else None, remote_root=host.remote_root,
+                        timeout=host.command_timeout)
+
+
+def target_release(facts: HostFacts, host: Host, files: tuple[ShippedFile, ...]) -> tuple[str, str, str]:
+    """(release id, archs, where the archs came from) for this host."""
+    archs, source = choose_archs(facts.gpus, host.build.cuda_archs)
+    settings = {"cuda_archs": archs, "cmake_args": list(host.build.cmake_args)}
+    return release_id(files, settings), archs, source
+
+
+def deploy_host(transport: Transport, inventory: Inventory, host: Host, options: DeployOptions, *,
+                on_event: EventFn | None = None, cancel: threading.Event | None = None) -> DeployResult:
+    """Deploy the engine to one host (see the module docstring for the order and its guarantees)."""
+    emit = on_event or (lambda e: None)
+    root = host.remote_root
+    t0 = time.monotonic()
+    emit(DeployEvent(host.name, "probe"))
+    facts = probe(transport, inventory, host)
+    rid, archs, source = target_release(facts, host, options.files)
+    result = DeployResult(host.name, rid, archs=archs, archs_source=source)
+    result.timings["probe"] = time.monotonic() - t0
+    _check(cancel, host.name)
+    emit(DeployEvent(host.name, "lock"))
+    got = take_lock(transport, root, f"deploy {rid} (ddtreectl pid {os.getpid()})",
+                    wait_s=options.lock_wait_s, ttl_s=options.lock_ttl_s)
+    result.lock_took_over = got.took_over.describe() if got.took_over else None
+    try:
+        rel = facts.release
+        good = rid == rel.current and stamp_good(rel.stamp_text, rid)
+        if not good and rid in rel.releases:
+            good = activate.list_releases(transport, root).good(rid)
+        if not good:
+            _stage_build_test(transport, host, facts, rid, archs, options, result, emit, cancel)
+        _check(cancel, host.name)
+        _activate(transport, inventory, host, facts, rid, options, result, emit)
+    finally:
+        release_lock_quietly(transport, root)
+    result.timings["total"] = time.monotonic() - t0
+    emit(DeployEvent(host.name, "done", detail=result.action))
+    return result
+
+
+def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: str, archs: str,
+                      options: DeployOptions, result: DeployResult, emit: EventFn,
+                      cancel: threading.Event | None) -> None:
+    root = host.remote_root
+    t = time.monotonic()
+    emit(DeployEvent(host.name, "sync", 0, 100))
+    transport.run(f"mkdir -p {remote_path(root, 'releases', '.incoming-' + rid)}", timeout=30)
+    prev = facts.release.current if facts.release.current in facts.release.releases else None
+    argv = rsync_argv(transport, sources_for(options.engine_dir, options.templates_dir),
+                      f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
+    run_rsync(argv, host=host.name, timeout=options.build_timeout_s,
+              on_progress=lambda done, pct: emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes")))
+    result.timings["sync"] = time.monotonic() - t
+    _check(cancel, host.name)
+
+    t = time.monotonic()
+    emit(DeployEvent(host.name, "build", 0, None, f"archs {archs or 'engine default'}"))
+
+    def step(n: int, total: int, what: str) -> None:
+        emit(DeployEvent(host.name, "build", n, total, what))
+
+    def line(_: str) -> None:
+        _check(cancel, host.name)  # raising here abandons the remote build (it dies on its next write)
+
+    outcome = build_release(transport, root, rid, archs, host.build.cmake_args, timeout=options.build_timeout_s,
+                            on_step=step, on_line=line)
+    result.timings["build"] = time.monotonic() - t
+    require_built(outcome, host.name)
+    result.built, result.ninja_steps, result.compiled = True, outcome.steps, outcome.compiled
+
+    t = time.monotonic()
+    emit(DeployEvent(host.name, "selftest"))
+    has_gpu = facts.gpus.status == "ok" and bool(facts.gpus.gpus)
+    test = run_selftest(transport, root, rid, has_gpu=has_gpu, expected_gpus=host.gpus,
+                        timeout=options.build_timeout_s, on_line=line)
+    result.timings["selftest"] = time.monotonic() - t
+    result.selftest = test.verdict
+    if not test.ok:
+        raise RemoteCommandError(f"self-test {test.verdict}; `current` unchanged.\n{test.tail}".rstrip(),
+                                 hint=f"log on the host: {root}/releases/.incoming-{rid}/selftest.log",
+                                 host=host.name)
+    stamp = stamp_text(rid, archs=archs or "engine default", selftest=test.verdict, by=operator(),
+                       now=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), ninja_steps=outcome.steps)
+    activate.finalize(transport, root, rid, stamp)
+    result.action = "deployed"
+
+
+def _activate(transport: Transport, inventory: Inventory, host: Host, facts: HostFacts, rid: str,
+              options: DeployOptions, result: DeployResult, emit: EventFn) -> None:
+    from ddtreectl.operations.units import drift, install_units, read_installed
+    from ddtreectl.render.units import render_service
+
+    root = host.remote_root
+    t = time.monotonic()
+    emit(DeployEvent(host.name, "units"))
+    rendered = render_service(inventory, host)
+    if rendered is not None:
+        installed = read_installed(transport, rendered)
+        if drift(rendered, installed):
+            done = install_units(transport, rendered, installed)
+            result.units_changed, result.daemon_reloaded = done.changed, done.daemon_reloaded
+    emit(DeployEvent(host.name, "switch"))
+    old = activate.switch_current(transport, root, rid)
+    if old is not None or facts.release.current is None:
+        result.previous = old
+        if result.action == "noop":
+            result.action = "activated"
+    else:
+        result.previous = facts.release.current if facts.release.current != rid else None
+    service = facts.service
+    if options.restart and rendered is not None and service is not None and service.active_state == "active":
+        res = transport.run(f"systemctl restart {rendered.unit}", timeout=host.command_timeout)
+        if not res.ok:
+            raise RemoteCommandError(f"systemctl restart {rendered.unit} failed: {res.stderr.strip()[-300:]}",
+                                     host=host.name, hint=f"`current` is {rid}; see `ddtreectl logs {host.name}`")
+        result.restarted = True
+    result.timings["activate"] = time.monotonic() - t
+    append_audit(transport, root, "deploy", release=rid, previous=result.previous, outcome=result.action,
+                 selftest=result.selftest or None, restarted=result.restarted)
+    if result.action != "noop":
+        result.pruned = tuple(activate.prune(transport, root, host.keep_releases, (rid, result.previous)))

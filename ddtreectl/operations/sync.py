@@ -1,0 +1,179 @@
+"""Ship a release's files to a host with rsync: into a staging directory, hard-linking unchanged
+files from the previous release, with `--info=progress2` parsed into a progress callback.
+
+rsync runs on this machine, over the transport's own OpenSSH argv (the host key pinned by host name)
+or as a plain local copy for a `local` host. It stays in ddtreectl's process group, so Ctrl-C or a
+kill of ddtreectl ends it too; the receiving side then drops its temporary files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ddtreectl.errors import ConnectError, RemoteCommandError
+from ddtreectl.operations.release import RSYNC_EXCLUDES
+from ddtreectl.transport.base import Transport
+
+_PROGRESS2 = re.compile(r"^\s*([\d,.]+)\s+(\d{1,3})%")
+ProgressFn = Callable[[int, int], None]  # (bytes done, percent)
+
+
+def parse_progress2(chunk: str) -> tuple[int, int] | None:
+    """One `--info=progress2` update (`  1,234,567  45%  12.34MB/s  0:00:01 (xfr#3, to-chk=10/65)`)
+    -> (bytes, percent); None for anything else (file names, summary lines)."""
+    m = _PROGRESS2.match(chunk)
+    if m is None:
+        return None
+    digits = re.sub(r"[,.]", "", m.group(1))
+    return (int(digits), min(100, int(m.group(2)))) if digits.isdigit() else None
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """What an rsync dry run would do, by path."""
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.changed or self.deleted)
+
+
+def parse_itemize(text: str) -> FileChanges:
+    """Parse `--itemize-changes` output: `>f+++++++++ new`, `>f.st...... changed`, `*deleting old`.
+    Directories and attribute-only updates are not file changes."""
+    added: list[str] = []
+    changed: list[str] = []
+    deleted: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("*deleting "):
+            path = line[len("*deleting "):].strip()
+            if not path.endswith("/"):
+                deleted.append(path)
+            continue
+        flags, _, path = line.partition(" ")
+        if len(flags) != 11 or flags[1] not in "fL" or flags[0] not in "<>ch.":
+            continue
+        if "+++++++++" in flags:
+            added.append(path)
+        elif flags[0] in "<>c" or flags[2] == "c":
+            changed.append(path)
+    return FileChanges(tuple(added), tuple(changed), tuple(deleted))
+
+
+def remote_dir_arg(transport: Transport, path: str) -> str:
+    """rsync's destination for `path` on the host; a `~/` root becomes home-relative for SSH."""
+    ssh = transport.rsync_ssh_command()
+    if ssh is not None and path.startswith("~/"):
+        path = path[2:]
+    return transport.rsync_destination(path.rstrip("/") + "/")
+
+
+def rsync_argv(
+    transport: Transport,
+    sources: list[str],
+    dest_dir: str,
+    *,
+    link_dest: str | None = None,
+    dry_run: bool = False,
+    checksum: bool = False,
+) -> list[str]:
+    """The full rsync argv (pure but for the transport's ssh argv). `sources` are local paths:
+    `dir/` ships a directory's contents, `dir` ships the directory itself."""
+    argv = ["rsync", "-a", "--delete", "--no-inc-recursive", *RSYNC_EXCLUDES]
+    ssh = transport.rsync_ssh_command()
+    if ssh is not None:
+        argv += ["-e", shlex.join(ssh)]
+    if link_dest:
+        argv.append(f"--link-dest={link_dest}")  # relative paths are relative to the destination
+    if dry_run:
+        argv += ["--dry-run", "--itemize-changes"]
+    else:
+        argv.append("--info=progress2")
+    if checksum:
+        argv.append("--checksum")
+    return argv + sources + [remote_dir_arg(transport, dest_dir)]
+
+
+@dataclass
+class RsyncOutcome:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    updates: int = 0
+    last_percent: int | None = field(default=None)
+
+
+def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: ProgressFn | None = None) -> RsyncOutcome:
+    """Run rsync, feeding progress updates (split on CR and LF) to `on_progress`. Raises
+    ConnectError when ssh could not reach the host (rsync exit 255), RemoteCommandError otherwise."""
+    started = time.monotonic()
+    env = dict(os.environ, LC_ALL="C")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    outcome = RsyncOutcome(0, "", "", 0.0)
+    pending = b""
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            while sel.get_map():
+                if time.monotonic() - started > timeout:
+                    proc.kill()
+                    raise RemoteCommandError(f"rsync did not finish within {timeout:g} s", host=host,
+                                             hint="check the link to the host; a rerun resumes the transfer")
+                for key, _ in sel.select(1.0):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        continue
+                    key.data.extend(data)
+                    if key.data is out:
+                        pending += data
+                        *chunks, pending = re.split(rb"[\r\n]", pending)
+                        for chunk in chunks:
+                            parsed = parse_progress2(chunk.decode("utf-8", "replace"))
+                            if parsed is not None:
+                                outcome.updates += 1
+                                outcome.last_percent = parsed[1]
+                                if on_progress is not None:
+                                    on_progress(*parsed)
+        code = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    outcome.exit_code = code
+    outcome.stdout = out.decode("utf-8", "replace")
+    outcome.stderr = err.decode("utf-8", "replace")
+    outcome.duration_s = time.monotonic() - started
+    if code == 255:
+        raise ConnectError(f"rsync could not reach the host: {outcome.stderr.strip()[-300:]}", host=host,
+                           hint="check `ddtreectl status` for the host; the deploy changed nothing there")
+    if code != 0:
+        raise RemoteCommandError(f"rsync failed (exit {code}): {outcome.stderr.strip()[-400:]}", host=host,
+                                 hint="check free disk space under the remote root and that rsync is installed")
+    return outcome
+
+
+def sources_for(engine_dir: Path, templates_dir: Path | None) -> list[str]:
+    """rsync sources: the engine's contents at the release root, the templates under templates/."""
+    sources = [str(engine_dir).rstrip("/") + "/"]
+    if templates_dir is not None and templates_dir.is_dir():
+        sources.append(str(templates_dir).rstrip("/"))
+    return sources

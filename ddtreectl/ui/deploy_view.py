@@ -1,0 +1,145 @@
+"""Deploy's per-host progress view (Rich, on stderr), its result table and JSON, and the plan view."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+from rich.markup import escape
+
+from ddtreectl.operations.deploy import DeployEvent, DeployResult
+from ddtreectl.operations.plan import PlanResult, RollbackResult
+from ddtreectl.ui import console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+PHASES = ("probe", "lock", "sync", "build", "selftest", "units", "switch", "done")
+
+
+class DeployProgress:
+    """One progress line per host: phase, a bar (rsync percent, ninja steps) and the latest detail.
+    Use as a context manager; `event` is thread-safe (hosts report from fleet threads)."""
+
+    def __init__(self, hosts: Sequence[str], *, enabled: bool = True) -> None:
+        self._enabled = enabled and console.stderr().is_terminal
+        self._plain = enabled and not self._enabled  # not a terminal: one line per phase change
+        self._lock = threading.Lock()
+        self._phase: dict[str, str] = {}
+        self._progress: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
+        self._hosts = list(hosts)
+
+    def __enter__(self) -> "DeployProgress":
+        if self._enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.fields[host]:<16}"), TextColumn("{task.fields[phase]:<9}"),
+                                      BarColumn(bar_width=30), TextColumn("{task.fields[detail]}"),
+                                      TimeElapsedColumn(), console=console.stderr(), transient=False)
+            self._progress.start()
+            for h in self._hosts:
+                self._tasks[h] = self._progress.add_task("", total=None, host=h, phase="waiting", detail="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def event(self, e: DeployEvent) -> None:
+        with self._lock:
+            if self._progress is not None:
+                task = self._tasks[e.host]
+                detail = escape(e.detail[:60])
+                if e.total is not None:
+                    self._progress.update(task, phase=e.phase, detail=detail, total=e.total,
+                                          completed=e.completed or 0)
+                else:
+                    self._progress.update(task, phase=e.phase, detail=detail,
+                                          total=1 if e.phase == "done" else None,
+                                          completed=1 if e.phase == "done" else 0)
+            elif self._plain and self._phase.get(e.host) != e.phase:
+                console.stderr().print(f"{escape(e.host)}: {e.phase} {escape(e.detail)}".rstrip())
+            self._phase[e.host] = e.phase
+
+
+def describe(r: DeployResult) -> str:
+    """One line per host: what happened, release ids in full (never cut), build, self-test, units, time."""
+    parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
+    if r.built:
+        parts.append(f"{r.ninja_steps} ninja steps, archs {r.archs or 'engine default'} ({r.archs_source})")
+    if r.selftest:
+        parts.append(f"self-test {r.selftest}")
+    parts.append("units " + (", ".join(p.rsplit("/", 1)[-1] for p in r.units_changed) + " installed"
+                             if r.units_changed else "unchanged"))
+    if r.restarted:
+        parts.append("service restarted")
+    if r.pruned:
+        parts.append("pruned " + ", ".join(r.pruned))
+    parts.append(f"{r.timings.get('total', 0):.1f} s")
+    return f"{r.host}: " + " · ".join(parts)
+
+
+def show_results(results: Sequence[DeployResult], errors: Sequence[tuple[str, BaseException]], *,
+                 as_json: bool) -> None:
+    if as_json:
+        doc: dict[str, Any] = {
+            "hosts": [dataclasses.asdict(r) for r in results],
+            "errors": [{"host": h, "error": str(getattr(e, "message", e)), "exit_code": int(getattr(e, "exit_code", 1)),
+                        "hint": getattr(e, "hint", None)} for h, e in errors],
+        }
+        console.stdout().print_json(json.dumps(doc))
+        return
+    out = console.stdout()
+    for r in results:
+        style = "green" if r.action != "noop" else ""
+        out.print(escape(describe(r)), style=style)
+        if r.compiled:
+            out.print(f"  compiled: {escape(', '.join(c.rsplit('/', 1)[-1] for c in r.compiled))}")
+        if r.lock_took_over:
+            console.stderr().print(f"[yellow]{escape(r.host)}: took over a lock left by a dead ddtreectl: "
+                                   f"{escape(r.lock_took_over)}[/yellow]")
+    show_errors(errors)
+
+
+def show_errors(errors: Sequence[tuple[str, BaseException]]) -> None:
+    for host, err in errors:
+        hint = getattr(err, "hint", None)
+        message = getattr(err, "message", None) or str(err)
+        console.stderr().print(f"[red]error: {escape(host)}: {escape(message)}[/red]"
+                               + (f"\nhint: {escape(hint)}" if hint else ""))
+
+
+def show_plans(plans: Sequence[PlanResult], *, as_json: bool) -> None:
+    if as_json:
+        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(p) for p in plans]}))
+        return
+    out = console.stdout()
+    for p in plans:
+        out.print(f"[bold]{escape(p.host)}[/bold]: release {p.release} (current {p.current or 'none'})")
+        build = f"build needed (archs {p.archs or 'engine default'}, {p.archs_source})" if p.build_needed \
+            else "already built"
+        out.print(f"  {build}; {'switch current' if p.switch_needed else 'current stays'}")
+        f = p.files
+        out.print(f"  files: {len(f.added)} added, {len(f.changed)} changed, {len(f.deleted)} deleted")
+        for tag, paths in (("+", f.added), ("~", f.changed), ("-", f.deleted)):
+            for path in paths[:40]:
+                out.print(f"    {tag} {escape(path)}")
+            if len(paths) > 40:
+                out.print(f"    {tag} ... {len(paths) - 40} more")
+        out.print("  units: " + ("; ".join(escape(u) for u in p.units) if p.units else "no change"))
+        for diff in p.unit_diffs:
+            out.print(escape(diff), end="" if diff.endswith("\n") else "\n")
+        out.print(f"  lock: {escape(p.lock) if p.lock else 'free'}")
+        out.print(f"  GPUs: {escape(p.gpus)}")
+
+
+def show_rollbacks(results: Sequence[RollbackResult], *, as_json: bool) -> None:
+    if as_json:
+        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(r) for r in results]}))
+        return
+    for r in results:
+        console.stdout().print(f"{escape(r.host)}: current -> {r.release} (was {r.previous or 'none'})"
+                               + (", service restarted" if r.restarted else ""))
