@@ -173,3 +173,11 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
   };
   for (const Case& c : cases) run_case(c);
 }
+
+// Small enough for compute-sanitizer (memcheck, racecheck), large enough that both kernels run their
+// radix select (several chunks, k below the candidate count) and the id digits (ties).
+DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
+  const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
+                        {2, 1, 9000, 8, false, 3, 4, 23}};
+  for (const Case& c : cases) run_case(c);
+}

@@ -91,3 +91,20 @@ def _spill_reports(log: str) -> list[tuple[str, str, str]]:
         elif re.search(r"[1-9]\d* bytes spill (stores|loads)", line):
             out.append((kernel, arch, line))
     return out
+
+
+@pytest.mark.parametrize("lang", ["c", "c++"])
+def test_public_header_is_plain_c_and_cxx(tmp_path: Path, lang: str) -> None:
+    """include/ddtree/ddtree.h (every op's C ABI) compiles as C and as C++: hosts link it from either."""
+    nvcc = _nvcc()
+    compiler = shutil.which("gcc" if lang == "c" else "g++")
+    if nvcc is None or compiler is None:
+        pytest.skip("needs nvcc (for the CUDA headers) and gcc/g++")
+    roots = [os.environ.get("CUDA_HOME", ""), str(Path(nvcc).resolve().parents[1]), "/usr/local/cuda"]
+    found = [Path(r) / "include" for r in roots if r and (Path(r) / "include" / "cuda_runtime.h").is_file()]
+    assert found, f"no cuda_runtime.h under {roots}"
+    cuda_include = found[0]
+    src = tmp_path / "abi.c"
+    src.write_text('#include "ddtree/ddtree.h"\nint main(void) { return ddtree_last_error() == 0; }\n')
+    _run([compiler, "-x", lang, "-std=c11" if lang == "c" else "-std=c++17", "-Wall", "-Werror", "-fsyntax-only",
+          f"-I{ENGINE / 'include'}", f"-I{cuda_include}", str(src)], dict(os.environ))

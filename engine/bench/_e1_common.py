@@ -1,0 +1,70 @@
+"""Timing helpers shared by bench_draft_topk_lse.py, bench_tree_accept.py and bench_kv_commit.py.
+
+Every number is a median over graph replays with CUDA events; each graph holds several calls over
+rotating input sets (together larger than L2, so the caches don't flatter anyone); the byte floor uses
+the device-to-device copy bandwidth measured in the same process."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+
+def time_calls(calls: list[Callable[[], object]], replays: int = 30) -> float:
+    """Median microseconds per call: the calls are captured into one CUDA graph, replayed `replays` times."""
+    for call in calls:  # warm-up: library loading, allocator pools, cuBLAS handles outside the capture
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = time_calls([lambda: dst.copy_(src)] * 4, replays=10)
+    return 2 * nbytes / (us * 1e-6)
+
+
+def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
+    cells = [header] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for i, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    sys.stdout.flush()
+
+
+def save_json(name: str, payload: dict[str, object]) -> None:
+    out = os.environ.get("DDTREE_BENCH_OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(payload, indent=1))
+
+
+def device_name() -> str:
+    return f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))})"
