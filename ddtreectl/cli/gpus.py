@@ -1,0 +1,71 @@
+"""`ddtreectl gpus [TARGET...]`: are the GPUs idle, and if not, who uses them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.errors import DdtreeError, ExitCode
+
+
+@app.command()
+def gpus(
+    targets: Optional[list[str]] = typer.Argument(
+        None, metavar="[TARGET]...", help="Host names, group names or `all` (default: every host)."),
+    wait_idle: bool = typer.Option(False, "--wait-idle", help="Sample again until idle or --timeout."),
+    timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="Seconds --wait-idle waits at most."),
+    samples: int = typer.Option(3, "--samples", min=1, max=60, help="nvidia-smi samples per window."),
+    interval: float = typer.Option(1.0, "--interval", min=0.0, max=60.0, help="Seconds between samples."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (schema ddtreectl.gpus/1)."),
+) -> None:
+    """Show per GPU who uses it (pid, user, command, memory; the service's own processes named as
+    such), memory and utilization over several samples, and a verdict per host:
+
+    idle (no compute process, memory at most max(512 MiB, 1%), utilization 0 in every sample, no
+    serving or ddtree-dev-* unit active), busy (which signal: processes, memory, utilization, unit),
+    or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, fewer GPUs than
+    the inventory says) — unknown is never idle. One round trip per host samples everything.
+
+    Exit codes: 0 every host idle; 7 some host busy or unknown; 4/6 a host could not be asked
+    (4 alone, 6 among several).
+    """
+    from ddtreectl.cli.common import load_inventory
+    from ddtreectl.fleet import run_on_hosts
+    from ddtreectl.inventory.models import Host
+    from ddtreectl.operations.gpus import GpuCheck, SampleOptions, check_gpus
+    from ddtreectl.operations.gpus import wait_idle as wait_until_idle
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import console, gpus_view
+
+    inventory = load_inventory()
+    hosts = inventory.resolve(targets or [])
+    options = SampleOptions(samples=samples, interval_s=interval)
+
+    def one(host: Host) -> GpuCheck:
+        with connect(host, inventory) as transport:
+            if wait_idle:
+                return wait_until_idle(transport, inventory, host, options, timeout_s=timeout)
+            return GpuCheck(host.name, check_gpus(transport, inventory, host, options))
+
+    window = samples * (interval + 25) + 60
+    fleet = run_on_hosts(hosts, one, deadline_s=(timeout + window if wait_idle else window))
+    checks = [r.value for r in fleet.results if r.value is not None]
+    errors = [(r.host.name, str(r.error), getattr(r.error, "hint", None) or "") for r in fleet.failed]
+    if fleet.failed:
+        first = fleet.failed[0].error
+        code = int(first.exit_code) if len(hosts) == 1 and isinstance(first, DdtreeError) else int(
+            fleet.exit_code())
+    else:
+        code = int(ExitCode.OK if all(c.verdict.idle for c in checks) else ExitCode.GPUS_BUSY)
+    if json_out:
+        sys.stdout.write(gpus_view.gpus_json(checks, errors, code) + "\n")
+    else:
+        for check in checks:
+            gpus_view.show_check(check)
+        for name, message, hint in errors:
+            console.stderr().print(f"[red]error: {message}[/red]" + (f"\nhint: {hint}" if hint else ""))
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,78 @@
+"""`ddtreectl mode HOST [dev|prod]`: show or switch a host between production and development."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ddtreectl.cli.app import app
+from ddtreectl.errors import ExitCode, UsageError
+
+
+@app.command()
+def mode(
+    host_name: str = typer.Argument(..., metavar="HOST", help="The host to show or switch."),
+    target: Optional[str] = typer.Argument(None, metavar="[dev|prod]", help="Switch to this mode."),
+    reason: str = typer.Option("", "--reason", help="Why you take the host (required for dev)."),
+    ttl: str = typer.Option("8h", "--ttl", help="How long the development lease lasts (90s, 30m, 8h, 1d)."),
+    drain_timeout: float = typer.Option(300.0, "--drain-timeout", min=0.0,
+                                        help="Seconds to wait for in-flight requests before stopping."),
+    idle_timeout: float = typer.Option(120.0, "--idle-timeout", min=0.0,
+                                       help="Seconds to wait for the GPUs to go idle after the stop."),
+    force: bool = typer.Option(False, "--force", help="Override a refusal (recorded in the audit log)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable result."),
+) -> None:
+    """Show the host's mode, or switch it.
+
+    `mode HOST dev --reason "…" [--ttl 8h]`: drain the production service (wait until /metrics shows
+    no request running or queued, up to --drain-timeout), disable and stop it, verify the GPUs went
+    idle, then record who holds the host, why, since and until when (<remote_root>/state/mode.json).
+
+    `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore
+    the service through the same preflight and health gate as `restore-service`, and clear the lease.
+
+    `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
+    never taken over silently. Every switch is an audit line on the host (state/audit.log).
+
+    Exit codes: 0 done; 7 GPUs busy/unknown; 8 someone else holds the host (lease or switch lock);
+    5 a step failed (the gate's phase and journal are shown); 4 unreachable.
+    """
+    from ddtreectl.cli.common import load_inventory
+    from ddtreectl.operations.gpus import SampleOptions
+    from ddtreectl.operations.mode import read_mode, switch_to_dev, switch_to_prod
+    from ddtreectl.probes.mode_lease import parse_duration
+    from ddtreectl.transport import connect
+    from ddtreectl.ui import console, mode_view, units_view
+
+    inventory = load_inventory()
+    host = inventory.host(host_name)
+    if target not in (None, "dev", "prod"):
+        raise UsageError(f"unknown mode {target!r}", hint="ddtreectl mode HOST [dev|prod]")
+    if target == "dev" and not reason.strip():
+        raise UsageError("--reason is required to take a host for development",
+                         hint=f"ddtreectl mode {host.name} dev --reason 'benchmark the new kernel'")
+    try:
+        ttl_s = parse_duration(ttl)
+    except ValueError as err:
+        raise UsageError(f"--ttl: {err}") from None
+
+    def step(text: str) -> None:
+        if not json_out:
+            console.stderr().print(f"{host.name}: {text}")
+
+    with connect(host, inventory) as transport:
+        if target is None:
+            mode_view.show_mode(host.name, read_mode(transport, host.remote_root), as_json=json_out)
+            return
+        if target == "dev":
+            result = switch_to_dev(transport, inventory, host, reason=reason.strip(), ttl_s=ttl_s,
+                                   drain_timeout_s=drain_timeout, idle_timeout_s=idle_timeout, force=force,
+                                   sample=SampleOptions(), on_step=step)
+        else:
+            result = switch_to_prod(transport, inventory, host, force=force, on_step=step,
+                                    on_event=(lambda event: None) if json_out else units_view.phase_printer)
+        now = read_mode(transport, host.remote_root).now
+    mode_view.show_switch(result, now, as_json=json_out)
+    if not result.ok:
+        raise typer.Exit(int(ExitCode.REMOTE))

@@ -1,0 +1,242 @@
+"""Switch a host between production serving and development, with a lease on the host.
+
+`<remote_root>/state/mode.json` (written atomically: temp file + rename) says which mode the host is
+in and, in development, who holds it, why and until when. Every switch runs under the named host
+lock "mode" (operations/remote_lock.py), so two operators racing for the same host get one winner
+and one LockHeldError (exit 8) naming the winner. Every switch is an audit line on the host.
+
+to dev:  drain (metrics) -> disable + stop the serving unit -> GPUs verified idle -> lease written.
+to prod: refuse while development processes hold GPUs -> restore through restore_host (the same
+         preflight and phased health gate as `restore-service`) -> lease cleared (mode prod).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ddtreectl.errors import GpusBusyError, LockHeldError, RemoteCommandError
+from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations import remote_lock
+from ddtreectl.operations.audit import append_audit, operator, remote_path
+from ddtreectl.operations.drain import DrainResult, drain
+from ddtreectl.operations.gpus import SampleOptions, check_gpus, wait_idle
+from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
+from ddtreectl.operations.service_gate import PhaseEvent
+from ddtreectl.probes.gpu_verdict import HostVerdict
+from ddtreectl.probes.mode_lease import LEASE_PATH, ModeLease, parse_lease
+from ddtreectl.transport.base import Transport
+
+LOCK_NAME = "mode"
+_LEASE_MARK = "@@ddtree-lease"
+
+
+@dataclass(frozen=True)
+class HostMode:
+    """The lease as read from the host, with the host's clock at that moment."""
+
+    lease: ModeLease | None  # None: no mode.json (never switched: production)
+    now: int
+    current_exists: bool  # <root>/current resolves to a directory
+
+    @property
+    def mode(self) -> str:
+        return "prod" if self.lease is None else self.lease.mode
+
+
+@dataclass
+class SwitchResult:
+    host: str
+    to: str
+    lease: ModeLease | None = None
+    drain: DrainResult | None = None
+    stopped: bool = False
+    verdict: HostVerdict | None = None
+    restore: RestoreResult | None = None
+    forced: list[str] = field(default_factory=list)  # what --force overrode, in words
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.restore is None or self.restore.ok
+
+
+def read_mode(transport: Transport, root: str) -> HostMode:
+    """Read mode.json, the host clock and whether `current` exists (one round trip)."""
+    lease_file = remote_path(root, *LEASE_PATH.split("/"))
+    current = remote_path(root, "current")
+    result = transport.run(
+        f"echo now=$(date +%s); if [ -d {current}/ ]; then echo current=1; else echo current=0; fi; "
+        f"echo {_LEASE_MARK}; cat {lease_file} 2>/dev/null || true", timeout=30)
+    head, _, body = result.stdout.partition(_LEASE_MARK + "\n")
+    values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    try:
+        now = int(values.get("now", ""))
+    except ValueError:
+        raise RemoteCommandError(f"reading {LEASE_PATH} failed (exit {result.exit_code}): "
+                                 f"{result.stderr.strip()[-200:] or result.stdout.strip()[-200:]}",
+                                 host=transport.host_name) from None
+    return HostMode(parse_lease(body), now, values.get("current") == "1")
+
+
+def host_now(transport: Transport) -> int:
+    """The host's clock (leases are judged by it, whatever the operator's clock says)."""
+    text = transport.run("date +%s", timeout=15).stdout.strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise RemoteCommandError(f"`date +%s` printed {text[:80]!r}", host=transport.host_name) from None
+
+
+def write_lease(transport: Transport, root: str, record: dict[str, object]) -> ModeLease:
+    """Replace mode.json atomically (temp file + rename in the same directory)."""
+    state = remote_path(root, "state")
+    final = remote_path(root, *LEASE_PATH.split("/"))
+    tmp = remote_path(root, "state", "mode.json.tmp") + "$$"
+    text = json.dumps(record)
+    result = transport.run(f"mkdir -p {state} && printf '%s\\n' {shlex.quote(text)} > {tmp} && mv -f {tmp} {final}",
+                           timeout=30)
+    if not result.ok:
+        raise RemoteCommandError(f"writing {root}/{LEASE_PATH} failed: {result.stderr.strip()[-300:]}",
+                                 hint="check the disk and permissions under the remote root",
+                                 host=transport.host_name)
+    lease = parse_lease(text)
+    assert lease is not None
+    return lease
+
+
+def _held_by_other(state: HostMode, me: str) -> ModeLease | None:
+    lease = state.lease
+    if lease is None or lease.mode == "prod" or lease.holder == me:
+        return None
+    return lease
+
+
+def _stop_service(transport: Transport, unit: str, stop_timeout: int) -> None:
+    """Disable then stop: a reboot during the development session must not bring production back."""
+    u = shlex.quote(unit)
+    result = transport.run(f"systemctl disable --quiet -- {u} && systemctl stop -- {u}",
+                           timeout=stop_timeout + 60)
+    if not result.ok:
+        raise RemoteCommandError(f"stopping {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+                                 hint="ddtreectl logs HOST shows why", host=transport.host_name)
+
+
+def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, reason: str, ttl_s: int,
+                  drain_timeout_s: float, idle_timeout_s: float, force: bool = False,
+                  sample: SampleOptions = SampleOptions(),
+                  on_step: Callable[[str], None] = lambda text: None) -> SwitchResult:
+    """Take the host for development: drain, stop, verify idle GPUs, record the lease."""
+    me = operator()
+    root = host.remote_root
+    service = inventory.service_of(host)
+    lock_ttl = int(drain_timeout_s + idle_timeout_s + (service.stop_timeout if service else 0) + 600)
+    remote_lock.acquire(transport, root, LOCK_NAME, reason=f"mode dev: {reason}", ttl_s=lock_ttl, owner=me)
+    try:
+        result = SwitchResult(host.name, "dev")
+        state = read_mode(transport, root)
+        other = _held_by_other(state, me)
+        if other is not None:
+            if not force:
+                expired = other.expired(state.now)
+                raise LockHeldError(
+                    other.describe(state.now),
+                    hint=("an expired lease is never taken over silently: " if expired else "")
+                    + f"ask {other.holder}, or --force to take it over (recorded in the audit log)",
+                    host=host.name)
+            result.forced.append(f"took over the lease of {other.holder}")
+        if service is not None:
+            active = transport.run(f"systemctl is-active -- {shlex.quote(service.unit)}", timeout=15).stdout.strip()
+            if active in ("active", "activating", "reloading"):
+                on_step(f"draining {service.unit} (up to {drain_timeout_s:g} s)")
+                result.drain = drain(transport, service.port, timeout_s=drain_timeout_s,
+                                     on_reading=lambda n: on_step(f"{n} request(s) in flight"))
+                on_step(result.drain.note)
+                if not result.drain.drained:
+                    result.warnings.append(f"drain: {result.drain.note}; stopped anyway")
+            on_step(f"stopping {service.unit}")
+            _stop_service(transport, service.unit, service.stop_timeout)
+            result.stopped = active not in ("inactive", "failed", "unknown")
+        on_step("verifying the GPUs went idle")
+        check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
+        result.verdict = check.verdict
+        if not check.verdict.idle:
+            words = f"GPUs {check.verdict.verdict} after {check.waited_s:.0f} s: " + "; ".join(check.verdict.reasons)
+            if not force:
+                stopped = f" ({service.unit} is stopped and disabled; `ddtreectl mode {host.name} prod` " \
+                          "restores it)" if service else ""
+                raise GpusBusyError(words + stopped, hint="find the holders with `ddtreectl gpus "
+                                    f"{host.name}`, or --force to take the host anyway", host=host.name)
+            result.forced.append(words)
+        now = host_now(transport)  # the lease starts once the host is really free, not when we asked
+        record: dict[str, object] = {
+            "mode": "dev", "holder": me, "reason": reason, "since": now, "expires": now + ttl_s,
+            "ttl_s": ttl_s, "unit": service.unit if service else None, "forced": bool(result.forced)}
+        result.lease = write_lease(transport, root, record)
+        not_audited = append_audit(
+            transport, root, "mode", to="dev", reason=reason, expires=record["expires"],
+            previous=state.mode, previous_holder=state.lease.holder if state.lease else None,
+            drain=result.drain.to_json() if result.drain else None, stopped=result.stopped,
+            gpus=check.verdict.verdict, forced=result.forced or None)
+        if not_audited:
+            result.warnings.append(not_audited)
+        return result
+    finally:
+        remote_lock.release(transport, root, LOCK_NAME, owner=me)
+
+
+def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, force: bool = False,
+                   sample: SampleOptions = SampleOptions(),
+                   on_step: Callable[[str], None] = lambda text: None,
+                   on_event: Callable[[PhaseEvent], None] = lambda event: None) -> SwitchResult:
+    """Give the host back to production: no development process may hold a GPU (unless --force),
+    then restore_host's preflight + start + phased gate; the lease is cleared only on success."""
+    me = operator()
+    root = host.remote_root
+    service = inventory.service_of(host)
+    lock_ttl = int((service.health.total_timeout if service else 0) + 600)
+    remote_lock.acquire(transport, root, LOCK_NAME, reason="mode prod", ttl_s=lock_ttl, owner=me)
+    try:
+        result = SwitchResult(host.name, "prod")
+        state = read_mode(transport, root)
+        other = _held_by_other(state, me)
+        if other is not None and not other.expired(state.now):
+            if not force:
+                raise LockHeldError(other.describe(state.now),
+                                    hint=f"ask {other.holder}, or --force (recorded in the audit log)",
+                                    host=host.name)
+            result.forced.append(f"ended the live lease of {other.holder}")
+        on_step("checking that no development process holds a GPU")
+        verdict = check_gpus(transport, inventory, host, sample)
+        result.verdict = verdict
+        foreign = [p.describe() for p in verdict.foreign_processes()]
+        dev_units = [r for r in verdict.reasons if r.startswith("development unit")]
+        if foreign or dev_units:
+            words = "development processes hold GPUs: " + "; ".join(foreign + dev_units)
+            if not force:
+                raise GpusBusyError(words, hint="stop them (see `ddtreectl gpus "
+                                    f"{host.name}`), or --force (recorded in the audit log)", host=host.name)
+            result.forced.append(words)
+        if service is not None:
+            on_step(f"restoring {service.unit} through the restore-service gate")
+            result.restore = restore_host(transport, inventory, host, RestoreOptions(enable=True, force=force),
+                                          on_event=on_event)
+            result.warnings.extend(result.restore.warnings)
+        if result.ok:
+            result.lease = write_lease(transport, root, {
+                "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
+                "previous_holder": state.lease.holder if state.lease else None})
+        failure = result.restore.failure if result.restore else None
+        not_audited = append_audit(
+            transport, root, "mode", to="prod", ok=result.ok, previous=state.mode,
+            previous_holder=state.lease.holder if state.lease else None,
+            previous_expired=state.lease.expired(state.now) if state.lease else None,
+            failed_phase=failure.phase if failure else None, forced=result.forced or None)
+        if not_audited:
+            result.warnings.append(not_audited)
+        return result
+    finally:
+        remote_lock.release(transport, root, LOCK_NAME, owner=me)
+

@@ -1,0 +1,70 @@
+"""Showing GPU verdicts: a table per host (who uses each GPU), or `ddtreectl.gpus/1` JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from rich.markup import escape
+from rich.table import Table
+
+from ddtreectl.operations.gpus import GpuCheck
+from ddtreectl.probes.gpu_verdict import GpuProcess, HostVerdict
+from ddtreectl.ui import console
+
+SCHEMA = "ddtreectl.gpus/1"
+_STYLE = {"idle": "green", "busy": "bold red", "unknown": "magenta"}
+
+
+def process_json(p: GpuProcess) -> dict[str, Any]:
+    return {"pid": p.pid, "gpu_uuid": p.gpu_uuid, "user": p.user if p.visible else None,
+            "command": p.command if p.visible else None, "process_name": p.process_name,
+            "used_memory_mib": p.used_memory_mib, "visible": p.visible, "service": p.is_service}
+
+
+def verdict_json(v: HostVerdict) -> dict[str, Any]:
+    return {
+        "verdict": v.verdict, "signals": list(v.signals), "reasons": list(v.reasons),
+        "samples": v.samples, "interval_s": v.interval_s, "nvidia_smi_ms": v.nvidia_smi_ms,
+        "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "verdict": g.verdict,
+                  "signals": list(g.signals), "unknowns": list(g.unknowns),
+                  "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,
+                  "utilization_pct": list(g.utilization_pct), "persistence_mode": g.persistence_mode,
+                  "processes": [process_json(p) for p in g.processes]} for g in v.gpus],
+        "processes": [process_json(p) for p in v.processes],
+    }
+
+
+def gpus_json(checks: Sequence[GpuCheck], errors: Sequence[tuple[str, str, str]], exit_code: int) -> str:
+    hosts: list[dict[str, Any]] = [
+        {"name": c.host, **verdict_json(c.verdict), "waited_s": round(c.waited_s, 3), "rounds": c.rounds,
+         "error": None} for c in checks]
+    hosts += [{"name": name, "verdict": "unknown", "error": {"message": message, "hint": hint or None}}
+              for name, message, hint in errors]
+    return json.dumps({"schema": SCHEMA, "exit_code": exit_code, "hosts": hosts}, indent=2)
+
+
+def _mib(value: int | None) -> str:
+    return "?" if value is None else f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value} MiB"
+
+
+def show_check(check: GpuCheck) -> None:
+    out = console.stdout()
+    v = check.verdict
+    waited = f" after waiting {check.waited_s:.0f} s" if check.rounds > 1 else ""
+    signals = f" ({', '.join(v.signals)})" if v.signals else ""
+    out.print(f"[bold]{escape(check.host)}[/bold]: [{_STYLE[v.verdict]}]{v.verdict.upper()}{signals}"
+              f"[/{_STYLE[v.verdict]}]{waited} — {v.samples} sample(s), {v.interval_s:g} s apart")
+    if v.gpus:
+        table = Table(header_style="bold", pad_edge=False, show_edge=False)
+        for column in ("GPU", "name", "memory", "util %", "verdict", "processes"):
+            table.add_column(column, no_wrap=column in ("GPU", "memory", "util %", "verdict"))
+        for g in v.gpus:
+            util = "/".join("?" if u is None else str(u) for u in g.utilization_pct)
+            procs = "\n".join(escape(p.describe()) for p in g.processes) or "-"
+            table.add_row(str(g.index if g.index is not None else "?"), escape(g.name),
+                          f"{_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}", util,
+                          f"[{_STYLE[g.verdict]}]{g.verdict}[/{_STYLE[g.verdict]}]", procs)
+        out.print(table)
+    for reason in v.reasons:
+        out.print(f"  [yellow]{escape(reason)}[/yellow]")

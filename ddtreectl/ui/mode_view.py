@@ -1,0 +1,68 @@
+"""Showing a host's mode and the outcome of a switch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.markup import escape
+
+from ddtreectl.operations.mode import HostMode, SwitchResult
+from ddtreectl.ui import console
+from ddtreectl.ui.gpus_view import verdict_json
+
+
+def mode_json(host: str, state: HostMode) -> dict[str, Any]:
+    lease = state.lease
+    return {"host": host, "mode": state.mode, "host_time": state.now,
+            "lease": lease.to_json(state.now) if lease is not None else None}
+
+
+def show_mode(host: str, state: HostMode, *, as_json: bool) -> None:
+    out = console.stdout()
+    if as_json:
+        out.print_json(json.dumps(mode_json(host, state)))
+        return
+    if state.lease is None:
+        out.print(f"{escape(host)}: prod (no development lease recorded)")
+        return
+    expired = state.lease.expired(state.now)
+    style = "red" if expired else ("yellow" if state.lease.mode == "dev" else "green")
+    out.print(f"[{style}]{escape(host)}: {escape(state.lease.describe(state.now))}[/{style}]")
+
+
+def switch_json(result: SwitchResult, now: int) -> dict[str, Any]:
+    restore = result.restore
+    return {
+        "host": result.host, "to": result.to, "ok": result.ok,
+        "lease": result.lease.to_json(now) if result.lease else None,
+        "drain": result.drain.to_json() if result.drain else None, "stopped": result.stopped,
+        "gpus": verdict_json(result.verdict) if result.verdict else None,
+        "restore": None if restore is None else {
+            "ok": restore.ok, "started": restore.started, "duration_s": round(restore.duration_s, 3),
+            "failure": None if restore.failure is None else {
+                "phase": restore.failure.phase, "reason": restore.failure.reason,
+                "journal": restore.failure.journal}},
+        "forced": result.forced, "warnings": result.warnings,
+    }
+
+
+def show_switch(result: SwitchResult, now: int, *, as_json: bool) -> None:
+    out = console.stdout()
+    if as_json:
+        out.print_json(json.dumps(switch_json(result, now)))
+        return
+    for line in result.forced:
+        out.print(f"[yellow]{escape(result.host)}: --force: {escape(line)}[/yellow]")
+    for warning in result.warnings:
+        out.print(f"[yellow]{escape(result.host)}: warning: {escape(warning)}[/yellow]")
+    restore = result.restore
+    if restore is not None and restore.failure is not None:
+        f = restore.failure
+        out.print(f"[red]{escape(result.host)}: {escape(restore.unit)} failed in phase '{f.phase}' after "
+                  f"{f.elapsed_s:.1f} s: {escape(f.reason)}; the development lease is kept[/red]")
+        out.print("[dim]last journal lines:[/dim]")
+        out.print(escape(f.journal.rstrip()))
+        return
+    if result.lease is not None:
+        out.print(f"[green]{escape(result.host)}: {escape(result.lease.describe(now))}[/green]")
