@@ -11,7 +11,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 LEASE_PATH = "state/mode.json"  # under the remote root; the status probe returns it raw
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -102,3 +102,18 @@ def parse_lease(text: str | None) -> ModeLease | None:
                      reason=str(data.get("reason") or ""), since=_int(data.get("since")) or 0,
                      expires=_int(data.get("expires")), unit=data.get("unit") or None,
                      forced=bool(data.get("forced")), raw=text.strip())
+
+
+def lease_from_state_files(files: Mapping[str, str]) -> ModeLease | None:
+    """The lease among the raw state files the status probe returns (path under the root -> text)."""
+    return parse_lease(files.get(LEASE_PATH))
+
+
+def mode_words(lease: ModeLease | None, now: int) -> str:
+    """Short words for the status table: `prod`, `dev: alice@box until 20:50:00 UTC`, `dev: EXPIRED …`."""
+    if lease is None or lease.mode == "prod":
+        return "mode prod"
+    if lease.mode != "dev":
+        return f"mode unknown (unreadable {LEASE_PATH})"
+    state = "EXPIRED " if lease.expired(now) else ""
+    return f"mode dev: {state}{lease.holder or '?'} until {utc(lease.expires)}: {lease.reason or 'no reason'}"

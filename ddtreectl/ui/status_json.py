@@ -8,12 +8,14 @@ command's --help shows.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import GpuState, HostFacts
+from ddtreectl.probes.mode_lease import lease_from_state_files
 from ddtreectl.probes.words import service_condition
 from ddtreectl.ui.status_schema import SCHEMA, STATUS_JSON_SCHEMA
 
@@ -52,7 +54,7 @@ def host_to_json(status: HostStatus) -> dict[str, Any]:
     }
     facts = status.facts
     if facts is None:
-        out.update(identity=None, gpus=None, service=None, release=None, disk=None,
+        out.update(identity=None, gpus=None, service=None, release=None, mode=None, disk=None,
                    state_files=None, warnings=list(status.warnings))
         return out
     out["identity"] = {
@@ -68,6 +70,8 @@ def host_to_json(status: HostStatus) -> dict[str, Any]:
         "build_stamp": rel.build_stamp, "stamp": _maybe_json(rel.stamp_text) if rel.stamp_text else None,
         "releases": list(rel.releases), "running": rel.running, "restart_pending": rel.restart_pending,
     }
+    lease = lease_from_state_files(facts.state_files)
+    out["mode"] = None if lease is None else lease.to_json(int(time.time()))
     disk = facts.disk
     out["disk"] = None if disk is None else {
         "path": disk.path, "mount": disk.mount, "total_bytes": disk.total_kib * 1024,

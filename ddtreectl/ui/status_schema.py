@@ -30,11 +30,14 @@ STATUS_JSON_SCHEMA = """\
    "release": {"root", "root_exists", "current", "current_path",
      "current_exists", "build_stamp", "stamp", "releases",
      "running", "restart_pending"},
+   "mode": null (no state/mode.json: prod) | {"mode": prod|dev|unknown,
+     "holder", "reason", "since", "expires", "expired", "unit",
+     "forced"},
    "disk": null | {"path", "mount", "total_bytes", "free_bytes",
                    "used_pct"},
    "state_files": {PATH: JSON or text}, "warnings": [TEXT]}]}
 KIND: running starting restarting reloading stopping failed
   stopped-enabled stopped-disabled stopped-static masked
   not-installed broken unknown.
-identity, gpus, service, release, disk and state_files are null
+identity, gpus, service, release, mode, disk and state_files are null
 when the host did not answer. Unknown values are null, never 0."""

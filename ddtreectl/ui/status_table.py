@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.mode_lease import lease_from_state_files, mode_words
 from ddtreectl.probes.words import ServiceKind, gpu_summary, service_condition
 
 _SERVICE_STYLE: dict[ServiceKind, str] = {
@@ -58,8 +59,17 @@ def _row(status: HostStatus) -> list[Text | str]:
     warnings = list(status.warnings)
     if status.outcome != "ok":
         warnings.insert(0, "REFUSED: reason below")
-    return [host.name, address, reach, _gpus(facts, host.gpus), _service(facts, host.service),
+    return [host.name, address, reach, _gpus(facts, host.gpus),
+            Text("\n").join([_service(facts, host.service), _mode(facts)]),
             _release(facts), Text("\n".join(warnings), style="yellow") if warnings else ""]
+
+
+def _mode(facts: HostFacts) -> Text:
+    """The mode lease (state/mode.json): an expired development lease is shown as such, in red."""
+    lease = lease_from_state_files(facts.state_files)
+    now = int(time.time())
+    style = "dim" if lease is None or lease.mode == "prod" else "red" if lease.expired(now) else "yellow"
+    return Text(mode_words(lease, now), style=style)
 
 
 def _gpus(facts: HostFacts, expected: int) -> Text:
