@@ -17,7 +17,7 @@ namespace ta = ddtree::tree_attn;
 
 // Smallest chunk the planner makes: below this the partial write + merge costs about as much as
 // reading the chunk's K/V.
-constexpr int kMinChunk = 512;
+constexpr int kMinChunk = 256;
 
 struct Plan {
   int bm = 0, bn = 0, row_tiles = 0, num_splits = 0, chunk = 0;
@@ -121,7 +121,7 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   st = prepare_for(d, p.wgmma, &occ);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   p.bm = d == 256 ? 64 : 128;
-  p.bn = d == 256 ? 32 : 64;
+  p.bn = p.wgmma ? ta::WgmmaConfig128::BN : d == 256 ? 32 : 64;
   const int64_t rows = static_cast<int64_t>(n_max) * (hq / hkv);
   p.row_tiles = static_cast<int>((rows + p.bm - 1) / p.bm);
   const int64_t max_kv = static_cast<int64_t>(max_pages) * page_size;

@@ -65,9 +65,10 @@ struct Config {
   static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES + 1024;
   static constexpr int NT8 = BN / 8;  // n8 tiles of S
   static constexpr int DT8 = D / 8;   // n8 tiles of O
-  static_assert(BN == 32 || BN == 64, "row masks are 64-bit windows");
+  static constexpr int VW = BN > 64 ? BN / 64 : 1;  // 64-bit visibility windows per tile row
+  static_assert(BN == 32 || BN == 64 || BN == 128, "BN must be 32, 64 or 128");
   static_assert(D % 64 == 0, "tiles are 64-column panels");
-  static_assert(!WG_ || (MT == 1 && NW == 8 && D == 128 && BN == 64), "wgmma path: 2 warpgroups x 64 rows");
+  static_assert(!WG_ || (MT == 1 && NW == 8 && D == 128 && BN == 128), "wgmma path: 2 warpgroups x 64 rows");
 };
 
 // mma.sync: D=64/128: 128 rows x 64 keys (97 KB at D=128); D=256: 64 rows x 32 keys (97 KB).
@@ -79,7 +80,9 @@ template <>
 struct SyncConfig<128> { using type = Config<128, 2, 64, 4, false>; };
 template <>
 struct SyncConfig<256> { using type = Config<256, 1, 32, 4, false>; };
-using WgmmaConfig128 = Config<128, 1, 64, 8, true>;
+// wgmma: 128 rows (2 warpgroups x 64) x 128 keys, so S = Q K^T runs as m64n128k16 (n64 would be
+// bound by shared-memory reads of Q); 161 KB of shared memory, sm_90 only.
+using WgmmaConfig128 = Config<128, 1, 128, 8, true>;
 
 // ---- PTX helpers ----------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -193,20 +196,26 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// S[64 x 64] (+)= A[64 x 16] B[16 x 64]^T, A and B K-major in shared memory.
-__device__ __forceinline__ void wg_qk(float (&d)[8][4], uint64_t da, uint64_t db, int accumulate) {
+// S[64 x 128] (+)= A[64 x 16] B[16 x 128], A (Q) and B (K^T) K-major in shared memory.
+__device__ __forceinline__ void wg_qk(float (&d)[16][4], uint64_t da, uint64_t db, int accumulate) {
 #if DDTREE_TA_HAVE_WGMMA
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
-      "%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"
+      "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
         "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
         "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
         "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
         "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
       : "l"(da), "l"(db), "r"(accumulate));
 #endif
 }
@@ -415,17 +424,22 @@ __global__ void __launch_bounds__(C::NT, C::WGMMA ? 1 : 2) tree_attention_kernel
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int gr = row0 + wrow + mt * 16 + g4 + 8 * hf;
-          uint64_t vis = 0ull;
+          uint64_t vis[C::VW];
+#pragma unroll
+          for (int w = 0; w < C::VW; ++w) vis[w] = 0ull;
           if (gr < rows_b) {
             const int node = gr / G;
-            vis = visible_bits(anc_b ? anc_b + static_cast<int64_t>(node) * p.words : nullptr, node, kt,
-                               ctx, n_b);
+            const uint32_t* row = anc_b ? anc_b + static_cast<int64_t>(node) * p.words : nullptr;
+#pragma unroll
+            for (int w = 0; w < C::VW; ++w) vis[w] = visible_bits(row, node, kt + 64 * w, ctx, n_b);
           }
 #pragma unroll
           for (int j = 0; j < C::NT8; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (!((vis >> (j * 8 + 2 * t4 + e)) & 1ull)) s[mt][j][2 * hf + e] = -INFINITY;
+            for (int e = 0; e < 2; ++e) {
+              const int bit = j * 8 + 2 * t4 + e;
+              if (!((vis[bit >> 6] >> (bit & 63)) & 1ull)) s[mt][j][2 * hf + e] = -INFINITY;
+            }
         }
     }
     // Online softmax (scores kept raw; exponent = s*scale_log2 - m, m in the scaled log2 domain).
