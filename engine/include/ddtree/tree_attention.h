@@ -14,15 +14,17 @@
  *
  * Work split: the key range [0, ctx_len + n_b) is cut into chunks of a fixed size by absolute position
  * (kv_chunk, or a size planned from B, Hkv, n_max, the cache capacity and the GPU's SM count when
- * kv_chunk == 0); one CTA per (row tile, chunk, kv head, request), and the last CTA of a row tile to
- * finish merges the chunk partials in chunk order. A query's result therefore depends only on its
- * visible keys, their positions and the plan: a chain tree equals the causal mode bit for bit.
+ * kv_chunk == 0); one CTA per (row tile, chunk, kv head, request). Requests that need more than one
+ * chunk are finished by a merge kernel, launched right after on the same stream, that combines the
+ * chunk partials in chunk order. A query's result therefore depends only on its visible keys, their
+ * positions and the plan: a chain tree equals the causal mode bit for bit.
  *
  * Scratch: `workspace` holds fp32 partials of split row tiles (no initialization needed; size from
  * ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). When the
  * plan splits, a small merge kernel runs right after the main one on the same stream.
  * On compute capability 9.0 with a library built for sm_90a, D=128 runs on wgmma; otherwise (and with
- * env DDTREE_TREE_ATTENTION_IMPL=mma) on mma.sync. Both produce the same layout of work and plan.
+ * env DDTREE_TREE_ATTENTION_IMPL=mma) on mma.sync. The two back ends tile keys differently (128 vs 64),
+ * so their results differ by rounding; the exactness statements above hold within one back end.
  * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
  * (different streams) need different workspaces. */
 #ifndef DDTREE_TREE_ATTENTION_H_
