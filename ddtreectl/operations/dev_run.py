@@ -58,6 +58,7 @@ def run_dev(transport: Transport, host: Host, argv: Sequence[str], *, force: boo
     not_audited = append_audit(transport, host.remote_root, "run", command=command, forced=forced)
     if not_audited:
         on_line(f"warning: {not_audited}")
-    # stderr joins stdout so both stream in order; exec keeps the exit status the command's own.
-    wrapped = f"cd {remote_path(host.remote_root, 'current')}/ && exec 2>&1 && exec {command}"
+    # stderr joins stdout so both stream in order. No `exec`: the shell stays to turn a death by signal
+    # into 128+N (SSH reports no exit status for a command killed by a signal).
+    wrapped = f"cd {remote_path(host.remote_root, 'current')}/ && exec 2>&1 && {command}"
     return transport.run(wrapped, timeout=timeout_s, on_line=on_line).exit_code
