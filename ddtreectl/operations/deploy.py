@@ -140,17 +140,19 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
     emit = on_event or (lambda e: None)
     root = host.remote_root
     t0 = time.monotonic()
-    emit(DeployEvent(host.name, "probe"))
-    facts = probe(transport, inventory, host)
-    rid, archs, source = target_release(facts, host, options.files)
-    result = DeployResult(host.name, rid, archs=archs, archs_source=source)
-    result.timings["probe"] = time.monotonic() - t0
-    _check(cancel, host.name)
+    # Lock first, then look: facts read before the lock could be stale by the time a waited-for
+    # deploy finishes (it may have built this very release).
     emit(DeployEvent(host.name, "lock"))
-    got = take_lock(transport, root, f"deploy {rid} (ddtreectl pid {os.getpid()})",
+    got = take_lock(transport, root, f"deploy (ddtreectl pid {os.getpid()})",
                     wait_s=options.lock_wait_s, ttl_s=options.lock_ttl_s)
-    result.lock_took_over = got.took_over.describe() if got.took_over else None
     try:
+        emit(DeployEvent(host.name, "probe"))
+        facts = probe(transport, inventory, host)
+        rid, archs, source = target_release(facts, host, options.files)
+        result = DeployResult(host.name, rid, archs=archs, archs_source=source)
+        result.lock_took_over = got.took_over.describe() if got.took_over else None
+        result.timings["probe"] = time.monotonic() - t0
+        _check(cancel, host.name)
         rel = facts.release
         good = rid == rel.current and stamp_good(rel.stamp_text, rid)
         if not good and rid in rel.releases:

@@ -27,8 +27,7 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
             out.append(f"{facts.service.unit} changed on disk: daemon-reload pending")
     release = facts.release
     if release.restart_pending:
-        out.append(f"restart pending: service runs release {release.running}, "
-                   f"current is {release.current}")
+        out.append(f"restart pending: running release {release.running}, current {release.current}")
     if release.current is not None and not release.current_exists:
         out.append(f"current points to a missing release ({release.current_path or release.current})")
     elif release.current is not None and not release.build_stamp:

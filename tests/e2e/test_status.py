@@ -159,7 +159,7 @@ def test_status_of_seven_real_hosts(testbed: Any, fleet_hosts: dict[str, Any], t
     o = by_name(doc)["st-ok"]
     assert (o["release"]["current"], o["release"]["running"], o["release"]["restart_pending"]) == (
         "r2", "r1", True)
-    assert "restart pending: service runs release r1, current is r2" in o["warnings"]
+    assert "restart pending: running release r1, current r2" in o["warnings"]
 
 
 def test_table_output_names_each_state(testbed: Any, fleet_hosts: dict[str, Any], tmp_path: Path) -> None:
