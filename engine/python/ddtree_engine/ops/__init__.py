@@ -1,37 +1,24 @@
 """Torch ops over libddtree's kernels. Same signatures as `ddtree_engine.reference`.
 
-Each op lives in ops/<op>.py; names are resolved lazily so that importing this package costs nothing
-and one op's module never blocks another's."""
+Each op lives in ops/<op>.py. They are imported here eagerly (which loads torch but not the library:
+that happens on an op's first call) so that `ddtree_engine.ops.<op>` is always the function, never the
+submodule of the same name."""
 
-from __future__ import annotations
+from ddtree_engine.ops._common import check_errors, error_flags
+from ddtree_engine.ops.build_tree import BuildTreeOutput, build_tree
+from ddtree_engine.ops.draft_topk_lse import draft_topk_lse
+from ddtree_engine.ops.kv_commit import kv_commit
+from ddtree_engine.ops.tree_accept import AcceptOutput, tree_accept
+from ddtree_engine.ops.tree_attention import tree_attention
 
-import importlib
-from typing import Any
-
-# public name -> module (ops/<module>.py) that defines it
-_EXPORTS = {
-    "draft_topk_lse": "draft_topk_lse",
-    "build_tree": "build_tree",
-    "BuildTreeOutput": "build_tree",
-    "tree_attention": "tree_attention",
-    "tree_accept": "tree_accept",
-    "AcceptOutput": "tree_accept",
-    "kv_commit": "kv_commit",
-    "error_flags": "_common",
-    "check_errors": "_common",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ddtree_engine.ops' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__ = [
+    "AcceptOutput",
+    "BuildTreeOutput",
+    "build_tree",
+    "check_errors",
+    "draft_topk_lse",
+    "error_flags",
+    "kv_commit",
+    "tree_accept",
+    "tree_attention",
+]
