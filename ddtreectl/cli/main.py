@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-import click
+import typer
 
 from ddtreectl.cli.app import OPTIONS, app
 from ddtreectl.errors import DdtreeError, ExitCode
@@ -38,14 +38,22 @@ def run(argv: list[str] | None = None) -> int:
         if err.hint:
             print(f"hint: {err.hint}", file=sys.stderr)
         return int(err.exit_code)
-    except click.exceptions.Exit as exit_:
+    except typer.Exit as exit_:
         return int(exit_.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
-    except click.ClickException as err:
-        err.show()
+    except typer.TyperException as err:  # usage errors (exit 2) and other parse errors, shown Click's way
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"error: {err}", file=sys.stderr)
         return int(err.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()
