@@ -89,6 +89,23 @@ inline T __shfl_up_sync(unsigned, T v, int delta) {
   return out;
 }
 
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  const int lane = threadIdx.x & 31;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  emu::slot(lane) = bits;
+  emu::warp_sync();
+  const uint64_t got = emu::slot(lane ^ mask);
+  emu::warp_sync();
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+
+inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
+inline double __drcp_rn(double a) { volatile double r = 1.0 / a; return r; }
+
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_sync(); }
 
 inline unsigned __ballot_sync(unsigned, bool pred) {

@@ -31,6 +31,10 @@
 #ifndef DDTREE_BUILD_TREE_EVENT
 #define DDTREE_BUILD_TREE_EVENT(name) ((void)0)
 #endif
+// Profiling hook (bench/profile/build_tree_profile.cu records clock64 at these points); no-op here.
+#ifndef DDTREE_BUILD_TREE_MARK
+#define DDTREE_BUILD_TREE_MARK(tag) ((void)0)
+#endif
 
 namespace ddtree {
 namespace build_tree_k {
@@ -83,8 +87,6 @@ struct Smem {
   uint32_t scr[kCap];       // per-parent child offsets / compaction prefix / pool index -> node index
   uint16_t sidx[kSort];     // sort permutation
   uint32_t hist[kBuckets];
-  unsigned long long hmin[kBuckets];
-  unsigned long long hmax[kBuckets];
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
   uint32_t warp_sum[kWarps];
   // block-uniform scalars
@@ -211,61 +213,76 @@ __device__ __forceinline__ int slot_parent(const Smem& S, int np, int j) {
   return lo - 1;
 }
 
-__device__ __forceinline__ void hist_add(Smem& S, double x, double lo, double hi, double w) {
-  int k = 0;
-  if (w > 0.0) {
-    const double q = __ddiv_rn(__dsub_rn(hi, x), w);
-    k = q >= static_cast<double>(kBuckets - 1) ? kBuckets - 1 : static_cast<int>(q);
+// Calls f(x) for every element of a selection: live pool entries (kappa >= t) and the virtual children
+// counted by count_children (offsets in S.scr over np parents from pa, `total` slots), that lie in
+// [lo, hi]. Virtual children already satisfy kappa >= t.
+template <typename F>
+__device__ __forceinline__ void for_each_element(const Smem& S, const float* row, int pa, int np, int total,
+                                                 int size, double t, double lo, double hi, F f) {
+  for (int e = threadIdx.x; e < size; e += kThreads) {
+    const double x = S.score[e];
+    if (x >= t && x >= lo && x <= hi) f(x);
   }
-  const unsigned long long o = ord_asc(x);
-  atomicAdd(&S.hist[k], 1u);
-  atomicMin(&S.hmin[k], o);
-  atomicMax(&S.hmax[k], o);
+  for (int j = threadIdx.x; j < total; j += kThreads) {
+    const int p = slot_parent(S, np, j);
+    const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
+    if (x >= lo && x <= hi) f(x);
+  }
 }
 
-// Raises the score threshold: over the live pool entries (kappa >= t) and the virtual children counted
-// by count_children (offsets in S.scr, np parents from pa, `total` slots), finds the score t' of the
+__device__ __forceinline__ unsigned long long warp_min_u64(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) { const unsigned long long y = __shfl_xor_sync(0xffffffffu, v, o); v = y < v ? y : v; }
+  return v;
+}
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) { const unsigned long long y = __shfl_xor_sync(0xffffffffu, v, o); v = y > v ? y : v; }
+  return v;
+}
+
+// Bucket of x in [lo, hi]: a non-increasing function of x (each fp step is monotone), so a bucket
+// index strictly below another's means a strictly larger score.
+__device__ __forceinline__ int bucket_of(double x, double hi, double inv_w) {
+  const double q = __dmul_rn(__dsub_rn(hi, x), inv_w);
+  return q >= static_cast<double>(kBuckets - 1) ? kBuckets - 1 : static_cast<int>(q);
+}
+
+// Raises the score threshold: over the selection (see for_each_element), finds the score t' of the
 // element whose inclusion first makes `need` elements >= t', refining inside the crossing bucket until
 // at most `target` elements are >= t' (or the bucket holds one value). Returns t'; *cnt = #(>= t').
+// Counting uses 32-bit shared atomics only; the crossing bucket's min/max come from a second pass with
+// warp reductions (one 64-bit atomic per warp), so piles of equal buckets never serialize.
 __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
                                   double t, int need, int target, int* cnt) {
-  // Round 0: the value range of the elements.
-  if (threadIdx.x == 0) { S.cut_lo = ~0ull; S.cut_hi = 0ull; }
-  __syncthreads();
-  {
-    unsigned long long mn = ~0ull, mx = 0ull;
-    for (int e = threadIdx.x; e < size; e += kThreads) {
-      const double x = S.score[e];
-      if (x >= t) { const unsigned long long o = ord_asc(x); mn = min(mn, o); mx = max(mx, o); }
-    }
-    for (int j = threadIdx.x; j < total; j += kThreads) {
-      const int p = slot_parent(S, np, j);
-      const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
+  const int lane = threadIdx.x & 31;
+  double hi = 0.0;  // the root (score 0) is always an element and nothing scores above it
+  double lo = t;
+  if (t == kNegInf) {
+    if (threadIdx.x == 0) S.cut_lo = ~0ull;
+    __syncthreads();
+    unsigned long long mn = ~0ull;
+    for_each_element(S, row, pa, np, total, size, t, kNegInf, 0.0, [&](double x) {
       const unsigned long long o = ord_asc(x);
-      mn = min(mn, o); mx = max(mx, o);
-    }
-    if (mn != ~0ull) { atomicMin(&S.cut_lo, mn); atomicMax(&S.cut_hi, mx); }
+      mn = o < mn ? o : mn;
+    });
+    mn = warp_min_u64(mn);
+    if (lane == 0 && mn != ~0ull) atomicMin(&S.cut_lo, mn);
+    __syncthreads();
+    lo = from_ord(S.cut_lo);
   }
-  __syncthreads();
-  double lo = from_ord(S.cut_lo), hi = from_ord(S.cut_hi);
   unsigned above = 0;
   for (int round = 0;; ++round) {
-    const double w = __ddiv_rn(__dsub_rn(hi, lo), static_cast<double>(kBuckets));
-    for (int k = threadIdx.x; k < kBuckets; k += kThreads) { S.hist[k] = 0; S.hmin[k] = ~0ull; S.hmax[k] = 0; }
+    const double w = __dmul_rn(__dsub_rn(hi, lo), 1.0 / kBuckets);
+    double inv_w = w > 0.0 ? __drcp_rn(w) : 0.0;
+    if (!(inv_w < 1e300)) inv_w = 0.0;  // a subnormal width: one bucket (the refinement then stops)
+    for (int k = threadIdx.x; k < kBuckets; k += kThreads) S.hist[k] = 0;
     __syncthreads();
-    for (int e = threadIdx.x; e < size; e += kThreads) {
-      const double x = S.score[e];
-      if (x >= t && x >= lo && x <= hi) hist_add(S, x, lo, hi, w);
-    }
-    for (int j = threadIdx.x; j < total; j += kThreads) {
-      const int p = slot_parent(S, np, j);
-      const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
-      if (x >= lo && x <= hi) hist_add(S, x, lo, hi, w);
-    }
+    for_each_element(S, row, pa, np, total, size, t, lo, hi,
+                     [&](double x) { atomicAdd(&S.hist[bucket_of(x, hi, inv_w)], 1u); });
     __syncthreads();
     if (threadIdx.x < 32) {  // warp 0 finds the bucket where the running count reaches `need`
       constexpr int per = kBuckets / 32;
-      const int lane = threadIdx.x;
       unsigned local = 0;
 #pragma unroll
       for (int q = 0; q < per; ++q) local += S.hist[lane * per + q];
@@ -275,8 +292,7 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
         unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
         if (lane >= o) inc += y;
       }
-      const unsigned reach = above + inc;
-      const unsigned ballot = __ballot_sync(0xffffffffu, reach >= static_cast<unsigned>(need));
+      const unsigned ballot = __ballot_sync(0xffffffffu, above + inc >= static_cast<unsigned>(need));
       // `need` <= number of elements, so some lane reaches it; fall back to the last lane otherwise.
       const int src = ballot ? __ffs(ballot) - 1 : 31;
       if (lane == src) {
@@ -290,9 +306,24 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
         S.cut_k = k;
         S.cut_before = run;
         S.count = static_cast<int>(run + S.hist[k]);
-        S.cut_lo = S.hmin[k];
-        S.cut_hi = S.hmax[k];
+        S.cut_lo = ~0ull;
+        S.cut_hi = 0ull;
       }
+    }
+    __syncthreads();
+    const int kcut = S.cut_k;
+    {
+      unsigned long long mn = ~0ull, mx = 0ull;
+      for_each_element(S, row, pa, np, total, size, t, lo, hi, [&](double x) {
+        if (bucket_of(x, hi, inv_w) == kcut) {
+          const unsigned long long o = ord_asc(x);
+          mn = o < mn ? o : mn;
+          mx = o > mx ? o : mx;
+        }
+      });
+      mn = warp_min_u64(mn);
+      mx = warp_max_u64(mx);
+      if (lane == 0 && mn != ~0ull) { atomicMin(&S.cut_lo, mn); atomicMax(&S.cut_hi, mx); }
     }
     __syncthreads();
     const int c = S.count;
@@ -429,19 +460,102 @@ __device__ void bitonic_sort(Smem& S, int P) {
   __syncthreads();
 }
 
+// Register bitonic sort of the survivors for n_live <= kThreads * E: element i lives in thread
+// i % kThreads, slot i / kThreads. Compare distances j < 32 exchange through warp shuffles, j >= kThreads
+// inside a thread's registers, and only 32 <= j < kThreads through shared memory, where just the pool
+// index travels (the keys are re-read from the pool, which the sort never writes). Input: S.sidx[0,
+// n_live) pool indices in any order; output: the same slots sorted by (score desc, tuple code asc).
+__device__ __forceinline__ bool key_less(unsigned long long ah, unsigned long long al, unsigned long long bh,
+                                         unsigned long long bl) {
+  return ah < bh || (ah == bh && al < bl);
+}
+
+template <int E>
+__device__ void sort_survivors(Smem& S, int n_live) {
+  constexpr int NE = kThreads * E;
+  const int tid = threadIdx.x;
+  unsigned long long kh[E], kl[E];
+  int ix[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    ix[e] = i < n_live ? static_cast<int>(S.sidx[i]) : 0xFFFF;
+    kh[e] = ix[e] != 0xFFFF ? ~ord_asc(S.score[ix[e]]) : ~0ull;
+    kl[e] = ix[e] != 0xFFFF ? S.lex[ix[e]] : ~0ull;
+  }
+  __syncthreads();  // S.sidx now serves as the exchange buffer
+  for (int k = 2; k <= NE; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      if (j >= kThreads) {
+        const int je = j / kThreads;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+#pragma unroll
+          for (int f = e + 1; f < E; ++f) {
+            if (f == (e ^ je)) {
+              const bool asc = ((tid + kThreads * e) & k) == 0;  // e is the lower index of the pair
+              const bool swap = asc ? key_less(kh[f], kl[f], kh[e], kl[e]) : key_less(kh[e], kl[e], kh[f], kl[f]);
+              if (swap) {
+                const unsigned long long th = kh[e], tl = kl[e];
+                const int ti = ix[e];
+                kh[e] = kh[f]; kl[e] = kl[f]; ix[e] = ix[f];
+                kh[f] = th; kl[f] = tl; ix[f] = ti;
+              }
+            }
+          }
+        }
+      } else if (j >= 32) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) S.sidx[tid + kThreads * e] = static_cast<uint16_t>(ix[e]);
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int i = tid + kThreads * e;
+          const int pix = S.sidx[i ^ j];
+          const unsigned long long ph = pix != 0xFFFF ? ~ord_asc(S.score[pix]) : ~0ull;
+          const unsigned long long pl = pix != 0xFFFF ? S.lex[pix] : ~0ull;
+          const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+          const bool take = keep_min ? key_less(ph, pl, kh[e], kl[e]) : key_less(kh[e], kl[e], ph, pl);
+          if (take) { kh[e] = ph; kl[e] = pl; ix[e] = pix; }
+        }
+        __syncthreads();
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int i = tid + kThreads * e;
+          const unsigned long long ph = __shfl_xor_sync(0xffffffffu, kh[e], j);
+          const unsigned long long pl = __shfl_xor_sync(0xffffffffu, kl[e], j);
+          const int pix = __shfl_xor_sync(0xffffffffu, ix[e], j);
+          const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+          const bool take = keep_min ? key_less(ph, pl, kh[e], kl[e]) : key_less(kh[e], kl[e], ph, pl);
+          if (take) { kh[e] = ph; kl[e] = pl; ix[e] = pix; }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    if (i < n_live) S.sidx[i] = static_cast<uint16_t>(ix[e]);  // sentinels sorted last
+  }
+  __syncthreads();
+}
+
 // ---- the exact serial fallback -----------------------------------------------------------------
 
-// Lexicographic order of the rank tuples path(pa)+(ra) and path(pb)+(rb) (pa/pb are node indices).
+// Lexicographic order of the rank tuples path(pa)+(ra) (length da) and path(pb)+(rb) (length db); pa/pb
+// are node indices. A position is a (parent node, rank) pair; both climb to the common length, then in
+// lockstep until they share the parent, where the ranks decide (equal positions: the shorter first).
 __device__ bool tuple_less(const Nodes& N, int pa, int ra, int da, int pb, int rb, int db) {
-  uint16_t A[kMaxDepth + 1], B[kMaxDepth + 1];
-  A[da - 1] = static_cast<uint16_t>(ra);
-  for (int k = da - 2, x = pa; k >= 0; --k) { A[k] = N.rank[x]; x = N.par[x]; }
-  B[db - 1] = static_cast<uint16_t>(rb);
-  for (int k = db - 2, x = pb; k >= 0; --k) { B[k] = N.rank[x]; x = N.par[x]; }
   const int m = da < db ? da : db;
-  for (int k = 0; k < m; ++k)
-    if (A[k] != B[k]) return A[k] < B[k];
-  return da < db;
+  for (int d = da; d > m; --d) { ra = N.rank[pa]; pa = N.par[pa]; }
+  for (int d = db; d > m; --d) { rb = N.rank[pb]; pb = N.par[pb]; }
+  if (pa == pb && ra == rb) return da < db;
+  while (pa != pb) {
+    ra = N.rank[pa]; pa = N.par[pa];
+    rb = N.rank[pb]; pb = N.par[pb];
+  }
+  return ra < rb;
 }
 
 // Heap entry meta: parent node (11 bits) | depth << 11 (6 bits) | rank << 17 (15 bits).
@@ -532,6 +646,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     if (bad) S.bad = 1;
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(1);
   if (tid == 0) {
     int leff = L;
     for (int d = 0; d < L; ++d) {
@@ -561,7 +676,9 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     int total = count_children(S, row, nv, M, pa, np, t);
     if (live + total > soft) {
       int cnt = 0;
+      DDTREE_BUILD_TREE_MARK(90);
       const double t2 = raise_threshold(S, row, pa, np, total, size, t, need, raise_target, &cnt);
+      DDTREE_BUILD_TREE_MARK(91);
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(raise);
       if (t2 > t) {
         t = t2;
@@ -585,6 +702,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     pb = size;
     live += total;
     __syncthreads();
+    DDTREE_BUILD_TREE_MARK(10 + d);
   }
   int n_live = live;
   if (live > need) {
@@ -592,6 +710,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     const int target = need + max(16, need / 16);
     t = raise_threshold(S, nullptr, 0, 0, 0, size, t, need, target, &n_live);
   }
+  DDTREE_BUILD_TREE_MARK(80);
   // Survivors (kappa >= t; n_live of them) into the sort buffer, padded to a power of two.
   if (tid == 0) S.count = 0;
   __syncthreads();
@@ -599,11 +718,21 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     if (S.score[e] >= t) S.sidx[atomicAdd(&S.count, 1)] = static_cast<uint16_t>(e);
   __syncthreads();
   n_live = S.count;
-  int P = 1;
-  while (P < n_live) P <<= 1;
-  for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
-  __syncthreads();
-  bitonic_sort(S, P);
+  DDTREE_BUILD_TREE_MARK(81);
+  if (n_live <= kThreads) {
+    sort_survivors<1>(S, n_live);
+  } else if (n_live <= 2 * kThreads) {
+    sort_survivors<2>(S, n_live);
+  } else if (n_live <= 4 * kThreads) {
+    sort_survivors<4>(S, n_live);
+  } else {  // only with heavy score ties near the cutoff
+    int P = 1;
+    while (P < n_live) P <<= 1;
+    for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
+    __syncthreads();
+    bitonic_sort(S, P);
+  }
+  DDTREE_BUILD_TREE_MARK(82);
   const int n = min(need, n_live);
   for (int i = tid; i < n; i += kThreads) S.scr[S.sidx[i]] = static_cast<uint32_t>(i);
   __syncthreads();
@@ -628,6 +757,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   if (bad) S.bad = 1;
   __syncthreads();
   if (tid == 0 && S.bad) DDTREE_BUILD_TREE_EVENT(inexact);
+  DDTREE_BUILD_TREE_MARK(83);
   return S.bad ? -1 : n;
 }
 
@@ -641,6 +771,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   const int L = p.depth, K = p.k;
   const float* lp = p.lp + static_cast<size_t>(b) * L * K;
   const int M = min(max(__ldg(p.budget + b), 0), p.n_max - 1);
+  DDTREE_BUILD_TREE_MARK(0);
 
   int n = 1;
   if (M > 0 && L > 0) {
@@ -666,6 +797,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
     else N.ns[N.prev[i]] = static_cast<int16_t>(i);
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(84);
 
   const int ctx = __ldg(p.ctx_len + b);
   const size_t row0 = static_cast<size_t>(b) * p.n_max;
@@ -686,22 +818,33 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
     p.first_child[row0 + i] = fc;
     p.next_sibling[row0 + i] = ns;
   }
-  // anc[i][w]: bits of i's ancestors (and i) in [32w, 32w+32). Parents precede children, so walking up
-  // from i visits indices in decreasing order.
+  // anc row i: one walk up the parent chain (indices strictly decrease), emitting each u32 word once
+  // when the walk leaves it; words above i's and between visited words are zero.
   const int W = p.words;
   uint32_t* anc = p.anc + row0 * W;
-  for (int idx = tid; idx < p.n_max * W; idx += kThreads) {
-    const int i = idx / W, w = idx - i * W;
-    uint32_t bits = 0;
-    if (i < n) {
-      int j = i;
-      const int lo = 32 * w, hi = lo + 32;
-      while (j >= hi) j = N.par[j];
-      while (j >= lo) { bits |= 1u << (j - lo); j = N.par[j]; }
+  for (int i = tid; i < p.n_max; i += kThreads) {
+    uint32_t* out = anc + static_cast<size_t>(i) * W;
+    if (i >= n) {
+      for (int w = 0; w < W; ++w) out[w] = 0u;
+      continue;
     }
-    anc[idx] = bits;
+    int cw = i >> 5;
+    for (int w = cw + 1; w < W; ++w) out[w] = 0u;
+    uint32_t bits = 0;
+    for (int j = i; j >= 0; j = N.par[j]) {
+      const int jw = j >> 5;
+      if (jw != cw) {
+        out[cw] = bits;
+        for (int w = jw + 1; w < cw; ++w) out[w] = 0u;
+        cw = jw;
+        bits = 0;
+      }
+      bits |= 1u << (j & 31);
+    }
+    out[cw] = bits;  // the root's word (0)
   }
   if (tid == 0) p.num_nodes[b] = n;
+  DDTREE_BUILD_TREE_MARK(99);
 }
 
 }  // namespace build_tree_k

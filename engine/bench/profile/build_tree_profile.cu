@@ -1,0 +1,103 @@
+// Phase profile of the build_tree kernel: clock64 at the DDTREE_BUILD_TREE_MARK points of block 0,
+// thread 0 (each mark sits after a block barrier, so the deltas are phase wall times in SM cycles),
+// plus the %globaltimer span (ns) and event time, cold and after a 100 ms warm-up load.
+// Not part of the CMake build (a standalone tool):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include engine/bench/profile/build_tree_profile.cu -o bt_profile
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+#include <algorithm>
+#include <cmath>
+
+__device__ long long g_mark_clk[256];
+__device__ int g_mark_tag[256];
+__device__ int g_mark_n;
+__device__ unsigned long long g_t0, g_t1;
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+#define DDTREE_BUILD_TREE_MARK(tag)                                          \
+  do {                                                                       \
+    if (blockIdx.x == 0 && threadIdx.x == 0 && g_mark_n < 256) {             \
+      g_mark_clk[g_mark_n] = clock64();                                      \
+      g_mark_tag[g_mark_n] = (tag);                                          \
+      if ((tag) == 0) g_t0 = globaltimer();                                  \
+      if ((tag) == 99) g_t1 = globaltimer();                                 \
+      ++g_mark_n;                                                            \
+    }                                                                        \
+  } while (0)
+
+#include "ddtree/kernels/build_tree.cuh"
+
+namespace bt = ddtree::build_tree_k;
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::printf("%s: %s\n", #x, cudaGetErrorString(e)); std::exit(1); } } while (0)
+
+__global__ void spin(float* x, int iters) {
+  float v = x[threadIdx.x];
+  for (int i = 0; i < iters; ++i) v = v * 0.999f + 0.001f;
+  x[threadIdx.x] = v;
+}
+
+int main(int argc, char** argv) {
+  const int L = 15;
+  struct Cfg { int M, K; float sharp; };
+  const Cfg cfgs[] = {{256, 64, 4.f}, {1024, 64, 4.f}, {64, 64, 1.f}, {256, 1024, 4.f}};
+  CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
+  float* d_spin;
+  CK(cudaMalloc(&d_spin, 1 << 20));
+  for (const Cfg& c : cfgs) {
+    std::mt19937 rng(c.M + c.K);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int V = 32000;
+    std::vector<float> lp(size_t(L) * c.K);
+    std::vector<int> ids(size_t(L) * c.K);
+    for (int d = 0; d < L; ++d) {
+      std::vector<float> x(V);
+      for (auto& v : x) v = nd(rng) * c.sharp;
+      float mx = *std::max_element(x.begin(), x.end());
+      double s = 0; for (float v : x) s += std::exp(double(v - mx));
+      float lse = mx + float(std::log(s));
+      std::partial_sort(x.begin(), x.begin() + c.K, x.end(), [](float a, float b) { return a > b; });
+      for (int k = 0; k < c.K; ++k) { lp[size_t(d) * c.K + k] = x[k] - lse; ids[size_t(d) * c.K + k] = k; }
+    }
+    const int n_max = c.M + 1, W = (n_max + 31) / 32;
+    float* d_lp; int32_t *d_ids, *d_small, *d_out; uint32_t* d_anc;
+    CK(cudaMalloc(&d_lp, lp.size() * 4)); CK(cudaMalloc(&d_ids, ids.size() * 4));
+    CK(cudaMemcpy(d_lp, lp.data(), lp.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> small = {7, 100, c.M};
+    CK(cudaMalloc(&d_small, 12)); CK(cudaMemcpy(d_small, small.data(), 12, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&d_out, size_t(n_max) * 4 * 8)); CK(cudaMalloc(&d_anc, size_t(n_max) * W * 4));
+    bt::Params p{d_lp, d_ids, d_small, d_small + 1, d_small + 2, L, c.K, n_max, W,
+                 d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
+                 d_out + 5 * n_max, d_out + 6 * n_max};
+    for (int warm = 0; warm < 2; ++warm) {
+      if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
+      const int zero = 0;
+      CK(cudaMemcpyToSymbol(g_mark_n, &zero, 4));
+      cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+      CK(cudaEventRecord(e0));
+      bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
+      CK(cudaEventRecord(e1));
+      CK(cudaDeviceSynchronize());
+      float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+      int n; long long clk[256]; int tag[256]; unsigned long long t0, t1;
+      CK(cudaMemcpyFromSymbol(&n, g_mark_n, 4));
+      CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
+      CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
+      const long long total = clk[n - 1] - clk[0];
+      std::printf("M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", c.M, c.K,
+                  c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
+      for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
+      std::printf("\n");
+    }
+    cudaFree(d_lp); cudaFree(d_ids); cudaFree(d_small); cudaFree(d_out); cudaFree(d_anc);
+  }
+  return 0;
+}
