@@ -27,8 +27,9 @@ class OpBackend:
 
 
 def _load(package: str) -> dict[str, Callable[..., Any]]:
-    mod = importlib.import_module(package)
-    return {op: getattr(mod, op) for op in OP_NAMES}
+    # Each op lives in <package>/<op>.py under the op's own name. Read it from that module: once the
+    # submodule has been imported, the package attribute of the same name is the module, not the function.
+    return {op: getattr(importlib.import_module(f"{package}.{op}"), op) for op in OP_NAMES}
 
 
 def reference_backend() -> OpBackend:

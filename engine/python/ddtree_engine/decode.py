@@ -42,6 +42,8 @@ class Request:
     budget: int = 0
     temperature: float = 0.0
     seed: int = 0
+    # Keep decoding through stop tokens (SGLang's ignore_eos): they are emitted like any other token.
+    ignore_stop: bool = False
 
 
 @dataclass
@@ -69,6 +71,14 @@ def chain_anc(n: int, device: torch.device | str) -> torch.Tensor:
     val = torch.where(cnt >= 32, torch.full_like(cnt, 0xFFFFFFFF), (1 << cnt.clamp(max=31)) - 1)
     val = torch.where(val >= 1 << 31, val - (1 << 32), val)  # two's complement into int32
     return val.to(torch.int32)[None]
+
+
+def _fit_cols(t: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, w] -> [B, width]: drop or pad (-1) columns. An accepted path never exceeds min(N, L + 1) nodes,
+    whatever width the op pads its outputs to."""
+    if t.shape[1] >= width:
+        return t[:, :width]
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1)
 
 
 class DDTreeEngine:
@@ -113,6 +123,7 @@ class DDTreeEngine:
         self.temperature = torch.zeros(B, dtype=torch.float32, device=dev)
         self.seed = torch.zeros(B, dtype=torch.int64, device=dev)
         self.active = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.ignore_stop = torch.zeros(B, dtype=torch.bool, device=dev)
         self.out_len = torch.zeros(B, **i32)
         self.max_new = torch.zeros(B, **i32)
         self.stop_ids = torch.tensor(list(stop_ids), **i32)
@@ -164,6 +175,7 @@ class DDTreeEngine:
         self.budget[slot] = req.budget
         self.temperature[slot] = req.temperature
         self.seed[slot] = req.seed
+        self.ignore_stop[slot] = req.ignore_stop
         self.out_len[slot] = 0
         self.max_new[slot] = req.max_new_tokens
         self.active[slot] = True
@@ -195,10 +207,12 @@ class DDTreeEngine:
         act = self.active
         remaining = self.max_new - self.out_len
         n_new = torch.where(act, torch.minimum(acc.accept_len, remaining), torch.zeros_like(remaining))
-        stopped = act & (acc.finished != 0) & (acc.accept_len <= remaining)
+        # tree_accept cut the round right after a stop token; ignore_stop rows just go on next round.
+        stopped = act & (acc.finished != 0) & ~self.ignore_stop & (acc.accept_len <= remaining)
         self.out_len += n_new
         length = act & ~stopped & (self.out_len >= self.max_new)
-        self.r_tokens.copy_(torch.where(self._col < n_new[:, None], acc.committed_ids, -1))
+        ids = _fit_cols(acc.committed_ids, self.L + 1)
+        self.r_tokens.copy_(torch.where(self._col < n_new[:, None], ids, -1))
         self.r_count.copy_(n_new)
         self.r_finish.copy_(torch.where(stopped, FINISH_STOP, torch.where(length, FINISH_LENGTH, FINISH_NONE)))
         self.ctx_len.copy_(torch.where(act, self.ctx_len, old_ctx))
@@ -255,9 +269,10 @@ class DDTreeEngine:
 
     # ---- batch convenience -------------------------------------------------------------------------
     def generate(
-        self, requests: Sequence[Request], on_admit: Callable[[int, Request], None] | None = None
+        self, requests: Sequence[Request], on_admit: Callable[[int, int], None] | None = None
     ) -> list[Generation]:
-        """Decode `requests` (at most B at a time, continuous batching) and return their generations."""
+        """Decode `requests` (at most B at a time, continuous batching) and return their generations.
+        `on_admit(slot, request_index)` runs just before a request is admitted into a slot."""
         gens = [Generation() for _ in requests]
         pending = list(range(len(requests)))
         owner: dict[int, int] = {}
@@ -266,7 +281,7 @@ class DDTreeEngine:
                 if pending and not self.host_active[slot]:
                     idx = pending.pop(0)
                     if on_admit:
-                        on_admit(slot, requests[idx])
+                        on_admit(slot, idx)
                     self.admit(slot, requests[idx])
                     owner[slot] = idx
             out = self.step()
@@ -289,7 +304,7 @@ def sample_token(
     if temperature == 0.0:
         return int(torch.argmax(logits))
     if noise is None:
-        from ddtree_engine.reference import gumbel_noise as noise
+        from ddtree_engine.reference.tree_accept import gumbel_noise as noise
     V = logits.shape[-1]
     g = noise(seed, request, position, torch.arange(V, device=logits.device))
     t = torch.tensor(temperature, dtype=torch.float32, device=logits.device)
