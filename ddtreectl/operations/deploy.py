@@ -229,14 +229,11 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
         if drift(rendered, installed):
             done = install_units(transport, rendered, installed)
             result.units_changed, result.daemon_reloaded = done.changed, done.daemon_reloaded
-    emit(DeployEvent(host.name, "switch"))
-    old = activate.switch_current(transport, root, rid)
-    if old is not None or facts.release.current is None:
-        result.previous = old
+    if facts.release.current != rid or not facts.release.current_exists:
+        emit(DeployEvent(host.name, "switch"))
+        result.previous = activate.switch_current(transport, root, rid)
         if result.action == "noop":
             result.action = "activated"
-    else:
-        result.previous = facts.release.current if facts.release.current != rid else None
     service = facts.service
     if options.restart and rendered is not None and service is not None and service.active_state == "active":
         res = transport.run(f"systemctl restart {rendered.unit}", timeout=host.command_timeout)
