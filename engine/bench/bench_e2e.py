@@ -1,0 +1,155 @@
+"""End-to-end DDTree vs autoregressive decoding on the small model (GPU, all five kernels, CUDA graphs).
+
+    PYTHONPATH=engine/python python3 engine/bench/bench_e2e.py [--batch 1 8] [--budgets 16 64] [--agree 0.8]
+
+For each batch size: budget-0 decoding through the same engine (the AR peer, one target forward per
+token), then DDTree at each budget with a drafter that agrees with the target's greedy continuation at a
+seeded fraction of positions (NoisyOracleDrafter; a random-weight drafter would never agree with a
+random-weight target). Prints tokens/s, the ratio to AR measured in the same run, the mean acceptance
+length (new tokens per request-round), and the share of a round spent outside the two model forwards
+(drafter + target), measured by replaying separately captured graphs of the whole round, the drafter
+call and the target forward on the same static inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+ROUND_REPS = 20  # each replay of the whole round commits up to L + 1 tokens: leave room in the context
+
+from ddtree_engine.backend import default_backend
+from ddtree_engine.decode import DDTreeEngine, Request
+from ddtree_engine.drafter import NoisyOracleDrafter
+from ddtree_engine.model import ModelConfig, TinyTransformer
+
+
+def _graph(fn: object) -> object:
+    """A replayable form of fn: a CUDA graph on GPU; fn itself on CPU (smoke runs of this script)."""
+    if not torch.cuda.is_available():
+        return type("Eager", (), {"replay": staticmethod(lambda: fn())})()  # type: ignore[operator]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.inference_mode(), torch.cuda.stream(s):
+        for _ in range(2):
+            fn()  # type: ignore[operator]
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(g):
+        fn()  # type: ignore[operator]
+    return g
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _time_replay(g: object, reps: int = 200) -> float:
+    for _ in range(3):
+        g.replay()  # type: ignore[attr-defined]
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        g.replay()  # type: ignore[attr-defined]
+    _sync()
+    return (time.perf_counter() - t0) / reps
+
+
+def overhead_share(eng: DDTreeEngine) -> tuple[float, float, float]:
+    """(round, drafter, target) seconds per replay with every slot active mid-generation."""
+    be, m = eng.be, eng.model
+    budget = eng.budget.clone()
+    drafts = eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
+    top_lp, top_id, _ = be.draft_topk_lse(drafts, eng.K)
+    tree = be.build_tree(top_lp, top_id, eng.root, eng.ctx_len, budget, eng.n_max)
+    ctx = eng.ctx_len.clone()  # the target-only graph must not move the real context
+
+    def target() -> None:
+        m.forward_tree(be, eng.cache.k, eng.cache.v, eng.cache.block_table, tree.node_token, tree.positions,
+                       ctx, tree.anc)
+
+    with torch.inference_mode():
+        t_draft = _time_replay(_graph(lambda: eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)))
+        t_target = _time_replay(_graph(target))
+    # The whole round, on a snapshot of the state (replays advance it; restored after).
+    snap = {k: getattr(eng, k).clone() for k in ("ctx_len", "root", "hidden", "out_len", "active")}
+    eng.max_new.fill_(1 << 30)
+    with torch.inference_mode():
+        g = eng._graph or _graph(eng._round)
+        t_round = _time_replay(g, reps=ROUND_REPS)
+    for k, v in snap.items():
+        getattr(eng, k).copy_(v)
+    return t_round, t_draft, t_target
+
+
+def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: NoisyOracleDrafter,
+        refs: list[list[int]]) -> tuple[list[list[int]], float, float, DDTreeEngine]:
+    L = drafter.block_len
+    eng = DDTreeEngine(model, drafter, default_backend(DEV), slots=len(prompts), max_budget=budget,
+                       max_context=max(len(p) for p in prompts) + 2 * tokens + (ROUND_REPS + 8) * (L + 1))
+    if DEV == "cuda":
+        eng.capture_graph()
+    reqs = [Request(p, tokens, budget=budget) for p in prompts]
+    hook = (lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i])) if refs else None
+    eng.generate(reqs[:1], on_admit=hook)  # warm-up (prefill paths, allocator)
+    _sync()
+    t0 = time.perf_counter()
+    gens = eng.generate(reqs, on_admit=hook)
+    _sync()
+    wall = time.perf_counter() - t0
+    lens = [a for g in gens for a in g.accept_lens]
+    return [g.tokens for g in gens], sum(len(g.tokens) for g in gens) / wall, sum(lens) / len(lens), eng
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--budgets", type=int, nargs="+", default=[7, 16, 64])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--agree", type=float, default=0.8)
+    ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    if DEV == "cpu":
+        torch.set_num_threads(1)
+    d = args.d_model
+    cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=max(4, d // 16),
+                      n_kv_heads=max(2, d // 64), head_dim=16, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+    if DEV == "cuda":
+        model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
+        name = torch.cuda.get_device_name()
+    else:
+        model, name = TinyTransformer.random(cfg, seed=0), "cpu (reference ops, no graphs: smoke run only)"
+    print(f"model: {cfg}\ndevice: {name}  L={args.block - 1} agree={args.agree}")
+    L = args.block - 1
+    for batch in args.batch:
+        g = torch.Generator().manual_seed(batch)
+        prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
+                   for k in torch.randint(4, 64, (batch,), generator=g)]
+        dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+        ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [])
+        print(f"\nbatch {batch}: AR (budget 0, same engine{', graphs' if DEV == 'cuda' else ''}): {ar_tps:,.0f} tok/s")
+        for budget in args.budgets:
+            dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+            toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref)
+            agree_tok = sum(a == b for t, r in zip(toks, ref) for a, b in zip(t, r)) / sum(map(len, ref))
+            for s, p in enumerate(prompts):
+                dr.set_reference(s, p + ref[s])
+                eng.admit(s, Request(p, args.tokens, budget=budget))
+            for _ in range(3):
+                eng.step()
+            t_round, t_draft, t_target = overhead_share(eng)
+            share = max(0.0, t_round - t_draft - t_target) / t_round
+            print(f"  DDTree budget {budget:4d}: {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  accept {acc:5.2f}  "
+                  f"round {t_round * 1e6:7.1f} us = drafter {t_draft * 1e6:6.1f} + target {t_target * 1e6:6.1f} "
+                  f"+ other {share:6.1%}   tokens equal to AR {agree_tok:.3f}")
+
+
+if __name__ == "__main__":
+    main()
