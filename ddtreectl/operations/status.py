@@ -77,7 +77,8 @@ class _Probed:
 def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float) -> StatusReport:
     """Probe `hosts` in parallel; every host gets a HostStatus, whatever happened to it."""
     started = time.monotonic()
-    gpu_timeout = max(1, min(DEFAULT_GPU_TIMEOUT_S, int(deadline_s / 2)))
+    # A hung nvidia-smi must leave time for the rest of the probe (and the connect) in the deadline.
+    gpu_timeout = max(1, min(DEFAULT_GPU_TIMEOUT_S, int(deadline_s / 3)))
 
     def probe_one(host: Host) -> _Probed:
         t0 = time.monotonic()

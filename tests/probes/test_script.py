@@ -90,10 +90,13 @@ esac
 
 
 def test_hanging_nvidia_smi_is_bounded_and_reported(local: LocalTransport, fake_path: Path) -> None:
-    _fake_tool(fake_path, "nvidia-smi", "exec sleep 30\n")
+    _fake_tool(fake_path, "nvidia-smi", f"touch {fake_path.parent}/nvidia-smi-called-$$\nexec sleep 30\n")
     facts = probe_status(local, unit=None, remote_root="/nonexistent", timeout=30, gpu_timeout_s=1)
     assert facts.gpus.status == "timeout"
     assert facts.disk is not None  # the sections after the hang still arrived
+    # The compute-apps query is not run after a timeout (it would hang as long again).
+    assert not facts.gpus.apps_known
+    assert len(list((fake_path.parent).glob("nvidia-smi-called-*"))) == 1
 
 
 def test_failing_nvidia_smi_reports_its_words(local: LocalTransport, fake_path: Path) -> None:

@@ -71,8 +71,13 @@ echo "@@ddtree-end meta rc=0"
 run_section gpus nvidia-smi 1 bounded nvidia-smi \
   --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,persistence_mode,compute_cap \
   --format=csv,noheader,nounits
-run_section apps nvidia-smi 0 bounded nvidia-smi \
-  --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  # A hung driver would hang the second query too: do not spend the deadline twice.
+  printf '@@ddtree-begin apps\nskipped: the GPU query timed out\n@@ddtree-end apps rc=124\n'
+else
+  run_section apps nvidia-smi 0 bounded nvidia-smi \
+    --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits
+fi
 
 main_pid=0
 if [ -n "$unit" ]; then
