@@ -114,6 +114,16 @@ def _held_by_other(state: HostMode, me: str) -> ModeLease | None:
     return lease
 
 
+def _lock(transport: Transport, host: Host, reason: str, ttl_s: int, me: str) -> None:
+    """Take the switch lock; a concurrent switch is reported with its holder (exit 8), never waited on."""
+    try:
+        remote_lock.acquire(transport, host.remote_root, LOCK_NAME, reason=reason, ttl_s=ttl_s, owner=me)
+    except LockHeldError as held:
+        raise LockHeldError(f"another mode switch is in progress: {held.message}",
+                            hint=f"let it finish, then `ddtreectl mode {host.name}` shows who holds the host",
+                            host=host.name) from None
+
+
 def _stop_service(transport: Transport, unit: str, stop_timeout: int) -> None:
     """Disable then stop: a reboot during the development session must not bring production back."""
     u = shlex.quote(unit)
@@ -133,7 +143,7 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
     root = host.remote_root
     service = inventory.service_of(host)
     lock_ttl = int(drain_timeout_s + idle_timeout_s + (service.stop_timeout if service else 0) + 600)
-    remote_lock.acquire(transport, root, LOCK_NAME, reason=f"mode dev: {reason}", ttl_s=lock_ttl, owner=me)
+    _lock(transport, host, f"mode dev: {reason}", lock_ttl, me)
     try:
         result = SwitchResult(host.name, "dev")
         state = read_mode(transport, root)
@@ -197,7 +207,7 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
     root = host.remote_root
     service = inventory.service_of(host)
     lock_ttl = int((service.health.total_timeout if service else 0) + 600)
-    remote_lock.acquire(transport, root, LOCK_NAME, reason="mode prod", ttl_s=lock_ttl, owner=me)
+    _lock(transport, host, "mode prod", lock_ttl, me)
     try:
         result = SwitchResult(host.name, "prod")
         state = read_mode(transport, root)

@@ -60,16 +60,19 @@ def _row(status: HostStatus) -> list[Text | str]:
     if status.outcome != "ok":
         warnings.insert(0, "REFUSED: reason below")
     return [host.name, address, reach, _gpus(facts, host.gpus),
-            Text("\n").join([_service(facts, host.service), _mode(facts)]),
+            _service_and_mode(facts, host.service),
             _release(facts), Text("\n".join(warnings), style="yellow") if warnings else ""]
 
 
-def _mode(facts: HostFacts) -> Text:
-    """The mode lease (state/mode.json): an expired development lease is shown as such, in red."""
+def _service_and_mode(facts: HostFacts, profile: str | None) -> Text:
+    """The service state and, below it, the mode lease (state/mode.json); a host with neither a
+    service nor a lease shows no mode (there is nothing to switch)."""
     lease = lease_from_state_files(facts.state_files)
+    if lease is None and facts.service is None:
+        return _service(facts, profile)
     now = int(time.time())
     style = "dim" if lease is None or lease.mode == "prod" else "red" if lease.expired(now) else "yellow"
-    return Text(mode_words(lease, now), style=style)
+    return Text("\n").join([_service(facts, profile), Text(mode_words(lease, now), style=style)])
 
 
 def _gpus(facts: HostFacts, expected: int) -> Text:

@@ -1,0 +1,77 @@
+"""`ddtreectl gpus` through the INSTALLED console script on a `transport: local` host, with an
+`nvidia-smi` stand-in first on PATH (fixture output at the command boundary; the sampler, parser,
+verdict, fan-out and exit codes are the real ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.probes.fixtures import fixture
+
+
+def setup(tmp_path: Path, gpus_fixture: str) -> tuple[Path, dict[str, str]]:
+    """An inventory with one local host (1 GPU) and a PATH whose nvidia-smi is busy while `busy` exists."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "idle.txt").write_text(fixture(gpus_fixture))
+    (tmp_path / "busy.txt").write_text(fixture("nvidia-smi-gpus-h200-1x-memory-no-process.txt"))
+    stub = tmp_path / "bin" / "nvidia-smi"
+    stub.write_text(f"""#!/bin/sh
+case "$1" in
+  --query-gpu=*) if [ -e {tmp_path}/busy ]; then cat {tmp_path}/busy.txt; else cat {tmp_path}/idle.txt; fi ;;
+esac
+""")
+    stub.chmod(0o755)
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    address: 127.0.0.1\n    gpus: 1\n"
+                         f"    remote_root: {tmp_path}/root\n")
+    return inventory, {**os.environ, "PATH": f"{tmp_path}/bin:{os.environ['PATH']}"}
+
+
+def ddtreectl(inventory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ddtreectl")
+    if exe is None:
+        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
+    return subprocess.run([exe, "-i", str(inventory), "gpus", "box", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_idle_busy_and_json(tmp_path: Path) -> None:
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    idle = ddtreectl(inventory, env, "--json", "--samples", "2", "--interval", "0.1")
+    assert idle.returncode == 0, idle.stderr
+    doc = json.loads(idle.stdout)
+    assert doc["schema"] == "ddtreectl.gpus/1" and doc["hosts"][0]["verdict"] == "idle"
+    (tmp_path / "busy").touch()
+    busy = ddtreectl(inventory, env, "--samples", "1")
+    assert busy.returncode == 7
+    assert "BUSY (memory)" in busy.stdout and "20993 MiB of 143771 MiB used" in busy.stdout
+
+
+def test_wait_idle_polls_until_the_gpu_is_free(tmp_path: Path) -> None:
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    (tmp_path / "busy").touch()
+    freed = threading.Timer(3.0, (tmp_path / "busy").unlink)
+    freed.start()
+    try:
+        run = ddtreectl(inventory, env, "--wait-idle", "--timeout", "60", "--json", "--samples", "1")
+    finally:
+        freed.join()
+    assert run.returncode == 0, run.stderr
+    host = json.loads(run.stdout)["hosts"][0]
+    assert host["verdict"] == "idle" and host["rounds"] >= 2
+
+
+def test_wait_idle_gives_up_at_the_timeout_and_unknown_is_never_idle(tmp_path: Path) -> None:
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-na-fields.txt")
+    run = ddtreectl(inventory, env, "--wait-idle", "--timeout", "1", "--json", "--samples", "1")
+    assert run.returncode == 7
+    host = json.loads(run.stdout)["hosts"][0]
+    # three GPUs where the inventory says one, one of them busy: never idle
+    assert host["verdict"] == "busy" and "expected 1 GPUs, nvidia-smi listed 3" in host["reasons"]
