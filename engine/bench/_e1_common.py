@@ -10,6 +10,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -18,8 +19,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 
+def warm_gpu(seconds: float = 0.3) -> None:
+    """Keep the GPU busy for a while so that its clocks are up before a measurement (an idle H200 sits
+    at 345 MHz; the first run of this bench measured ours at idle clocks and torch's right after)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(20):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+
+
 def time_calls(calls: list[Callable[[], object]], replays: int = 30) -> float:
-    """Median microseconds per call: the calls are captured into one CUDA graph, replayed `replays` times."""
+    """Median microseconds per call: the calls are captured into one CUDA graph, replayed `replays` times
+    right after the GPU was kept busy (warm_gpu)."""
     for call in calls:  # warm-up: library loading, allocator pools, cuBLAS handles outside the capture
         call()
     torch.cuda.synchronize()
@@ -27,6 +41,7 @@ def time_calls(calls: list[Callable[[], object]], replays: int = 30) -> float:
     with torch.cuda.graph(graph):
         for call in calls:
             call()
+    warm_gpu(0.1)
     graph.replay()
     torch.cuda.synchronize()
     times = []
@@ -44,7 +59,8 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    us = time_calls([lambda: dst.copy_(src)] * 4, replays=10)
+    warm_gpu(0.5)
+    us = time_calls([lambda: dst.copy_(src)] * 4, replays=20)
     return 2 * nbytes / (us * 1e-6)
 
 

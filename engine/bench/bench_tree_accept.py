@@ -28,10 +28,11 @@ def make_tree(batch: int, n: int, vocab: int, gen: torch.Generator) -> dict[str,
     for b in range(batch):
         last: dict[int, int] = {}
         for i in range(1, n):
-            while True:
-                p = int(torch.randint(max(0, i - 8), i, (1,), generator=gen))
-                if depth[b, p] < DEPTH:
-                    break
+            # A parent among the last 8 nodes when one is shallow enough, else among all such nodes
+            # (the root always qualifies), so trees are deep but never exceed DEPTH.
+            recent = [q for q in range(max(0, i - 8), i) if depth[b, q] < DEPTH]
+            pool = recent or [q for q in range(i) if depth[b, q] < DEPTH]
+            p = pool[int(torch.randint(0, len(pool), (1,), generator=gen))]
             parents[b, i], depth[b, i] = p, depth[b, p] + 1
             if p in last:
                 nxt[b, last[p]] = i

@@ -124,6 +124,23 @@ __global__ void __launch_bounds__(kTopkThreads, 2) draft_topk_partial_kernel(
     partial[int64_t(row) * num_chunks + chunk] = make_float2(cmax, total);
   }
 
+  const int kc = min(k, n_valid);
+  // Prefilter for small k: lanes 0..k-1 of a warp hold k distinct elements, the smallest of their maxima
+  // is <= the chunk's k-th largest key, and so is the largest such bound over the warps. Elements below it
+  // can't be in the top k; dropping them keeps the radix histogram's atomics off the crowded middle bins.
+  uint32_t floor_key = 0u;
+  if (k <= 32 && kc < n_valid) {
+    uint32_t lane_max = 0u;
+#pragma unroll
+    for (int i = 0; i < kTopkPerThread; ++i) lane_max = max(lane_max, key[i]);
+    uint32_t bound = lane < k ? lane_max : 0xFFFFFFFFu;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) bound = min(bound, __shfl_xor_sync(0xffffffffu, bound, o));
+    if (lane == 0) red_i[warp] = int(bound);
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kTopkThreads / 32; ++w) floor_key = max(floor_key, uint32_t(red_i[w]));
+  }
   auto item_at = [&](int i) -> uint64_t {
     // Read %tid.x through volatile asm so the compiler rebuilds items in each radix pass instead of
     // hoisting all of them (2 registers each) out of the pass loop, which would spill.
@@ -131,9 +148,8 @@ __global__ void __launch_bounds__(kTopkThreads, 2) draft_topk_partial_kernel(
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
     const int j = i / VN, q = i - j * VN;
     const int id = start + (j * kTopkThreads + tid) * VN + q;
-    return key[i] != 0u ? pack_item(key[i], id) : 0ull;
+    return (key[i] != 0u && key[i] >= floor_key) ? pack_item(key[i], id) : 0ull;
   };
-  const int kc = min(k, n_valid);
   uint64_t prefix = 1, mask = ~0ull;  // "every nonzero item" when the chunk has no more than k elements
   if (kc < n_valid) {
     block_select_top<kTopkThreads>(
