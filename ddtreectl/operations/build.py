@@ -99,6 +99,24 @@ export PATH
 inc="$root/releases/.incoming-$id"; ws="$root/build"; log="$inc/build.log"
 [ -d "$inc" ] || { echo "no staged release at $inc" >&2; exit 3; }
 mkdir -p "$ws" || exit 3
+# Copy what differs by content (no times kept: a changed file gets a new mtime, ninja sees it).
+sync_src() {
+  if command -v rsync >/dev/null 2>&1; then
+    rsync -rlp --checksum --delete EXCLUDES --exclude=/templates/ "$inc/" "$ws/src/"
+    return $?
+  fi
+  # No rsync on the host (minimal images): the same with find + cmp + cp.
+  mkdir -p "$ws/src" || return $?
+  (cd "$inc" && find . -type f ! -path './build/*' ! -path './templates/*' ! -name build.log \
+      ! -name selftest.log ! -name .build-stamp ! -name .build-rc ! -name .selftest-rc) |
+  while IFS= read -r f; do
+    cmp -s "$inc/$f" "$ws/src/$f" && continue
+    mkdir -p "$ws/src/${f%/*}" && cp "$inc/$f" "$ws/src/$f" || exit 1
+  done || return $?
+  (cd "$ws/src" && find . -type f) | while IFS= read -r f; do
+    [ -e "$inc/$f" ] || rm -f "$ws/src/$f"
+  done
+}
 build() {
   exec 9>"$ws/.lock"
   if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
@@ -106,7 +124,7 @@ build() {
     flock -w 1800 9 || { echo "build workspace $ws stayed locked for 30 min"; return 75; }
   fi
   echo "== sources -> $ws/src (changed files only)"
-  rsync -rlp --checksum --delete EXCLUDES --exclude=/templates/ "$inc/" "$ws/src/" || return $?
+  sync_src || return $?
   config="archs=$archs args=$*"
   if [ ! -f "$ws/out/build.ninja" ] || [ "$(cat "$ws/out/.ddtreectl-config" 2>/dev/null)" != "$config" ]; then
     echo "== configure: $config"

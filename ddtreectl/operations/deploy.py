@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ddtreectl.operations import activate, remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
 from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
-from ddtreectl.operations.sync import rsync_argv, run_rsync, sources_for
+from ddtreectl.operations.sync import copy_local, rsync_argv, run_rsync, sources_for
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.status import probe_status
 from ddtreectl.transport.base import Transport
@@ -176,10 +177,15 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     emit(DeployEvent(host.name, "sync", 0, 100))
     transport.run(f"mkdir -p {remote_path(root, 'releases', '.incoming-' + rid)}", timeout=30)
     prev = facts.release.current if facts.release.current in facts.release.releases else None
-    argv = rsync_argv(transport, sources_for(options.engine_dir, options.templates_dir),
-                      f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
-    run_rsync(argv, host=host.name, timeout=options.build_timeout_s,
-              on_progress=lambda done, pct: emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes")))
+    progress = lambda done, pct: emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,}"))  # noqa: E731
+    if transport.rsync_ssh_command() is None and shutil.which("rsync") is None:
+        releases = Path(os.path.expanduser(root)) / "releases"
+        copy_local(options.files, options.engine_dir, options.templates_dir, releases / f".incoming-{rid}",
+                   releases / prev if prev else None, progress)
+    else:
+        argv = rsync_argv(transport, sources_for(options.engine_dir, options.templates_dir),
+                          f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
+        run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress)
     result.timings["sync"] = time.monotonic() - t
     _check(cancel, host.name)
 
@@ -206,9 +212,10 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     result.timings["selftest"] = time.monotonic() - t
     result.selftest = test.verdict
     if not test.ok:
+        hint = (f"log on the host: {root}/releases/.incoming-{rid}/selftest.log" if has_gpu else
+                "check the driver (`nvidia-smi` on the host); if the host has no GPU, set gpus: 0 for it")
         raise RemoteCommandError(f"self-test {test.verdict}; `current` unchanged.\n{test.tail}".rstrip(),
-                                 hint=f"log on the host: {root}/releases/.incoming-{rid}/selftest.log",
-                                 host=host.name)
+                                 hint=hint, host=host.name)
     stamp = stamp_text(rid, archs=archs or "engine default", selftest=test.verdict, by=operator(),
                        now=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), ninja_steps=outcome.steps)
     activate.finalize(transport, root, rid, stamp)

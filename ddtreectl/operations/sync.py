@@ -8,10 +8,12 @@ kill of ddtreectl ends it too; the receiving side then drops its temporary files
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import selectors
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddtreectl.errors import ConnectError, RemoteCommandError
-from ddtreectl.operations.release import RSYNC_EXCLUDES
+from ddtreectl.operations.release import RSYNC_EXCLUDES, ShippedFile
 from ddtreectl.transport.base import Transport
 
 _PROGRESS2 = re.compile(r"^\s*([\d,.]+)\s+(\d{1,3})%")
@@ -177,3 +179,46 @@ def sources_for(engine_dir: Path, templates_dir: Path | None) -> list[str]:
     if templates_dir is not None and templates_dir.is_dir():
         sources.append(str(templates_dir).rstrip("/"))
     return sources
+
+
+def copy_local(files: tuple[ShippedFile, ...], engine_dir: Path, templates_dir: Path | None, dest: Path,
+               link_dest: Path | None, on_progress: ProgressFn | None = None) -> int:
+    """rsync's job for a `local` host on a machine without rsync (minimal GPU images): hard-link
+    files whose content matches the previous release, copy the rest (with their mtimes), delete
+    files that no longer ship. Returns the number of files copied (not linked)."""
+    from ddtreectl.operations.release import walk_files
+
+    copied = 0
+    for i, f in enumerate(files):
+        if f.path.startswith("templates/") and templates_dir is not None:
+            source = templates_dir / f.path[len("templates/"):]
+        else:
+            source = engine_dir / f.path
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not (target.is_file() and not target.is_symlink() and _digest(target) == f.digest):
+            previous = link_dest / f.path if link_dest is not None else None
+            tmp = target.with_name(f".{target.name}.ddtreectl-tmp")
+            tmp.unlink(missing_ok=True)
+            if previous is not None and previous.is_file() and not previous.is_symlink() \
+                    and _digest(previous) == f.digest:
+                os.link(previous, tmp)
+            else:
+                shutil.copy2(source, tmp, follow_symlinks=False)
+                copied += 1
+            os.replace(tmp, target)
+        if on_progress is not None:
+            on_progress(i + 1, (i + 1) * 100 // max(1, len(files)))
+    wanted = {f.path for f in files}
+    for existing in walk_files(dest):  # skips the release's own build/, build.log, stamp
+        if existing.path not in wanted:
+            (dest / existing.path).unlink()
+    return copied
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
