@@ -112,15 +112,18 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--agree", type=float, default=0.8)
     ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
-    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args()
     torch.manual_seed(0)
     if DEV == "cpu":
         torch.set_num_threads(1)
     d = args.d_model
-    cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=max(4, d // 16),
-                      n_kv_heads=max(2, d // 64), head_dim=16, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+    # head_dim 64: the smallest the tree-attention kernel takes.
+    cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=args.heads,
+                      n_kv_heads=args.kv_heads, head_dim=64, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
     if DEV == "cuda":
         model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
         name = torch.cuda.get_device_name()

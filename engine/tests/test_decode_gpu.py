@@ -105,9 +105,13 @@ def test_gpu_tree_path_matches_dense_path(exact_model: TinyTransformer, exact_ba
 
 
 # ---- all five kernels, bf16 K/V, CUDA graph ---------------------------------------------------------
+# The tree-attention kernel takes head_dim 64/128/256.
+FAST_CFG = ModelConfig(vocab_size=320, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=352)
+
+
 @pytest.fixture(scope="module")
 def fast_model() -> TinyTransformer:
-    return TinyTransformer.random(CFG, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
+    return TinyTransformer.random(FAST_CFG, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
 
 
 def _run_fast(model: TinyTransformer, drafter: Any, budget: int, graph: bool, reqs: list[Request],

@@ -316,7 +316,8 @@ def test_health_generate_is_503_while_loading_then_200(tmp_path: Path) -> None:
 
 
 def test_sigterm_during_request_completes_it_and_exits_0(tmp_path: Path) -> None:
-    srv = Srv(["--model-path", "random:0", "--speculative-algorithm", "DDTREE", "--ddtree-budget", "4"], tmp_path)
+    srv = Srv(["--model-path", "random:0", "--speculative-algorithm", "DDTREE", "--ddtree-budget", "4",
+               "--drain-timeout", "600"], tmp_path)
     srv.wait_ready()
     started = threading.Event()
     events: list[Any] = []
@@ -325,7 +326,7 @@ def test_sigterm_during_request_completes_it_and_exits_0(tmp_path: Path) -> None
         def on_event(ev: Any) -> None:
             if ev != "[DONE]" and ev["choices"][0]["text"]:
                 started.set()
-        events.extend(srv.stream("/v1/completions", {"prompt": "long", "max_tokens": 200, "temperature": 0,
+        events.extend(srv.stream("/v1/completions", {"prompt": "long", "max_tokens": 120, "temperature": 0,
                                                      "ignore_eos": True}, on_event))
 
     t = threading.Thread(target=client)
@@ -338,8 +339,8 @@ def test_sigterm_during_request_completes_it_and_exits_0(tmp_path: Path) -> None
     final = events[-2]
     assert final["choices"][0]["finish_reason"] in ("length", "stop")
     text = "".join(e["choices"][0]["text"] for e in events[:-1])
-    assert text == _expected_greedy("long", 200, ignore_eos=True)[0]
-    assert final["usage"]["completion_tokens"] == 200
+    assert text == _expected_greedy("long", 120, ignore_eos=True)[0]
+    assert final["usage"]["completion_tokens"] == 120
 
 
 def test_sigterm_past_drain_timeout_fails_request_cleanly(tmp_path: Path) -> None:

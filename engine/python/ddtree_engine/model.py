@@ -41,13 +41,15 @@ from ddtree_engine.backend import OpBackend
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # Defaults = the server's test model. head_dim 64 because the CUDA tree-attention kernel takes
+    # head_dim 64/128/256; the CPU lossless tests use an even smaller config (head_dim 16).
     vocab_size: int = 320
-    d_model: int = 64
+    d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
     n_kv_heads: int = 2
-    head_dim: int = 16
-    ffn_dim: int = 176
+    head_dim: int = 64
+    ffn_dim: int = 352
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     # Scale of the lm_head init: larger gives peakier next-token distributions.

@@ -19,6 +19,7 @@ from ddtree_engine.serve.metrics import Metrics
 from ddtree_engine.tokenizer import ByteTokenizer, IncrementalDetokenizer
 
 log = logging.getLogger("ddtree_engine.serve")
+KERNEL_HEAD_DIMS = (64, 128, 256)  # what libddtree's tree_attention kernel supports
 
 
 class QueueFull(Exception):
@@ -134,6 +135,13 @@ class Scheduler:
         budget = cfg.speculative_ddtree_budget if cfg.ddtree_enabled else 0
         drafter = TinyDrafter(model, block_len=cfg.speculative_block_size - 1, seed=cfg.random_seed + 1)
         backend = default_backend(dev)
+        if backend.name == "cuda" and mcfg.head_dim not in KERNEL_HEAD_DIMS:
+            from ddtree_engine.backend import mixed_backend
+            from ddtree_engine.reference.tree_attention import tree_attention
+
+            log.warning("head_dim %d has no tree-attention kernel: using the PyTorch reference attention",
+                        mcfg.head_dim)
+            backend = mixed_backend("cuda+ref-attention", backend, tree_attention=tree_attention)
         self.backend_name = backend.name
         self.budget = budget
         self.engine = DDTreeEngine(
