@@ -110,7 +110,7 @@ def main() -> None:
         configs = [(256, 64, 1), (1024, 1024, 8)]
     rows = []
     for m, k, bsz in configs:
-        for sharp in (4.0, 1.0):
+        for sharp in (8.0, 4.0, 1.0):
             heap_reps = 5 if m * bsz <= 2048 else 3
             rows.append(bench_one(m, k, bsz, sharp, heap_reps))
             r = rows[-1]

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One device call for build_tree: build (sm_90, this op only), ddtree-selftest, compute-sanitizer
-# (memcheck + racecheck), GPU pytest vs the reference heap, bench table. Logs go to $OUT.
-# STAGES (default "build selftest sanitize pytest bench") picks stages.
+# (memcheck + racecheck), GPU pytest vs the reference heap, bench table, phase profile. Logs go to $OUT.
+# STAGES (default "build selftest sanitize pytest bench profile") picks stages.
 # Run from the repository root:  bash engine/bench/run_build_tree_device.sh
 set -u
 OUT=${OUT:-/tmp/build_tree_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-STAGES=${STAGES:-"build selftest sanitize pytest bench"}
+STAGES=${STAGES:-"build selftest sanitize pytest bench profile"}
 BENCH_ARGS=${BENCH_ARGS:-}
 root=$(pwd)
 build=$root/engine/build-bt
@@ -54,5 +54,10 @@ if has bench; then
   stamp bench
   timeout 200 python3 engine/bench/bench_build_tree.py --json "$OUT/bench.json" $BENCH_ARGS 2>&1 \
     | tee "$OUT/bench.log"
+fi
+if has profile; then
+  stamp profile
+  nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile" \
+    && timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
 fi
 stamp done

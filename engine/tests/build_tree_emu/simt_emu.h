@@ -103,6 +103,20 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
   return out;
 }
 
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src) {
+  const int lane = threadIdx.x & 31;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  emu::slot(lane) = bits;
+  emu::warp_sync();
+  const uint64_t got = emu::slot(src & 31);
+  emu::warp_sync();
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+
 inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
 inline double __drcp_rn(double a) { volatile double r = 1.0 / a; return r; }
 

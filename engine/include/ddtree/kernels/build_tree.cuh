@@ -69,6 +69,11 @@ struct Params {
   int32_t* next_sibling;
 };
 
+// Level state carried between the block-wide and the warp-only level loops.
+struct LevelState {
+  int d, size, pa, pb, live;
+};
+
 // Per-node arrays of the finished tree (alias the pool's `lex` array once sorting is done).
 struct Nodes {
   int16_t par[kMaxNodes];
@@ -90,6 +95,7 @@ struct Smem {
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
   uint32_t warp_sum[kWarps];
   // block-uniform scalars
+  LevelState lvl;
   int bad;
   int leff;
   int count;
@@ -118,7 +124,9 @@ __device__ __forceinline__ double child_score(double parent, const float* row, i
   return __dadd_rn(parent, static_cast<double>(__ldg(row + r)));
 }
 
-// Exclusive block scan of one value per thread; returns the prefix, *total gets the sum.
+// Exclusive block scan of one value per thread; returns the prefix, *total gets the sum. One barrier:
+// every thread adds up the warp totals before its own (at most kWarps - 1 broadcast reads). The caller
+// must pass a block barrier before the next scan (S.warp_sum is reused).
 __device__ __forceinline__ unsigned block_exclusive_scan(Smem& S, unsigned v, unsigned* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   unsigned inc = v;
@@ -129,22 +137,15 @@ __device__ __forceinline__ unsigned block_exclusive_scan(Smem& S, unsigned v, un
   }
   if (lane == 31) S.warp_sum[warp] = inc;
   __syncthreads();
-  if (warp == 0) {
-    unsigned w = lane < kWarps ? S.warp_sum[lane] : 0u;
-    unsigned wi = w;
+  unsigned before = 0, all = 0;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      unsigned y = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += y;
-    }
-    if (lane < kWarps) S.warp_sum[lane] = wi - w;  // exclusive warp prefix
-    if (lane == kWarps - 1) S.count = static_cast<int>(wi);
+  for (int w = 0; w < kWarps; ++w) {
+    const unsigned x = S.warp_sum[w];
+    before += w < warp ? x : 0u;
+    all += x;
   }
-  __syncthreads();
-  unsigned prefix = S.warp_sum[warp] + inc - v;
-  *total = static_cast<unsigned>(S.count);
-  __syncthreads();  // S.warp_sum / S.count are reused by the next scan
-  return prefix;
+  *total = all;
+  return before + inc - v;
 }
 
 // Number of children p.r of pool entry e with kappa >= t (a prefix of ranks: the row is sorted).
@@ -407,25 +408,62 @@ __device__ int compact_pool(Smem& S, int size, double t, int* pa) {
 }
 
 // Writes the `total` children counted by count_children into the pool at [size, size + total).
+// Writes child slot j (of the children counted by count_children: offsets in S.scr over np parents
+// from pa) into the pool at size + j.
+__device__ __forceinline__ void materialize_one(Smem& S, const float* row, int pa, int np, int size, int depth, int j) {
+  const int p = slot_parent(S, np, j);
+  const int r = j - static_cast<int>(S.scr[p]);
+  const int e_par = pa + p;
+  const uint32_t i1 = S.info1[e_par];
+  const uint32_t pi = (i1 & 0x7FFu) * static_cast<uint32_t>(r + 1);
+  const int len_p = static_cast<int>((i1 >> 11) & 0x7Fu);
+  // Order-preserving prefix code of rank r: a continuation bit, then b ones, a zero, and the b low
+  // bits of r+1 (b = floor(log2(r+1))). A shorter tuple is a prefix padded with zeros: it sorts first.
+  const uint32_t v = static_cast<uint32_t>(r + 1);
+  const int b = 31 - __clz(v);
+  const int n = 2 * b + 2;
+  const unsigned long long code = (((1ull << (b + 1)) - 1ull) << (b + 1)) | (v - (1u << b));
+  const int e = size + j;
+  S.score[e] = child_score(S.score[e_par], row, r);
+  S.lex[e] = S.lex[e_par] | (code << (64 - len_p - n));
+  S.info0[e] = static_cast<uint32_t>(e_par) | (static_cast<uint32_t>(r) << 12);
+  S.info1[e] = pi | (static_cast<uint32_t>(len_p + n) << 11) | (static_cast<uint32_t>(depth) << 18);
+}
+
 __device__ void materialize(Smem& S, const float* row, int pa, int np, int total, int size, int depth) {
-  for (int j = threadIdx.x; j < total; j += kThreads) {
-    const int p = slot_parent(S, np, j);
-    const int r = j - static_cast<int>(S.scr[p]);
-    const int e_par = pa + p;
-    const uint32_t i1 = S.info1[e_par];
-    const uint32_t pi = (i1 & 0x7FFu) * static_cast<uint32_t>(r + 1);
-    const int len_p = static_cast<int>((i1 >> 11) & 0x7Fu);
-    // Order-preserving prefix code of rank r: a continuation bit, then b ones, a zero, and the b low
-    // bits of r+1 (b = floor(log2(r+1))). A shorter tuple is a prefix padded with zeros: it sorts first.
-    const uint32_t v = static_cast<uint32_t>(r + 1);
-    const int b = 31 - __clz(v);
-    const int n = 2 * b + 2;
-    const unsigned long long code = (((1ull << (b + 1)) - 1ull) << (b + 1)) | (v - (1u << b));
-    const int e = size + j;
-    S.score[e] = child_score(S.score[e_par], row, r);
-    S.lex[e] = S.lex[e_par] | (code << (64 - len_p - n));
-    S.info0[e] = static_cast<uint32_t>(e_par) | (static_cast<uint32_t>(r) << 12);
-    S.info1[e] = pi | (static_cast<uint32_t>(len_p + n) << 11) | (static_cast<uint32_t>(depth) << 18);
+  for (int j = threadIdx.x; j < total; j += kThreads) materialize_one(S, row, pa, np, size, depth, j);
+}
+
+constexpr int kWarpMaxChildren = 256;
+
+// Narrow levels (<= 32 parents, few children, no raise or compaction due) run on warp 0 alone, level
+// after level, with no block barrier: deep chains of small levels cost a few hundred cycles each.
+// Stops (leaving the state at the level it could not take) when a level is wide or needs the block.
+__device__ void warp_levels(Smem& S, const float* lp, int K, int M, int leff, int soft, double t, LevelState& st) {
+  const int lane = threadIdx.x & 31;
+  while (st.d <= leff && st.pb > st.pa && st.pb - st.pa <= 32) {
+    const float* row = lp + static_cast<size_t>(st.d - 1) * K;
+    const int nv = S.nvalid[st.d - 1];
+    const int np = st.pb - st.pa;
+    const unsigned c = lane < np ? count_one(S, row, nv, M, st.pa + lane, t) : 0u;
+    unsigned inc = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    const int total = static_cast<int>(__shfl_sync(0xffffffffu, inc, 31));
+    if (st.live + total > soft || st.size + total > kCap || total > kWarpMaxChildren) break;
+    if (lane < np) S.scr[lane] = inc - c;
+    __syncwarp();
+    for (int j = lane; j < total; j += 32) materialize_one(S, row, st.pa, np, st.size, st.d, j);
+    __syncwarp();
+    if (lane == 0) DDTREE_BUILD_TREE_EVENT(warp_level);
+    st.pa = st.size;
+    st.size += total;
+    st.pb = st.size;
+    st.live += total;
+    ++st.d;
   }
 }
 
@@ -635,13 +673,30 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   if (tid == 0) S.bad = 0;
   __syncthreads();
   {
+    // Four elements per thread per step, all loads issued before any check (first touches of the
+    // rows go to L2/HBM; this pass also warms L1 for the binary searches that follow).
     int bad = 0;
-    for (int idx = tid; idx < L * R; idx += kThreads) {
-      const int d = idx / R, r = idx - d * R;
-      const float x = __ldg(lp + static_cast<size_t>(d) * K + r);
-      if (!(x <= 0.f)) bad = 1;  // positive or NaN
-      if (r > 0 && x > __ldg(lp + static_cast<size_t>(d) * K + r - 1)) bad = 1;  // not sorted
-      if (x == -__builtin_huge_valf()) atomicMin(&S.nvalid[d], r);
+    constexpr int kU = 4;
+    for (int base = tid; base < L * R; base += kU * kThreads) {
+      float x[kU], y[kU];
+      int dd[kU], rr[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int idx = base + u * kThreads;
+        dd[u] = idx / R;
+        rr[u] = idx - dd[u] * R;
+        const bool in = idx < L * R;
+        const float* q = lp + static_cast<size_t>(dd[u]) * K + rr[u];
+        x[u] = in ? __ldg(q) : -1.f;
+        y[u] = in && rr[u] > 0 ? __ldg(q - 1) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (base + u * kThreads >= L * R) continue;
+        if (!(x[u] <= 0.f)) bad = 1;                 // positive or NaN
+        if (rr[u] > 0 && x[u] > y[u]) bad = 1;       // not sorted descending
+        if (x[u] == -__builtin_huge_valf()) atomicMin(&S.nvalid[dd[u]], rr[u]);
+      }
     }
     if (bad) S.bad = 1;
   }
@@ -669,7 +724,22 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   const int raise_target = need + max(32, need / 8);
   int size = 1, pa = 0, pb = 1, live = 1;
   double t = kNegInf;
-  for (int d = 1; d <= leff && pb > pa; ++d) {
+  int d = 1;
+  bool warp_tried = false;  // warp mode already stopped at this level: take it block-wide
+  while (d <= leff && pb > pa) {
+    if (pb - pa <= 32 && !warp_tried) {
+      LevelState st{d, size, pa, pb, live};
+      if (tid < 32) warp_levels(S, lp, K, M, leff, soft, t, st);
+      if (tid == 0) { S.lvl = st; }
+      __syncthreads();
+      const LevelState got = S.lvl;
+      __syncthreads();  // S.lvl is rewritten by the next warp-mode episode
+      warp_tried = got.d == d;
+      d = got.d; size = got.size; pa = got.pa; pb = got.pb; live = got.live;
+      DDTREE_BUILD_TREE_MARK(40 + d);
+      continue;
+    }
+    warp_tried = false;
     const float* row = lp + static_cast<size_t>(d - 1) * K;
     const int nv = S.nvalid[d - 1];
     int np = pb - pa;
@@ -703,6 +773,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     live += total;
     __syncthreads();
     DDTREE_BUILD_TREE_MARK(10 + d);
+    ++d;
   }
   int n_live = live;
   if (live > need) {
