@@ -135,3 +135,22 @@ def test_gpu_cuda_graph_replay_equals_eager(fast_model: TinyTransformer) -> None
     same = [next((j for j, (a, b) in enumerate(zip(g.tokens, p.tokens)) if a != b), 128)
             for g, p in zip(graphed, plain)]
     print(f"bf16 kernels: DDTree agrees with budget-0 decoding for the first {same} tokens of 128")
+
+
+def test_gpu_round_has_no_host_sync(fast_model: TinyTransformer) -> None:
+    """A whole round with the kernel backend runs with torch's sync debug mode set to error: no .item(),
+    no device-to-host copy, no synchronizing op anywhere in drafter, ops, model or bookkeeping."""
+    eng = DDTreeEngine(fast_model, TinyDrafter(fast_model, block_len=L), cuda_backend(), slots=3,
+                       max_budget=32, max_context=MAX_CONTEXT)
+    for slot, p in enumerate(_prompts()[:3]):
+        eng.admit(slot, Request(p, 64, budget=32))
+    eng.run_round()  # first call: lazy library load and workspace allocation
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            eng.run_round()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    out = eng.read_round()
+    assert set(out.new_tokens) == {0, 1, 2}

@@ -234,6 +234,7 @@ def test_stop_string_truncates(server: Srv) -> None:
     ("/v1/completions", b'{"prompt": "x", "temperature": -1}', "'temperature'"),
     ("/v1/completions", b'{"prompt": "x", "stream": "yes"}', "'stream' must be a boolean"),
     ("/v1/completions", b'{"prompt": [1, 99999]}', "token ids"),
+    ("/v1/completions", b'{"prompt": "x", "logprobs": 3}', "'logprobs' is not supported"),
     ("/v1/chat/completions", b'{"messages": []}', "'messages' is required"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user"}]}', "messages[0]"),
 ])

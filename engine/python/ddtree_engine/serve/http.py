@@ -109,6 +109,10 @@ class Server:
             raise BadRequest("only top_p = 1 is supported (sampling stays lossless under DDTree)", "top_p")
         if _get(body, "n", int, 1) != 1:
             raise BadRequest("only n = 1 is supported", "n")
+        for unsupported in ("logprobs", "top_logprobs", "echo", "best_of", "suffix", "tools", "logit_bias"):
+            if body.get(unsupported) not in (None, False, [], {}) and not (
+                    unsupported == "best_of" and body.get(unsupported) == 1):
+                raise BadRequest(f"'{unsupported}' is not supported by this server", unsupported)
         stop = body.get("stop")
         if stop is None:
             stops: list[str] = []
@@ -172,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [{
                 "id": app.cfg.model_name, "object": "model", "created": int(app.started), "owned_by": "ddtree-engine",
                 "root": app.cfg.model_path, "max_model_len": app.cfg.context_length}]})
+        elif path == "/get_model_info":
+            self._send(200, {"model_path": app.cfg.model_path, "served_model_name": app.cfg.model_name,
+                             "is_generation": True, "tokenizer_path": "byte-level (built in)"})
         elif path in ("/server_info", "/get_server_info"):
             info = app.cfg.server_info()
             info.update({"status": "ready" if sched.ready.is_set() else ("failed" if sched.load_error else "loading"),
