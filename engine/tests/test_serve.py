@@ -365,6 +365,35 @@ def test_sigterm_past_drain_timeout_fails_request_cleanly(tmp_path: Path) -> Non
     assert events[-2]["object"] == "error" and "shut down" in events[-2]["message"]
 
 
+def test_serves_a_saved_model_file(tmp_path: Path) -> None:
+    from ddtree_engine.decode import ar_generate
+    from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights, save_model
+    from ddtree_engine.tokenizer import ByteTokenizer
+
+    cfg = ModelConfig(d_model=64, n_heads=2, n_kv_heads=1, ffn_dim=176)
+    weights = random_weights(cfg, seed=42)
+    path = save_model(tmp_path / "model.pt", cfg, weights)
+    srv = Srv(["--model-path", str(path), "--served-model-name", "tiny", "--speculative-algorithm", "DDTREE",
+               "--ddtree-budget", "6"], tmp_path)
+    try:
+        srv.wait_ready()
+        status, body = srv.post("/v1/completions", {"model": "tiny", "prompt": "saved", "max_tokens": 24,
+                                                    "temperature": 0, "ignore_eos": True})
+        assert status == 200, body
+        tok = ByteTokenizer()
+        ref = ar_generate(TinyTransformer(cfg, weights), tok.encode("saved", bos=True), 24)
+        assert body["choices"][0]["text"] == tok.decode(ref)
+    finally:
+        assert srv.stop() == 0
+
+
+def test_missing_model_path_exits_1_with_reason(tmp_path: Path) -> None:
+    srv = Srv(["--model-path", str(tmp_path / "nope")], tmp_path)
+    assert srv.proc.wait(BOOT_TIMEOUT) == 1
+    log = srv.log.read_text()
+    assert "does not exist" in log and str(tmp_path / "nope") in log
+
+
 def test_bad_config_exits_2_with_file_and_key(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model-path: x\nnot-a-flag: 3\n")

@@ -2,7 +2,7 @@
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT: stop accepting, drain running requests for up to
 --drain-timeout seconds, fail the rest with a clear error), 2 for a bad flag or config file, 1 when the
-port cannot be bound."""
+port cannot be bound or the model cannot be loaded."""
 
 from __future__ import annotations
 
@@ -44,8 +44,13 @@ def main(argv: list[str] | None = None) -> int:
                                    name="http", daemon=True)
     http_thread.start()
     log.info("listening on http://%s:%d (model %s, loading)", cfg.host, server.port, cfg.model_name)
-    while not stop.wait(0.5):
-        pass
+    while not stop.wait(0.2):
+        if server.scheduler.load_error:
+            # Exit non-zero so systemd marks the unit failed (and Restart=on-failure applies).
+            log.error("exiting: %s", server.scheduler.load_error)
+            server.httpd.shutdown()
+            server.httpd.server_close()
+            return 1
     # New generation requests now get 503; the listener closes; running requests may finish.
     server.scheduler.begin_drain(cfg.drain_timeout)
     server.httpd.shutdown()

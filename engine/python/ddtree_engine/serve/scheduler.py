@@ -154,7 +154,7 @@ class Scheduler:
     def _main(self) -> None:
         try:
             self._load()
-        except Exception as e:  # reported through /health and the log; the process keeps serving 503
+        except Exception as e:  # reported in the log; the main thread exits 1
             self.load_error = f"model load failed: {type(e).__name__}: {e}"
             log.error("%s", self.load_error)
             self._fail_queued(self.load_error)
