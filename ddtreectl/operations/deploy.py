@@ -39,7 +39,7 @@ class DeployOptions:
     templates_dir: Path | None
     files: tuple[ShippedFile, ...]  # walked once per command (release.walk_files)
     lock_wait_s: float = 0.0
-    lock_ttl_s: int = 7200
+    lock_ttl_s: int = 3600  # longer than the slowest full build; a dead holder of this machine is taken over at once
     restart: bool = False
     build_timeout_s: float = 3600.0
 

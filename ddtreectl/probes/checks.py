@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 from ddtreectl.inventory.models import Host
 from ddtreectl.probes.facts import HostFacts
 
@@ -32,6 +35,7 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
         out.append(f"current points to a missing release ({release.current_path or release.current})")
     elif release.current is not None and not release.build_stamp:
         out.append(f"release {release.current} has no build stamp (build incomplete or failed)")
+    out.extend(lock_warnings(facts))
     if facts.disk is not None:
         low_pct = facts.disk.used_pct is not None and facts.disk.used_pct >= LOW_DISK_PCT
         if facts.disk.avail_kib < LOW_DISK_KIB or low_pct:
@@ -39,6 +43,35 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
                        f"{facts.disk.mount} ({facts.disk.used_pct}% used)")
     elif facts.disk_detail:
         out.append(f"disk free unknown: {facts.disk_detail}")
+    return out
+
+
+def lock_warnings(facts: HostFacts, now: float | None = None) -> list[str]:
+    """Held host locks (deploy, ...), from the owner records the probe passed through. An automatic
+    lock past its TTL is named STALE: its ddtreectl died; the next deploy takes it over."""
+    out: list[str] = []
+    clock = time.time() if now is None else now
+    for path, text in sorted(facts.state_files.items()):
+        if not (path.startswith("state/locks/") and path.endswith(".lock/owner.json")):
+            continue
+        name = path[len("state/locks/"):-len(".lock/owner.json")]
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            out.append(f"{name} lock held (unreadable owner record {path})")
+            continue
+        since = int(data.get("since") or 0)
+        ttl = int(data.get("ttl_s") or 0)
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+        who = f"{data.get('owner', '?')} since {when}: {data.get('reason') or 'no reason given'}"
+        if data.get("kind") == "auto" and ttl > 0 and clock > since + ttl:
+            out.append(f"{name} lock STALE (automatic, expired {int(clock - since - ttl)} s ago), was held by {who}")
+        elif data.get("kind") == "auto":
+            out.append(f"{name} lock held by {who} (automatic, expires after {ttl} s)")
+        else:
+            out.append(f"{name} lock held by {who} (manual: never expires)")
     return out
 
 

@@ -336,6 +336,9 @@ def test_kill_mid_rsync_and_mid_build_keeps_old_release(inv: Path, hosts: Any, w
     stale = lock_owner(h)
     assert stale is not None and f"pid {proc.pid}" in stale["reason"]  # left behind, automatic (TTL)
     assert stale["kind"] == "auto" and stale["ttl_s"] > 0
+    code, out, err = run(inv, "status", "dp-kill", "--json")
+    warnings = json.loads(out)["hosts"][0]["warnings"]
+    assert any(w.startswith("deploy lock held by") and f"pid {proc.pid}" in w for w in warnings), warnings
 
     # 2. Mid-build: kill it while ninja runs on the host.
     engine_file(OP_SOURCE, (workspace / "engine" / OP_SOURCE).read_text() + "\n// kill test\n")
@@ -373,3 +376,29 @@ def test_lock_commands(inv: Path, hosts: Any) -> None:
     assert lock_owner(h) is None
     code, out, err = run(inv, "lock", "status", "dp-lock")
     assert code == 0 and "free" in out
+
+
+def test_ctrl_c_mid_build_releases_the_lock_and_keeps_current(inv: Path, hosts: Any, workspace: Path,
+                                                              engine_file: Callable[[str, str | None], None]) -> None:
+    h = hosts["dp-kill"]
+    before = current_of(h)
+    intact = release_hash(h, before)
+    releases = h.root / "opt/ddtree/releases"
+    for old in releases.glob(".incoming-*/build.log"):
+        old.unlink()
+    engine_file(OP_SOURCE, (workspace / "engine" / OP_SOURCE).read_text() + "\n// ctrl-c test\n")
+    proc = subprocess.Popen(ddtreectl_argv("-i", str(inv), "deploy", "--host", "dp-kill"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: any("== ninja" in p.read_text(errors="replace")
+                             for p in releases.glob(".incoming-*/build.log")), 300, "the build to start", 0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err
+    assert lock_owner(h) is None  # released on the way out, not left to expire
+    assert current_of(h) == before and release_hash(h, before) == intact

@@ -151,3 +151,23 @@ def test_orphaned_lock_only_for_dead_pids_of_this_operator() -> None:
     manual = LockInfo("deploy", "me@box", f"maintenance (ddtreectl pid {dead})", 1, "manual", 0)
     assert not orphaned(manual, "me@box")
     assert release_id([], {}) == release_id((), {})
+
+
+def test_status_names_held_and_stale_locks() -> None:
+    from ddtreectl.probes.checks import lock_warnings
+    from ddtreectl.probes.facts import HostFacts, ReleaseState
+
+    def facts(files: dict[str, str]) -> HostFacts:
+        return HostFacts("h", "m", "b", 1.0, "k", "root", "systemd", GpuState("missing"), None,
+                         ReleaseState("/opt/ddtree", True), None, state_files=files)
+
+    record = {"owner": "me@box", "reason": "deploy (ddtreectl pid 42)", "since": 1000, "kind": "auto", "ttl_s": 3600}
+    held = facts({"state/locks/deploy.lock/owner.json": json.dumps(record)})
+    (w,) = lock_warnings(held, now=2000)
+    assert w.startswith("deploy lock held by me@box since 1970-01-01 00:16:40 UTC: deploy (ddtreectl pid 42)")
+    (w,) = lock_warnings(held, now=1000 + 3600 + 5)
+    assert w.startswith("deploy lock STALE (automatic, expired 5 s ago), was held by me@box")
+    manual = facts({"state/locks/deploy.lock/owner.json": json.dumps({**record, "kind": "manual", "ttl_s": 0})})
+    assert lock_warnings(manual, now=10 ** 9)[0].endswith("(manual: never expires)")
+    assert lock_warnings(facts({"state/mode.json": "{}"}), now=0) == []
+    assert "unreadable" in lock_warnings(facts({"state/locks/x.lock/owner.json": "garbage"}), now=0)[0]

@@ -131,10 +131,10 @@ if [ -d "$root/current/" ] && [ -f "$root/current/.build-stamp" ]; then
   echo "@@ddtree-end stamp rc=0"
 fi
 
-# Lock and mode-lease files of later commands, passed through raw (first 64 KiB; the audit log
+# Lock owner records (state/locks/NAME.lock/owner.json) and mode-lease files, passed through raw (first 64 KiB; the audit log
 # grows without bound and is not a status fact).
 if [ -d "$root/state" ]; then
-  for f in "$root/state"/* "$root/state"/*/*; do
+  for f in "$root/state"/* "$root/state"/*/* "$root/state"/locks/*.lock/owner.json; do
     [ -f "$f" ] || continue
     case $f in *.log) continue ;; esac
     echo "@@ddtree-begin file ${f#"$root/"}"
