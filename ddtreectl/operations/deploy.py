@@ -146,13 +146,15 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
     emit(DeployEvent(host.name, "lock"))
     got = take_lock(transport, root, f"deploy (ddtreectl pid {os.getpid()})",
                     wait_s=options.lock_wait_s, ttl_s=options.lock_ttl_s)
+    result_lock_s = time.monotonic() - t0
     try:
         emit(DeployEvent(host.name, "probe"))
         facts = probe(transport, inventory, host)
         rid, archs, source = target_release(facts, host, options.files)
         result = DeployResult(host.name, rid, archs=archs, archs_source=source)
         result.lock_took_over = got.took_over.describe() if got.took_over else None
-        result.timings["probe"] = time.monotonic() - t0
+        result.timings["lock"] = result_lock_s
+        result.timings["probe"] = time.monotonic() - t0 - result_lock_s
         _check(cancel, host.name)
         rel = facts.release
         good = rid == rel.current and stamp_good(rel.stamp_text, rid)
@@ -177,7 +179,9 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     emit(DeployEvent(host.name, "sync", 0, 100))
     transport.run(f"mkdir -p {remote_path(root, 'releases', '.incoming-' + rid)}", timeout=30)
     prev = facts.release.current if facts.release.current in facts.release.releases else None
-    progress = lambda done, pct: emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,}"))  # noqa: E731
+    def progress(done: int, pct: int) -> None:
+        emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes"))
+
     if transport.rsync_ssh_command() is None and shutil.which("rsync") is None:
         releases = Path(os.path.expanduser(root)) / "releases"
         copy_local(options.files, options.engine_dir, options.templates_dir, releases / f".incoming-{rid}",
