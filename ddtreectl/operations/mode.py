@@ -157,6 +157,11 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
                     + f"ask {other.holder}, or --force to take it over (recorded in the audit log)",
                     host=host.name)
             result.forced.append(f"took over the lease of {other.holder}")
+        mine = state.lease
+        if mine is not None and mine.mode == "dev" and mine.holder == me:
+            # A renewal (new reason or expiry, expired or not): the host is already out of production
+            # and the holder's own processes may be on the GPUs, so nothing is stopped or checked.
+            return _renew(transport, root, result, mine, reason, ttl_s)
         if service is not None:
             active = transport.run(f"systemctl is-active -- {shlex.quote(service.unit)}", timeout=15).stdout.strip()
             if active in ("active", "activating", "reloading"):
@@ -195,6 +200,19 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
         return result
     finally:
         remote_lock.release(transport, root, LOCK_NAME, owner=me)
+
+
+def _renew(transport: Transport, root: str, result: SwitchResult, lease: ModeLease, reason: str,
+           ttl_s: int) -> SwitchResult:
+    now = host_now(transport)
+    result.lease = write_lease(transport, root, {
+        "mode": "dev", "holder": lease.holder, "reason": reason, "since": lease.since, "expires": now + ttl_s,
+        "ttl_s": ttl_s, "unit": lease.unit, "forced": lease.forced})
+    not_audited = append_audit(transport, root, "mode", to="dev", renewed=True, reason=reason,
+                               expires=now + ttl_s, previous_expires=lease.expires)
+    if not_audited:
+        result.warnings.append(not_audited)
+    return result
 
 
 def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, force: bool = False,

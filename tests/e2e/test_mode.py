@@ -202,6 +202,13 @@ def test_prod_dev_prod_cycle_with_drain_run_and_a_gpu_holding_dev_process(hosts:
         assert f"pid {dev_pid} (root" in back.stderr and "sleep 300" in back.stderr
         assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
         assert lease(host)["mode"] == "dev"
+        # The holder renews while its process runs: nothing is stopped or re-checked, the expiry moves.
+        before = lease(host)
+        renew = ddtreectl("-i", i, "mode", "md-cycle", "dev", "--reason", "longer bench", "--ttl", "3h")
+        assert renew.returncode == 0, renew.stdout + renew.stderr
+        after = lease(host)
+        assert (after["since"], after["reason"]) == (before["since"], "longer bench")
+        assert after["expires"] > before["expires"] and audit(host)[-1]["renewed"] is True
     finally:
         host.sh(f"kill {dev_pid} 2>/dev/null || true")  # the process the test started, by PID
         holder.wait(60)
@@ -213,7 +220,7 @@ def test_prod_dev_prod_cycle_with_drain_run_and_a_gpu_holding_dev_process(hosts:
     result = as_json(back)
     assert result["restore"]["ok"] and result["restore"]["started"] and result["lease"]["mode"] == "prod"
     assert host.systemctl("is-enabled", UNIT, check=False).stdout.strip() == "enabled"
-    assert [a["to"] for a in audit(host) if a["action"] == "mode"] == ["prod", "dev", "prod"]
+    assert [a["to"] for a in audit(host) if a["action"] == "mode"] == ["prod", "dev", "dev", "prod"]  # dev twice: renewal
 
 
 def test_racing_operators_and_lease_expiry(hosts: Any) -> None:
