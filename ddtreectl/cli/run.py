@@ -22,7 +22,9 @@ def run(
     Allowed only while HOST is in development mode held by you (`ddtreectl mode HOST dev`), so nobody
     starts a benchmark on a serving host by accident. Another holder: exit 8; a host in production:
     exit 7; --force runs anyway and records it. Arguments are passed as words, not through a shell:
-    use `-- sh -c '…'` for pipes and redirections.
+    use `-- sh -c '…'` for pipes and redirections. Ctrl-C stops a local command; over SSH the
+    command keeps running on the host until it ends or --timeout (`ddtreectl gpus HOST` shows it,
+    and `mode HOST prod` refuses while it holds a GPU).
     """
     from ddtreectl.cli.common import load_inventory
     from ddtreectl.operations.dev_run import run_dev
