@@ -87,9 +87,14 @@ struct Nodes {
 struct Smem {
   double score[kCap];       // kappa; the serial heap's entry scores
   uint64_t lex[kCap];       // order-preserving tuple code, left-aligned; later: Nodes
-  uint32_t info0[kCap];     // parent pool index (12 bits) | rank << 12; the serial heap's entry meta
-  uint32_t info1[kCap];     // pi = prod(r_i+1) (11 bits) | code length << 11 (7 bits) | depth << 18
-  uint32_t scr[kCap];       // per-parent child offsets / compaction prefix / pool index -> node index
+  union {
+    struct {
+      uint32_t info0[kCap];  // parent pool index (12 bits) | rank << 12; the serial heap's entry meta
+      uint32_t info1[kCap];  // pi = prod(r_i+1) (11 bits) | code length << 11 (7 bits) | depth << 18
+      uint32_t scr[kCap];    // per-parent child offsets / compaction prefix / pool index -> node index
+    };
+    uint32_t stage[3 * kCap];  // the output stage: anc rows staged for coalesced stores
+  };
   uint16_t sidx[kSort];     // sort permutation
   uint32_t hist[kBuckets];
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
@@ -509,7 +514,7 @@ __device__ __forceinline__ bool key_less(unsigned long long ah, unsigned long lo
 }
 
 template <int E>
-__device__ void sort_survivors(Smem& S, int n_live) {
+__device__ __noinline__ void sort_survivors(Smem& S, int n_live) {  // own register budget: keys stay in registers
   constexpr int NE = kThreads * E;
   const int tid = threadIdx.x;
   unsigned long long kh[E], kl[E];
@@ -889,30 +894,39 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
     p.first_child[row0 + i] = fc;
     p.next_sibling[row0 + i] = ns;
   }
-  // anc row i: one walk up the parent chain (indices strictly decrease), emitting each u32 word once
-  // when the walk leaves it; words above i's and between visited words are zero.
+  // anc rows, staged in shared memory a chunk of rows at a time so that the global stores coalesce
+  // (one SM writes up to 135 KB here). Row i: one walk up the parent chain (indices strictly decrease)
+  // emits each u32 word when the walk leaves it; words above i's and between visited words are zero.
   const int W = p.words;
   uint32_t* anc = p.anc + row0 * W;
-  for (int i = tid; i < p.n_max; i += kThreads) {
-    uint32_t* out = anc + static_cast<size_t>(i) * W;
-    if (i >= n) {
-      for (int w = 0; w < W; ++w) out[w] = 0u;
-      continue;
-    }
-    int cw = i >> 5;
-    for (int w = cw + 1; w < W; ++w) out[w] = 0u;
-    uint32_t bits = 0;
-    for (int j = i; j >= 0; j = N.par[j]) {
-      const int jw = j >> 5;
-      if (jw != cw) {
-        out[cw] = bits;
-        for (int w = jw + 1; w < cw; ++w) out[w] = 0u;
-        cw = jw;
-        bits = 0;
+  const int rows_per = min(kThreads, (3 * kCap) / W);
+  for (int r0 = 0; r0 < p.n_max; r0 += rows_per) {
+    const int rows = min(rows_per, p.n_max - r0);
+    for (int q = tid; q < rows; q += kThreads) {
+      const int i = r0 + q;
+      uint32_t* out = S.stage + q * W;
+      if (i >= n) {
+        for (int w = 0; w < W; ++w) out[w] = 0u;
+        continue;
       }
-      bits |= 1u << (j & 31);
+      int cw = i >> 5;
+      for (int w = cw + 1; w < W; ++w) out[w] = 0u;
+      uint32_t bits = 0;
+      for (int j = i; j >= 0; j = N.par[j]) {
+        const int jw = j >> 5;
+        if (jw != cw) {
+          out[cw] = bits;
+          for (int w = jw + 1; w < cw; ++w) out[w] = 0u;
+          cw = jw;
+          bits = 0;
+        }
+        bits |= 1u << (j & 31);
+      }
+      out[cw] = bits;  // the root's word (0)
     }
-    out[cw] = bits;  // the root's word (0)
+    __syncthreads();
+    for (int idx = tid; idx < rows * W; idx += kThreads) anc[static_cast<size_t>(r0) * W + idx] = S.stage[idx];
+    __syncthreads();
   }
   if (tid == 0) p.num_nodes[b] = n;
   DDTREE_BUILD_TREE_MARK(99);
