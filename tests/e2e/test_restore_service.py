@@ -54,7 +54,8 @@ def profile(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-SERVICES = {"ref": profile(), "crashing": profile(module="ddtree_engine.no_such_module")}
+SERVICES = {"ref": profile(), "crashing": profile(module="ddtree_engine.no_such_module"),
+            "two-node": profile(nodes=["rs-n0", "rs-n1"], dist_init_port=5757)}
 
 
 def ddtreectl(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -83,14 +84,16 @@ def install(inventory_path: Path, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def hosts(testbed: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    names = ["rs-main", "rs-crash", "rs-gpu"]
+    names = ["rs-main", "rs-crash", "rs-gpu", "rs-n0", "rs-n1"]
     booted = testbed.boot(names)
     by_name = {h.name: h for h in booted}
     path = testbed.inventory(
         booted, tmp_path_factory.mktemp("restore") / "hosts.yaml", services=SERVICES,
         host_overrides={"rs-main": {"service": "ref", "role": "prod"},
                         "rs-crash": {"service": "crashing", "role": "prod"},
-                        "rs-gpu": {"service": "ref", "role": "prod", "gpus": 1}})
+                        "rs-gpu": {"service": "ref", "role": "prod", "gpus": 1},
+                        "rs-n0": {"service": "two-node", "role": "prod"},
+                        "rs-n1": {"service": "two-node", "role": "prod"}})
     # templates/ must sit beside the inventory: ddtreectl renders from there
     shutil.copytree(REPO / "templates", path.parent / "templates")
     for host in booted:
@@ -210,3 +213,33 @@ def test_enabled_service_comes_back_after_a_reboot_and_status_says_so(testbed: A
     (entry,) = json.loads(status.stdout)["hosts"]
     assert entry["service"]["state"] == "running"
     assert entry["service"]["unit_file_state"] == "enabled"
+
+
+def test_multi_node_service_starts_every_rank_and_gates_on_rank0(hosts: Any) -> None:
+    by_name, inventory = hosts
+    # Naming only rank 1 restores the whole service: rank 1 is started, rank 0 started and gated.
+    run = ddtreectl("-i", str(inventory), "restore-service", "rs-n1", "--json")
+    assert run.returncode == 0, run.stderr
+    r = results(run)
+    assert set(r) == {"rs-n0", "rs-n1"}
+    assert r["rs-n1"]["started"] and r["rs-n1"]["phases"] == []
+    assert [p["phase"] for p in r["rs-n0"]["phases"]][-1] == "config matches"
+    for name in ("rs-n0", "rs-n1"):
+        assert by_name[name].systemctl("is-active", UNIT, check=False).stdout.strip() == "active"
+    rank0 = by_name["rs-n0"]
+    config = by_name["rs-n1"].read_file("/opt/ddtree/config/ref-ddtree.yaml")
+    assert f'dist-init-addr: "{rank0.address}:5757"' in config and "node-rank: 1" in config
+
+
+def test_logs_shows_the_service_journal_prefixed_per_host(hosts: Any) -> None:
+    by_name, inventory = hosts
+    for name in ("rs-n0", "rs-n1"):
+        if by_name[name].systemctl("is-active", UNIT, check=False).stdout.strip() != "active":
+            by_name[name].systemctl("start", UNIT)
+    one = ddtreectl("-i", str(inventory), "logs", "rs-n0", "-n", "200")
+    assert one.returncode == 0, one.stderr
+    assert "listening on http" in one.stdout and not one.stdout.startswith("rs-n0: ")
+    both = ddtreectl("-i", str(inventory), "logs", "rs-n0", "rs-n1", "-n", "200")
+    assert both.returncode == 0, both.stderr
+    prefixes = {line.split(": ", 1)[0] for line in both.stdout.splitlines() if line}
+    assert prefixes == {"rs-n0", "rs-n1"}
