@@ -101,8 +101,7 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
                   restart: bool) -> RollbackResult:
     """Switch `current` back to the recorded previous release (or `to`); it must have a good stamp."""
     root = host.remote_root
-    got = take_lock(transport, root, f"rollback (ddtreectl pid {os.getpid()})", wait_s=lock_wait_s, ttl_s=600)
-    del got
+    take_lock(transport, root, f"rollback (ddtreectl pid {os.getpid()})", wait_s=lock_wait_s, ttl_s=600)
     try:
         listing = activate.list_releases(transport, root)
         target = to or listing.previous

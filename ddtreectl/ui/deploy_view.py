@@ -16,9 +16,6 @@ from ddtreectl.ui import console
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-PHASES = ("probe", "lock", "sync", "build", "selftest", "units", "switch", "done")
-
-
 class DeployProgress:
     """One progress line per host: phase, a bar (rsync percent, ninja steps) and the latest detail.
     Use as a context manager; `event` is thread-safe (hosts report from fleet threads)."""

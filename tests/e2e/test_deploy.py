@@ -107,7 +107,8 @@ def hosts(testbed: Any, workspace: Path) -> Any:
     by = {h.name: h for h in booted}
     overrides = {name: {"build": BUILD} for name in by}
     overrides["dp-main"]["service"] = "dp"
-    testbed.inventory(booted, workspace / "hosts.yaml", services=SERVICES, host_overrides=overrides)
+    testbed.inventory(booted, workspace / "hosts.yaml", services=SERVICES, host_overrides=overrides,
+                      groups={"dp": sorted(by)})
     yield by
     testbed.shutdown_all(booted)
 
@@ -402,3 +403,14 @@ def test_ctrl_c_mid_build_releases_the_lock_and_keeps_current(inv: Path, hosts: 
     assert "interrupted" in err
     assert lock_owner(h) is None  # released on the way out, not left to expire
     assert current_of(h) == before and release_hash(h, before) == intact
+
+
+def test_group_deploy_reaches_every_host_in_parallel(inv: Path, hosts: Any) -> None:
+    code, doc, err = deploy_json(inv, "--group", "dp")
+    assert code == 0, err
+    results = {r["host"]: r for r in doc["hosts"]}
+    assert sorted(results) == ["dp-kill", "dp-lock", "dp-main"] and doc["errors"] == []
+    # Same sources and build settings: the same release id on every host, and each one current.
+    assert len({r["release"] for r in results.values()}) == 1
+    for name, host in hosts.items():
+        assert current_of(host) == results[name]["release"]
