@@ -171,15 +171,22 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
                 on_step(result.drain.note)
                 if not result.drain.drained:
                     result.warnings.append(f"drain: {result.drain.note}; stopped anyway")
-            on_step(f"stopping {service.unit}")
-            _stop_service(transport, service.unit, service.stop_timeout)
             result.stopped = active not in ("inactive", "failed", "unknown")
+            if result.stopped:
+                on_step(f"stopping {service.unit}")
+                _stop_service(transport, service.unit, service.stop_timeout)
+            else:  # already down (or never installed): only make sure a reboot does not start it
+                transport.run(f"systemctl disable --quiet -- {shlex.quote(service.unit)} 2>/dev/null || true",
+                              timeout=60)
         on_step("verifying the GPUs went idle")
         check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
         result.verdict = check.verdict
         if not check.verdict.idle:
             words = f"GPUs {check.verdict.verdict} after {check.waited_s:.0f} s: " + "; ".join(check.verdict.reasons)
             if not force:
+                append_audit(transport, root, "mode", to="dev", ok=False, reason=reason, stopped=result.stopped,
+                             drain=result.drain.to_json() if result.drain else None, gpus=check.verdict.verdict,
+                             gpu_reasons=list(check.verdict.reasons))
                 stopped = f" ({service.unit} is stopped and disabled; `ddtreectl mode {host.name} prod` " \
                           "restores it)" if service else ""
                 raise GpusBusyError(words + stopped, hint="find the holders with `ddtreectl gpus "

@@ -229,6 +229,21 @@ def test_racing_operators_and_lease_expiry(hosts: Any) -> None:
     i = str(inv)
     assert ddtreectl("-i", i, "mode", "md-race", "prod").returncode == 0
 
+    # A stray process on the GPU: the switch stops the service, finds the GPUs still busy, and refuses
+    # (exit 7, naming it) without recording a lease; the failed attempt is in the audit log.
+    host.sh("sleep 300 >/dev/null 2>&1 & echo $! > /run/gpu-holders")
+    stray = int(host.read_file("/run/gpu-holders"))
+    try:
+        busy = ddtreectl("-i", i, "mode", "md-race", "dev", "--reason", "x", "--idle-timeout", "2")
+        assert busy.returncode == 7, busy.stdout + busy.stderr
+        assert f"pid {stray} (root" in busy.stderr and "sleep 300" in busy.stderr
+        assert "is stopped and disabled" in busy.stderr
+        assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
+        assert lease(host)["mode"] == "prod" and audit(host)[-1]["ok"] is False
+    finally:
+        host.sh(f"kill {stray}")  # the process the test started, by PID
+    assert ddtreectl("-i", i, "mode", "md-race", "prod").returncode == 0
+
     # Two operators ask for the host at once: one wins, the other gets exit 8 naming the winner.
     runs: dict[str, subprocess.CompletedProcess[str]] = {}
     threads = [threading.Thread(target=lambda u=u: runs.__setitem__(  # type: ignore[misc]
