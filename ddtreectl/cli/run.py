@@ -9,7 +9,7 @@ import typer
 from ddtreectl.cli.app import app
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command()
 def run(
     host_name: str = typer.Argument(..., metavar="HOST", help="The host to run on."),
     command: list[str] = typer.Argument(..., metavar="-- CMD...", help="The command and its arguments."),
@@ -32,8 +32,6 @@ def run(
 
     inventory = load_inventory()
     host = inventory.host(host_name)
-    if command and command[0] == "--":  # Click keeps the separator once positional parsing stops
-        command = command[1:]
 
     def emit(line: str) -> None:
         sys.stdout.write(line + "\n")

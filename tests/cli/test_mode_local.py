@@ -1,0 +1,68 @@
+"""`ddtreectl mode` and `run` through the INSTALLED console script on a `transport: local` host with no
+service (the GPU is an `nvidia-smi` stand-in printing fixture output). The full switch with a real
+service, sshd and systemd is tests/e2e/test_mode.py; this covers usage errors and the lease on a box
+that only ever does development."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.probes.fixtures import fixture
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "gpus.txt").write_text(fixture("nvidia-smi-gpus-h200-1x.txt"))
+    stub = tmp_path / "bin" / "nvidia-smi"
+    stub.write_text(f"#!/bin/sh\ncase \"$1\" in --query-gpu=*) cat {tmp_path}/gpus.txt ;; esac\n")
+    stub.chmod(0o755)
+    root = tmp_path / "root"
+    (root / "releases" / "r1").mkdir(parents=True)
+    (root / "current").symlink_to("releases/r1")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    address: 127.0.0.1\n    gpus: 1\n"
+                         f"    remote_root: {root}\n")
+    return inventory, root, {**os.environ, "PATH": f"{tmp_path}/bin:{os.environ['PATH']}", "USER": "carol"}
+
+
+def ddtreectl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ddtreectl")
+    if exe is None:
+        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_usage_errors(box: tuple[Path, Path, dict[str, str]]) -> None:
+    inventory, _, env = box
+    i = str(inventory)
+    assert ddtreectl(env, "-i", i, "mode", "box", "dev").returncode == 2  # --reason is required
+    bad_ttl = ddtreectl(env, "-i", i, "mode", "box", "dev", "--reason", "x", "--ttl", "soon")
+    assert bad_ttl.returncode == 2 and "'soon' is not a duration" in bad_ttl.stderr
+    assert ddtreectl(env, "-i", i, "mode", "box", "maintenance").returncode == 2
+    assert ddtreectl(env, "-i", i, "mode", "nobox").returncode == 3
+
+
+def test_dev_run_prod_on_a_box_without_service(box: tuple[Path, Path, dict[str, str]]) -> None:
+    inventory, root, env = box
+    i = str(inventory)
+    assert ddtreectl(env, "-i", i, "run", "box", "--", "true").returncode == 7
+    dev = ddtreectl(env, "-i", i, "mode", "box", "dev", "--reason", "profile kernels", "--ttl", "30m", "--json")
+    assert dev.returncode == 0, dev.stderr
+    result = json.loads(dev.stdout)
+    assert result["gpus"]["verdict"] == "idle" and result["lease"]["holder"].startswith("carol@")
+    ran = ddtreectl(env, "-i", i, "run", "box", "--", "sh", "-c", "pwd -P; exit 4")
+    assert ran.returncode == 4 and ran.stdout.strip() == str(root / "releases" / "r1")
+    forced = ddtreectl({**env, "USER": "dave"}, "-i", i, "run", "box", "--force", "--", "true")
+    assert forced.returncode == 0
+    prod = ddtreectl(env, "-i", i, "mode", "box", "prod", "--json")
+    assert prod.returncode == 0 and json.loads(prod.stdout)["lease"]["mode"] == "prod"
+    log = [json.loads(line) for line in (root / "state" / "audit.log").read_text().splitlines()]
+    assert [(a["action"], a.get("to")) for a in log] == [("mode", "dev"), ("run", None), ("run", None), ("mode", "prod")]
+    assert log[2]["by"].startswith("dave@") and "not yours" in log[2]["forced"]
