@@ -5,7 +5,8 @@
 For each batch size: budget-0 decoding through the same engine (the AR peer, one target forward per
 token), then DDTree at each budget with a drafter that agrees with the target's greedy continuation at a
 seeded fraction of positions (NoisyOracleDrafter; a random-weight drafter would never agree with a
-random-weight target). Prints tokens/s, the ratio to AR measured in the same run, the mean acceptance
+random-weight target), and with the engine's TinyDrafter distilled on the target's own outputs
+(`distill_drafter`). Prints tokens/s, the ratio to AR measured in the same run, the mean acceptance
 length (new tokens per request-round), and the share of a round spent outside the two model forwards
 (drafter + target), measured by replaying separately captured graphs of the whole round, the drafter
 call and the target forward on the same static inputs.
@@ -23,7 +24,7 @@ ROUND_REPS = 20  # each replay of the whole round commits up to L + 1 tokens: le
 
 from ddtree_engine.backend import default_backend
 from ddtree_engine.decode import DDTreeEngine, Request
-from ddtree_engine.drafter import NoisyOracleDrafter
+from ddtree_engine.drafter import NoisyOracleDrafter, TinyDrafter, distill_drafter
 from ddtree_engine.model import ModelConfig, TinyTransformer
 
 
@@ -86,15 +87,15 @@ def overhead_share(eng: DDTreeEngine) -> tuple[float, float, float]:
     return t_round, t_draft, t_target
 
 
-def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: NoisyOracleDrafter,
+def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
         refs: list[list[int]]) -> tuple[list[list[int]], float, float, DDTreeEngine]:
-    L = drafter.block_len
+    L = drafter.block_len  # type: ignore[attr-defined]
     eng = DDTreeEngine(model, drafter, default_backend(DEV), slots=len(prompts), max_budget=budget,
                        max_context=max(len(p) for p in prompts) + 2 * tokens + (ROUND_REPS + 8) * (L + 1))
     if DEV == "cuda":
         eng.capture_graph()
     reqs = [Request(p, tokens, budget=budget) for p in prompts]
-    hook = (lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i])) if refs else None
+    hook = (lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i])) if refs else None  # type: ignore[attr-defined]
     eng.generate(reqs[:1], on_admit=hook)  # warm-up (prefill paths, allocator)
     _sync()
     t0 = time.perf_counter()
@@ -112,6 +113,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--agree", type=float, default=0.8)
     ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
+    ap.add_argument("--distill-steps", type=int, default=400, help="training steps of the distilled drafter")
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
@@ -131,6 +133,9 @@ def main() -> None:
         model, name = TinyTransformer.random(cfg, seed=0), "cpu (reference ops, no graphs: smoke run only)"
     print(f"model: {cfg}\ndevice: {name}  L={args.block - 1} agree={args.agree}")
     L = args.block - 1
+    distilled = TinyDrafter(model, block_len=L, seed=1)
+    agree = distill_drafter(model, distilled, steps=args.distill_steps)
+    print("distilled drafter, held-out top-1 agreement by depth:", " ".join(f"{v:.2f}" for v in agree.values()))
     for batch in args.batch:
         g = torch.Generator().manual_seed(batch)
         prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
@@ -138,18 +143,23 @@ def main() -> None:
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
         ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [])
         print(f"\nbatch {batch}: AR (budget 0, same engine{', graphs' if DEV == 'cuda' else ''}): {ar_tps:,.0f} tok/s")
-        for budget in args.budgets:
-            dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
-            toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref)
+        for budget, kind in [(b, k) for b in args.budgets for k in ("noisy", "distilled")]:
+            if kind == "noisy":
+                dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref)
+            else:
+                dr = distilled
+                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, [])
             agree_tok = sum(a == b for t, r in zip(toks, ref) for a, b in zip(t, r)) / sum(map(len, ref))
             for s, p in enumerate(prompts):
-                dr.set_reference(s, p + ref[s])
+                if kind == "noisy":
+                    dr.set_reference(s, p + ref[s])
                 eng.admit(s, Request(p, args.tokens, budget=budget))
             for _ in range(3):
                 eng.step()
             t_round, t_draft, t_target = overhead_share(eng)
             share = max(0.0, t_round - t_draft - t_target) / t_round
-            print(f"  DDTree budget {budget:4d}: {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  accept {acc:5.2f}  "
+            print(f"  DDTree {kind:9s} budget {budget:4d}: {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  accept {acc:5.2f}  "
                   f"round {t_round * 1e6:7.1f} us = drafter {t_draft * 1e6:6.1f} + target {t_target * 1e6:6.1f} "
                   f"+ other {share:6.1%}   tokens equal to AR {agree_tok:.3f}")
 

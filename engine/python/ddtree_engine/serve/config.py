@@ -28,6 +28,8 @@ class ServerConfig:
     speculative_block_size: int = 8  # drafter block incl. the root: L = block - 1 draft positions
     speculative_ddtree_topk: int | None = None
     speculative_draft_model_path: str | None = None
+    # >0: train the built-in drafter on the target's own greedy outputs at load (seconds on a CPU).
+    draft_distill_steps: int = 0
     max_running_requests: int = 4
     max_queued_requests: int = 16
     context_length: int = 2048
@@ -156,6 +158,7 @@ def _validate(cfg: ServerConfig) -> None:
         (cfg.speculative_ddtree_budget >= 0, "speculative-ddtree-budget must be >= 0"),
         (cfg.speculative_block_size >= 2, "speculative-block-size must be >= 2"),
         (cfg.load_delay >= 0, "load-delay must be >= 0"),
+        (cfg.draft_distill_steps >= 0, "draft-distill-steps must be >= 0"),
         (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"), f"unknown device {cfg.device!r}"),
         (cfg.speculative_algorithm is None or cfg.speculative_algorithm.upper() in ("DDTREE", "NONE"),
          f"speculative-algorithm {cfg.speculative_algorithm!r} is not supported (DDTREE or none)"),

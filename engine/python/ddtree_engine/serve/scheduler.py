@@ -97,7 +97,7 @@ class Scheduler:
 
         from ddtree_engine.backend import default_backend
         from ddtree_engine.decode import DDTreeEngine
-        from ddtree_engine.drafter import TinyDrafter
+        from ddtree_engine.drafter import TinyDrafter, distill_drafter
         from ddtree_engine.model import ModelConfig, TinyTransformer, load_model, random_weights
 
         cfg = self.cfg
@@ -134,6 +134,10 @@ class Scheduler:
             model = TinyTransformer(mcfg, weights, device=dev)
         budget = cfg.speculative_ddtree_budget if cfg.ddtree_enabled else 0
         drafter = TinyDrafter(model, block_len=cfg.speculative_block_size - 1, seed=cfg.random_seed + 1)
+        if budget and cfg.draft_distill_steps:
+            agree = distill_drafter(model, drafter, steps=cfg.draft_distill_steps, seed=cfg.random_seed)
+            log.info("drafter distilled for %d steps: held-out agreement %s", cfg.draft_distill_steps,
+                     ", ".join(f"{k} {v:.2f}" for k, v in agree.items()))
         backend = default_backend(dev)
         if backend.name == "cuda" and mcfg.head_dim not in KERNEL_HEAD_DIMS:
             from ddtree_engine.backend import mixed_backend
