@@ -201,8 +201,11 @@ def test_pool_raises_refines_and_compacts(emu_binary: Path) -> None:
     assert check(emu_binary, lp, budget=[256], events=ev) == [0]
     assert ev.get("raise", 0) >= 1 and ev.get("refine", 0) >= 1 and ev.get("tighten", 0) >= 1, ev
     ev = {}
+    assert check(emu_binary, draft_lp(1, 15, 64, seed=2, sharp=4.0), budget=[1024], events=ev) == [0]
+    assert ev.get("compact", 0) >= 1, ev  # 15 * 64 < 1024: no chain bound, so the pool fills up
+    ev = {}
     assert check(emu_binary, draft_lp(1, 15, 1024, seed=16028, sharp=4.0), budget=[1024], events=ev) == [0]
-    assert ev.get("compact", 0) >= 1, ev
+    assert ev.get("chain_bound") == 1, ev
 
 
 def test_randomized_against_reference(emu_binary: Path) -> None:

@@ -98,6 +98,7 @@ struct Smem {
   uint16_t sidx[kSort];     // sort permutation
   uint32_t hist[kBuckets];
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
+  double chain[kMaxDepth + 1];  // kappa of the greedy chain 0^d (chain[0] = 0, the root)
   uint32_t warp_sum[kWarps];
   // block-uniform scalars
   LevelState lvl;
@@ -259,8 +260,9 @@ __device__ __forceinline__ int bucket_of(double x, double hi, double inv_w) {
 // at most `target` elements are >= t' (or the bucket holds one value). Returns t'; *cnt = #(>= t').
 // Counting uses 32-bit shared atomics only; the crossing bucket's min/max come from a second pass with
 // warp reductions (one 64-bit atomic per warp), so piles of equal buckets never serialize.
-__device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
-                                  double t, int need, int target, int* cnt) {
+// `each(lo, hi, f)` calls f(x) for every element of the selection whose score lies in [lo, hi].
+template <typename Each>
+__device__ double cutoff_select(Smem& S, Each each, double t, int need, int target, int* cnt) {
   const int lane = threadIdx.x & 31;
   double hi = 0.0;  // the root (score 0) is always an element and nothing scores above it
   double lo = t;
@@ -268,7 +270,7 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
     if (threadIdx.x == 0) S.cut_lo = ~0ull;
     __syncthreads();
     unsigned long long mn = ~0ull;
-    for_each_element(S, row, pa, np, total, size, t, kNegInf, 0.0, [&](double x) {
+    each(kNegInf, 0.0, [&](double x) {
       const unsigned long long o = ord_asc(x);
       mn = o < mn ? o : mn;
     });
@@ -284,8 +286,7 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
     if (!(inv_w < 1e300)) inv_w = 0.0;  // a subnormal width: one bucket (the refinement then stops)
     for (int k = threadIdx.x; k < kBuckets; k += kThreads) S.hist[k] = 0;
     __syncthreads();
-    for_each_element(S, row, pa, np, total, size, t, lo, hi,
-                     [&](double x) { atomicAdd(&S.hist[bucket_of(x, hi, inv_w)], 1u); });
+    each(lo, hi, [&](double x) { atomicAdd(&S.hist[bucket_of(x, hi, inv_w)], 1u); });
     __syncthreads();
     if (threadIdx.x < 32) {  // warp 0 finds the bucket where the running count reaches `need`
       constexpr int per = kBuckets / 32;
@@ -320,7 +321,7 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
     const int kcut = S.cut_k;
     {
       unsigned long long mn = ~0ull, mx = 0ull;
-      for_each_element(S, row, pa, np, total, size, t, lo, hi, [&](double x) {
+      each(lo, hi, [&](double x) {
         if (bucket_of(x, hi, inv_w) == kcut) {
           const unsigned long long o = ord_asc(x);
           mn = o < mn ? o : mn;
@@ -345,6 +346,30 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
     lo = from_ord(klo);
     hi = from_ord(khi);
   }
+}
+
+// The pool selection: live entries and the virtual children of the current level.
+__device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
+                                  double t, int need, int target, int* cnt) {
+  return cutoff_select(S, [&](double lo, double hi, auto f) {
+    for_each_element(S, row, pa, np, total, size, t, lo, hi, f);
+  }, t, need, target, cnt);
+}
+
+// A starting threshold before any level is built: the score at which `need` candidates of the family
+// F = { (0,..,0,r) } (the greedy chain with one deviation at its end, all distinct real candidates) are
+// reached is a lower bound of the M-th best score, so it prunes without losing any of the top-M.
+// S.chain[d] = kappa(0^d), computed with the same additions the pool uses.
+__device__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
+  const int R = min(K, M);
+  return cutoff_select(S, [&](double lo, double hi, auto f) {
+    for (int idx = threadIdx.x; idx < leff * R; idx += kThreads) {
+      const int d = idx / R, r = idx - d * R;
+      if (r >= S.nvalid[d]) continue;
+      const double x = child_score(S.chain[d], lp + static_cast<size_t>(d) * K, r);
+      if (x >= lo && x <= hi) f(x);
+    }
+  }, kNegInf, need, need + max(32, need / 8), cnt);
 }
 
 // Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
@@ -714,6 +739,11 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
       if (S.nvalid[d] == 0) { leff = d; break; }
     }
     S.leff = leff;
+    double a = 0.0;
+    for (int d = 0; d < leff; ++d) {
+      S.chain[d] = a;
+      a = child_score(a, lp + static_cast<size_t>(d) * K, 0);
+    }
     const int log2m = 31 - __clz(static_cast<unsigned>(M));
     if (2 * leff + 2 * log2m > 64) S.bad = 1;  // the tuple code would not fit 64 bits
     S.score[0] = 0.0; S.lex[0] = 0; S.info0[0] = 0; S.info1[0] = 1u;  // the root: pi 1, depth 0
@@ -725,10 +755,21 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   }
   const int leff = S.leff;
   const int need = M + 1;
-  const int soft = min(kCap, max(1024, 3 * need));
+  // Raise early: the cost of a raise grows with the elements it scans (virtual children included).
+  const int soft = min(kCap, max(256, 2 * need));
   const int raise_target = need + max(32, need / 8);
   int size = 1, pa = 0, pb = 1, live = 1;
   double t = kNegInf;
+  {
+    int family = 0;
+    for (int d = 0; d < leff; ++d) family += S.nvalid[d];
+    if (family > M) {  // enough distinct candidates to bound the M-th best score
+      int cnt = 0;
+      t = chain_bound(S, lp, K, leff, M, M, &cnt);
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
+    }
+  }
+  DDTREE_BUILD_TREE_MARK(2);
   int d = 1;
   bool warp_tried = false;  // warp mode already stopped at this level: take it block-wide
   while (d <= leff && pb > pa) {
