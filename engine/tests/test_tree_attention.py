@@ -141,6 +141,17 @@ def test_reference_matches_per_query_fp64(page: int, kind: str) -> None:
     torch.testing.assert_close(lse.double(), lse_want, atol=1e-5, rtol=1e-5)
 
 
+def test_float64_inputs_are_computed_in_float64() -> None:
+    """An fp64 model (exact lossless tests) gets fp64 attention, equal to the per-query oracle to
+    rounding, not to float32's 1e-5."""
+    case = make_case(4, 2, 16, ctx=[5, 70], n=[9, 13], page=16, seed=3, dtype=torch.float64)
+    o, lse = ref.tree_attention(*case.args())
+    assert o.dtype == torch.float64 and lse.dtype == torch.float64
+    o_want, lse_want = naive_fp64(case)
+    torch.testing.assert_close(o, o_want, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(lse, lse_want, atol=1e-12, rtol=1e-12)
+
+
 def test_padding_and_empty_context_rows() -> None:
     case = make_case(2, 1, 8, ctx=[0, 3], n=[1, 2], page=16, n_pad=[3, 1], seed=1,
                      dtype=torch.float32)

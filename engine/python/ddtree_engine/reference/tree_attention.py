@@ -16,7 +16,8 @@ Semantics (engine-contract.md, engine-spec.md §4.4):
 * GQA: query head ``hq`` reads kv head ``hq // (Hq // Hkv)``.
 
 The reference returns ``o`` in float32 (unrounded, so tests can measure the kernel's bf16 error)
-and ``lse`` (natural log, float32) of ``sm_scale * q.k`` over the visible keys.
+and ``lse`` (natural log, float32) of ``sm_scale * q.k`` over the visible keys; float64 inputs are
+computed and returned in float64, so an fp64 model can check losslessness bit for bit.
 ``kv_chunk`` only steers the kernel's context split; the reference ignores it.
 """
 from __future__ import annotations
@@ -109,8 +110,9 @@ def tree_attention(
     if hq % hkv:
         raise ValueError(f"Hq={hq} is not a multiple of Hkv={hkv}")
     g = hq // hkv
-    o = torch.zeros(t_total, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.full((t_total, hq), float("-inf"), dtype=torch.float32, device=q.device)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    o = torch.zeros(t_total, hq, d, dtype=acc, device=q.device)
+    lse = torch.full((t_total, hq), float("-inf"), dtype=acc, device=q.device)
     indptr = qo_indptr.tolist()
     ctxs = ctx_len.tolist()
     for b in range(len(indptr) - 1):
@@ -118,10 +120,10 @@ def tree_attention(
         n, c = t1 - t0, ctxs[b]
         if n == 0:
             continue
-        k = gather_kv(k_cache, block_table, b, c + n).float()  # [L, Hkv, D]
-        v = gather_kv(v_cache, block_table, b, c + n).float()
+        k = gather_kv(k_cache, block_table, b, c + n).to(acc)  # [L, Hkv, D]
+        v = gather_kv(v_cache, block_table, b, c + n).to(acc)
         vis = visibility(c, n, None if anc is None else anc[b]).to(q.device)  # [n, L]
-        qb = q[t0:t1].float().view(n, hkv, g, d)
+        qb = q[t0:t1].to(acc).view(n, hkv, g, d)
         s = torch.einsum("nhgd,lhd->hgnl", qb, k) * sm_scale
         s = s.masked_fill(~vis, float("-inf"))
         lse_b = torch.logsumexp(s, dim=-1)  # [Hkv, G, n]
