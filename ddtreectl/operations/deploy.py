@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import threading
 import time
@@ -122,6 +123,13 @@ def release_lock_quietly(transport: Transport, root: str) -> None:
         pass
 
 
+def _audit_quietly(transport: Transport, root: str, action: str, **fields: object) -> None:
+    try:
+        append_audit(transport, root, action, **fields)
+    except Exception:  # noqa: BLE001 - the failure being reported matters more than its audit line
+        pass
+
+
 def probe(transport: Transport, inventory: Inventory, host: Host) -> HostFacts:
     service = inventory.service_of(host)
     return probe_status(transport, unit=service.unit if service else None, remote_root=host.remote_root,
@@ -161,7 +169,11 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
         if not good and rid in rel.releases:
             good = activate.list_releases(transport, root).good(rid)
         if not good:
-            _stage_build_test(transport, host, facts, rid, archs, options, result, emit, cancel)
+            try:
+                _stage_build_test(transport, host, facts, rid, archs, options, result, emit, cancel)
+            except RemoteCommandError as err:  # a failed build or self-test: on record on the host too
+                _audit_quietly(transport, root, "deploy-failed", release=rid, error=err.message.splitlines()[0])
+                raise
         _check(cancel, host.name)
         _activate(transport, inventory, host, facts, rid, options, result, emit)
     finally:
@@ -179,6 +191,7 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     emit(DeployEvent(host.name, "sync", 0, 100))
     transport.run(f"mkdir -p {remote_path(root, 'releases', '.incoming-' + rid)}", timeout=30)
     prev = facts.release.current if facts.release.current in facts.release.releases else None
+
     def progress(done: int, pct: int) -> None:
         emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes"))
 
@@ -247,7 +260,7 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
             result.action = "activated"
     service = facts.service
     if options.restart and rendered is not None and service is not None and service.active_state == "active":
-        res = transport.run(f"systemctl restart {rendered.unit}", timeout=host.command_timeout)
+        res = transport.run(f"systemctl restart {shlex.quote(rendered.unit)}", timeout=host.command_timeout)
         if not res.ok:
             raise RemoteCommandError(f"systemctl restart {rendered.unit} failed: {res.stderr.strip()[-300:]}",
                                      host=host.name, hint=f"`current` is {rid}; see `ddtreectl logs {host.name}`")

@@ -8,6 +8,7 @@ switches `current` to a release whose build stamp is good.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -121,7 +122,7 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
         restarted = False
         service = inventory.service_of(host)
         if restart and service is not None:
-            res = transport.run(f"systemctl try-restart {service.unit}", timeout=host.command_timeout)
+            res = transport.run(f"systemctl try-restart {shlex.quote(service.unit)}", timeout=host.command_timeout)
             restarted = res.ok
         append_audit(transport, root, "rollback", release=target, previous=old, restarted=restarted)
         return RollbackResult(host.name, target, old, restarted)

@@ -241,6 +241,8 @@ def test_broken_source_fails_the_build_and_leaves_current(inv: Path, hosts: Any,
     assert "build.log" in err  # where the full log is
     assert (current_of(h), releases_of(h), release_hash(h, STATE["r2"])) == before
     assert lock_owner(h) is None
+    last = json.loads((h.root / "opt/ddtree/state/audit.log").read_text().splitlines()[-1])
+    assert last["action"] == "deploy-failed" and "build failed" in last["error"]
 
 
 def test_rollback_restores_the_previous_release(inv: Path, hosts: Any) -> None:
