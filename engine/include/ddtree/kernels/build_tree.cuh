@@ -161,10 +161,18 @@ __device__ __forceinline__ unsigned count_one(const Smem& S, const float* row, i
   int hi = min(nv, M / pi);  // prod(r_i + 1) <= M, else M better candidates exist
   if (sp < t) hi = 0;
   if (t != kNegInf && hi > 0) {
-    int lo = 0;
-    while (lo < hi) {  // first rank whose child falls below t
-      const int mid = (lo + hi) >> 1;
-      if (child_score(sp, row, mid) >= t) lo = mid + 1; else hi = mid;
+    // First rank whose child falls below t. Gallop (ranks 0, 1, 3, 7, ...) then bisect: with a tight
+    // t most parents keep a few children, found in ~log2(count) dependent loads instead of log2(K).
+    int lo = 0, probe = 0, step = 1;
+    while (probe < hi && child_score(sp, row, probe) >= t) {
+      lo = probe + 1;
+      probe += step;
+      step <<= 1;
+    }
+    int h2 = probe < hi ? probe : hi;  // ranks < lo pass; rank probe (if < hi) fails
+    while (lo < h2) {
+      const int mid = (lo + h2) >> 1;
+      if (child_score(sp, row, mid) >= t) lo = mid + 1; else h2 = mid;
     }
     hi = lo;
   }
