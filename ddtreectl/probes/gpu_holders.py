@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ddtreectl.transport.base import Transport
 
-_SCRIPT = r"""
+HOLDERS_SCRIPT = r"""
 for pid in "$@"; do
   if [ -r "/proc/$pid/cgroup" ]; then
     cg=$(tr '\n' ' ' < "/proc/$pid/cgroup")
@@ -59,5 +59,5 @@ def gpu_holders(transport: Transport, pids: list[int]) -> list[GpuHolder]:
     if not pids:
         return []
     args = " ".join(shlex.quote(str(p)) for p in sorted(set(pids)))
-    result = transport.run(f"sh -c {shlex.quote(_SCRIPT)} ddtree-holders {args}", timeout=15)
+    result = transport.run(f"sh -c {shlex.quote(HOLDERS_SCRIPT)} ddtree-holders {args}", timeout=15)
     return parse_holders(result.stdout)

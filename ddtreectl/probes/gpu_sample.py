@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ddtreectl.errors import RemoteCommandError
 from ddtreectl.probes.facts import GpuState
-from ddtreectl.probes.gpu_holders import _SCRIPT as HOLDERS_SCRIPT
+from ddtreectl.probes.gpu_holders import HOLDERS_SCRIPT
 from ddtreectl.probes.gpu_holders import GpuHolder, parse_holders
 from ddtreectl.probes.parse import Section, gpu_state, split_sections
 from ddtreectl.probes.status import load_script
