@@ -82,6 +82,14 @@ def lock_owner(host: Any) -> dict[str, Any] | None:
         return None
 
 
+def nvidia_smi_stub(gpus: str, apps: str) -> str:
+    """An nvidia-smi that prints fixture output (these hosts have no GPU)."""
+    return ("#!/bin/sh\ncase \"$1\" in\n"
+            f"  --query-gpu=*) cat <<'EOF'\n{gpus}EOF\n  ;;\n"
+            f"  --query-compute-apps=*) cat <<'EOF'\n{apps}EOF\n  ;;\n"
+            "  *) exit 2 ;;\nesac\n")
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -416,3 +424,27 @@ def test_group_deploy_reaches_every_host_in_parallel(inv: Path, hosts: Any) -> N
     assert len({r["release"] for r in results.values()}) == 1
     for name, host in hosts.items():
         assert current_of(host) == results[name]["release"]
+
+
+def test_gpu_host_archs_detected_and_a_failing_selftest_keeps_current(testbed: Any, boot_hosts: Any,
+                                                                      workspace: Path) -> None:
+    """A host whose nvidia-smi reports an H200 (compute_cap 9.0) and the inventory says gpus: 1: the
+    archs come from the GPU, and the self-test really runs there; this host has no CUDA device behind
+    the stub, so it fails, and the deploy must stop before `current` (exit 5, its output shown)."""
+    from tests.probes.fixtures import fixture
+
+    (h,) = boot_hosts(["dp-gpu"], gpus_stub={"dp-gpu": nvidia_smi_stub(fixture("nvidia-smi-gpus-h200-1x.txt"), "")})
+    inv = testbed.inventory([h], workspace / "gpu-hosts.yaml",
+                            host_overrides={"dp-gpu": {"gpus": 1, "build": {"cmake_args": BUILD["cmake_args"]}}})
+    code, doc, err = deploy_json(inv, "--host", "dp-gpu")
+    assert code == 5, (doc, err)
+    (e,) = doc["errors"]
+    assert e["exit_code"] == 5 and e["error"].startswith("self-test failed (exit 2)")
+    assert "no usable CUDA device" in e["error"]  # ddtree-selftest's own words, from the log tail
+    assert "selftest.log" in e["hint"]
+    assert not (h.root / "opt/ddtree/current").exists() and releases_of(h) == []
+    staged = list((h.root / "opt/ddtree/releases").glob(".incoming-*"))
+    assert len(staged) == 1 and (staged[0] / "build/ddtree-selftest").is_file()
+    # The build used the GPU's arch, not the inventory's (none given here) or the engine default.
+    assert "archs=90 " in (staged[0] / "build.log").read_text()
+    assert lock_owner(h) is None
