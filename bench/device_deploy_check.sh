@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real `ddtreectl deploy` on the GPU machine (device tool), through the `local` transport:
-#   1. first deploy: archs DETECTED from nvidia-smi's compute_cap (9.0 -> sm_90 on the H200), CMake +
+#   1. first deploy: archs DETECTED from nvidia-smi's compute_cap (9.0 -> sm_90a on the H200), CMake +
 #      ninja build of the engine, ddtree-selftest on the GPU (inventory says gpus: 1, so a missing GPU
 #      or a failing self-test is a failure), `current` switched, build stamp written
 #   2. no-op redeploy (nothing rebuilt), timed against the first
@@ -39,7 +39,7 @@ hosts:
     gpus: 1
     remote_root: $work/root
     build:
-      cuda_archs: ["90"]
+      cuda_archs: ["90a"]
 $ops_arg
 EOF
 cat "$work/hosts.yaml"

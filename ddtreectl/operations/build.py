@@ -30,7 +30,7 @@ ProgressFn = Callable[[int, int, str], None]  # (step, steps, what)
 
 
 def archs_from_gpus(gpus: GpuState) -> tuple[str, ...]:
-    """CUDA archs of the host's GPUs from nvidia-smi's compute_cap ("12.0" -> "120", "9.0" -> "90"),
+    """CUDA archs of the host's GPUs from nvidia-smi's compute_cap ("12.0" -> "120", "9.0" -> "90a"),
     unique and sorted numerically; () when no GPU answered."""
     found: set[str] = set()
     if gpus.status != "ok":
@@ -39,12 +39,17 @@ def archs_from_gpus(gpus: GpuState) -> tuple[str, ...]:
         arch = cap_to_arch(gpu.compute_cap or "")
         if arch:
             found.add(arch)
-    return tuple(sorted(found, key=int))
+    return tuple(sorted(found, key=lambda arch: int(arch.rstrip("a"))))
 
 
 def cap_to_arch(cap: str) -> str | None:
+    """`9.0` -> `90a`: Hopper is built arch-specific, because the engine's wgmma tree-attention path
+    exists only in sm_90a code (a plain sm_90 build falls back to a slower path)."""
     m = re.fullmatch(r"\s*(\d{1,2})\.(\d)\s*", cap)
-    return f"{int(m.group(1))}{m.group(2)}" if m else None
+    if m is None:
+        return None
+    arch = f"{int(m.group(1))}{m.group(2)}"
+    return "90a" if arch == "90" else arch
 
 
 def choose_archs(gpus: GpuState, configured: tuple[str, ...]) -> tuple[str, str]:

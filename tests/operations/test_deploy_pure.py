@@ -68,7 +68,7 @@ def gpu(cap: str | None) -> GpuInfo:
     return GpuInfo(0, "GPU-x", "n", 0, 1000, 0, True, cap)
 
 
-@pytest.mark.parametrize("cap,arch", [("9.0", "90"), ("12.0", "120"), ("8.6", "86"), (" 10.0 ", "100"),
+@pytest.mark.parametrize("cap,arch", [("9.0", "90a"), ("12.0", "120"), ("8.6", "86"), (" 10.0 ", "100"),
                                       ("[N/A]", None), ("", None), ("9", None)])
 def test_cap_to_arch(cap: str, arch: str | None) -> None:
     assert cap_to_arch(cap) == arch
@@ -76,8 +76,8 @@ def test_cap_to_arch(cap: str, arch: str | None) -> None:
 
 def test_arch_detection_and_fallbacks() -> None:
     mixed = GpuState("ok", (gpu("12.0"), gpu("9.0"), gpu("12.0")))
-    assert archs_from_gpus(mixed) == ("90", "120")
-    assert choose_archs(mixed, ("80",)) == ("90;120", "detected")
+    assert archs_from_gpus(mixed) == ("90a", "120")
+    assert choose_archs(mixed, ("80",)) == ("90a;120", "detected")
     none = GpuState("missing")
     assert choose_archs(none, ("90",)) == ("90", "inventory")
     assert choose_archs(none, ()) == ("", "engine default")
