@@ -243,3 +243,27 @@ def test_logs_shows_the_service_journal_prefixed_per_host(hosts: Any) -> None:
     assert both.returncode == 0, both.stderr
     prefixes = {line.split(": ", 1)[0] for line in both.stdout.splitlines() if line}
     assert prefixes == {"rs-n0", "rs-n1"}
+
+
+def test_after_a_real_deploy_a_stopped_service_is_restored(testbed: Any, boot_hosts: Any,
+                                                          tmp_path: Path) -> None:
+    """The operator's path end to end: `deploy` builds the engine and installs the unit (it does not
+    start it), the service is stopped, `restore-service` brings it back through every phase."""
+    from tests.e2e.test_deploy import BUILD
+
+    (host,) = boot_hosts(["rs-deployed"])
+    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services={"ref": SERVICES["ref"]},
+                                  host_overrides={"rs-deployed": {"service": "ref", "role": "prod",
+                                                                  "build": BUILD}})
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    deployed = ddtreectl("-i", str(inventory), "deploy", "--host", "rs-deployed", "--engine",
+                         str(REPO / "engine"), "--json", timeout=900)
+    assert deployed.returncode == 0, deployed.stderr
+    assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
+    run = ddtreectl("-i", str(inventory), "restore-service", "--json")  # default target: role prod
+    assert run.returncode == 0, run.stderr
+    r = results(run)["rs-deployed"]
+    assert r["ok"] and r["started"] and len(r["phases"]) == 6
+    host.systemctl("stop", UNIT)
+    again = results(ddtreectl("-i", str(inventory), "restore-service", "rs-deployed", "--json"))
+    assert again["rs-deployed"]["ok"] and again["rs-deployed"]["started"]
