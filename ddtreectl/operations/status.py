@@ -72,6 +72,29 @@ class _Probed:
     facts: HostFacts
     connect_ms: float
     probe_ms: float
+    drift: tuple[str, ...] = ()
+
+
+def unit_drift(inventory: Inventory, host: Host, facts: HostFacts) -> list[str]:
+    """Warnings when the installed unit is not what ddtreectl renders for the host: a hand edit (or a
+    render from other inventory values), or drop-ins overriding it. `render HOST --diff` shows how."""
+    if facts.service is None or facts.service.load_state == "not-found":
+        return []
+    from ddtreectl.errors import TemplateError
+    from ddtreectl.render.units import render_service
+
+    try:
+        rendered = render_service(inventory, host)
+    except TemplateError as err:
+        return [f"cannot render the unit to check for drift: {err.message}"]
+    if rendered is None:
+        return []
+    out = []
+    if facts.unit_sha256 is not None and facts.unit_sha256 != rendered.unit_file.sha256:
+        out.append(f"{rendered.unit} differs from the rendered unit (hand edit?): "
+                   f"ddtreectl render {host.name} --diff")
+    out.extend(f"drop-in overrides {rendered.unit}: {path}" for path in facts.unit_dropins)
+    return out
 
 
 def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float) -> StatusReport:
@@ -92,7 +115,7 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float)
                                  remote_root=host.remote_root, timeout=remaining,
                                  gpu_timeout_s=gpu_timeout)
             t2 = time.monotonic()
-        return _Probed(facts, (t1 - t0) * 1000, (t2 - t1) * 1000)
+        return _Probed(facts, (t1 - t0) * 1000, (t2 - t1) * 1000, tuple(unit_drift(inventory, host, facts)))
 
     fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s)
     statuses = tuple(_host_status(r) for r in fleet.results)
@@ -104,7 +127,7 @@ def _host_status(result: HostResult[_Probed]) -> HostStatus:
     if result.value is not None:
         probed = result.value
         facts = probed.facts
-        warnings = tuple(warnings_for(host, facts))
+        warnings = tuple(warnings_for(host, facts)) + tuple(probed.drift)
         outcome: Outcome = "ok"
         error = hint = ""
         if host.machine_id and facts.machine_id and facts.machine_id != host.machine_id:

@@ -137,3 +137,5 @@ class HostFacts:
     disk: DiskState | None
     disk_detail: str = ""
     state_files: Mapping[str, str] = field(default_factory=dict)  # path under root -> raw text
+    unit_sha256: str | None = None  # of /etc/systemd/system/<unit> (None: not there or not hashed)
+    unit_dropins: tuple[str, ...] = ()  # drop-in files overriding the unit

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from ddtreectl.errors import RemoteCommandError
 from ddtreectl.probes.facts import HostFacts
@@ -72,7 +73,23 @@ def parse_status_output(text: str, *, unit: str | None) -> HostFacts:
         disk=disk_state,
         disk_detail="" if disk_state else _disk_detail(disk),
         state_files=files,
+        **_unit_file(by_name.get("unitfile")),
     )
+
+
+def _unit_file(section: Section | None) -> dict[str, Any]:
+    """unit_sha256 and unit_dropins from the `unitfile` section (absent for hosts without a unit)."""
+    if section is None:
+        return {}
+    sha = None
+    dropins = []
+    for line in section.body.splitlines():
+        key, _, value = line.partition("=")
+        if key == "sha256" and value:
+            sha = value.strip()
+        elif key == "dropin" and value:
+            dropins.append(value.strip())
+    return {"unit_sha256": sha, "unit_dropins": tuple(dropins)}
 
 
 def _disk_detail(section: Section | None) -> str:

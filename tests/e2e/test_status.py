@@ -15,17 +15,20 @@ from typing import Any
 
 import pytest
 
+from ddtreectl.inventory.loader import load
+from ddtreectl.render.units import render_service
 from tests.probes.fixtures import fixture
 
 pytestmark = pytest.mark.testbed
 
+REPO = Path(__file__).resolve().parents[2]
+
 UNIT = "ddtree-fx.service"
 SERVICES = {"fx": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/fx",
-                   "served_model_name": "fx", "unit_name": "ddtree-fx"}}
-# The unit runs from the release `current` points to (WorkingDirectory resolves the link at start),
-# so the probe can tell which release the running process belongs to.
-RUNNING_UNIT = ("[Unit]\nDescription=fx\n[Service]\nWorkingDirectory=/opt/ddtree/current\n"
-                "ExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
+                   "served_model_name": "fx", "unit_name": "ddtree-fx", "exec_start": "/bin/sleep infinity"}}
+# Hosts that run the service get the unit ddtreectl renders (so status sees no drift). It runs from the
+# release `current` points to (WorkingDirectory resolves the link at start), so the probe can tell
+# which release the running process belongs to.
 FAILING_UNIT = "[Service]\nExecStart=/bin/sh -c 'exit 3'\nRestart=no\n[Install]\nWantedBy=multi-user.target\n"
 NAMES = ["st-ok", "st-failed", "st-disabled", "st-nounit", "st-nossh", "st-rekey", "st-moved"]
 
@@ -66,10 +69,25 @@ def fleet_hosts(testbed: Any) -> Any:
 
 def test_status_of_seven_real_hosts(testbed: Any, fleet_hosts: dict[str, Any], tmp_path: Path) -> None:
     h = fleet_hosts
+    pinned_before = h["st-rekey"].host_key
+    inventory = testbed.inventory(
+        list(h.values()), tmp_path / "hosts.yaml", services=SERVICES,
+        groups={"healthy": ["st-ok", "st-failed", "st-disabled", "st-nounit", "st-moved"]},
+        host_overrides={"st-ok": {"service": "fx", "gpus": 8}, "st-failed": {"service": "fx", "gpus": 8},
+                        "st-disabled": {"service": "fx"}, "st-nounit": {"service": "fx"},
+                        "st-rekey": {"host_key": pinned_before}, "st-moved": {"connect_timeout": 2}})
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    loaded = load(inventory)
+
+    def rendered_unit(name: str) -> str:
+        rendered = render_service(loaded, loaded.host(name))
+        assert rendered is not None
+        return rendered.unit_file.content
+
     ok = h["st-ok"]
     ok.sh("mkdir -p /opt/ddtree/releases/r1 /opt/ddtree/releases/r2 && touch /opt/ddtree/releases/r1/.build-stamp"
           " && ln -sfn releases/r1 /opt/ddtree/current")
-    ok.write_file(f"/etc/systemd/system/{UNIT}", RUNNING_UNIT)
+    ok.write_file(f"/etc/systemd/system/{UNIT}", rendered_unit("st-ok"))
     ok.systemctl("daemon-reload")
     ok.systemctl("enable", "--now", UNIT)
     failed = h["st-failed"]
@@ -78,20 +96,13 @@ def test_status_of_seven_real_hosts(testbed: Any, fleet_hosts: dict[str, Any], t
     failed.systemctl("enable", UNIT)
     failed.systemctl("start", UNIT, check=False)  # exits 3: the unit ends up failed
     disabled = h["st-disabled"]
-    disabled.write_file(f"/etc/systemd/system/{UNIT}", RUNNING_UNIT)
+    disabled.write_file(f"/etc/systemd/system/{UNIT}", rendered_unit("st-disabled"))
+    disabled.write_file(f"/etc/systemd/system/{UNIT}.d/override.conf", "[Service]\nNice=5\n")
     disabled.systemctl("daemon-reload")
     h["st-nossh"].stop_sshd()
-    pinned_before = h["st-rekey"].host_key
-    h["st-rekey"].regenerate_host_key()  # new key; the inventory below keeps pinning the old one
+    h["st-rekey"].regenerate_host_key()  # new key; the inventory keeps pinning the old one
     moved = h["st-moved"]
     old_address = moved.address
-
-    inventory = testbed.inventory(
-        list(h.values()), tmp_path / "hosts.yaml", services=SERVICES,
-        groups={"healthy": ["st-ok", "st-failed", "st-disabled", "st-nounit", "st-moved"]},
-        host_overrides={"st-ok": {"service": "fx", "gpus": 8}, "st-failed": {"service": "fx", "gpus": 8},
-                        "st-disabled": {"service": "fx"}, "st-nounit": {"service": "fx"},
-                        "st-rekey": {"host_key": pinned_before}, "st-moved": {"connect_timeout": 2}})
 
     new_address = testbed.new_address()
     moved.move_address(new_address)  # the inventory still names the old address
@@ -121,10 +132,13 @@ def test_status_of_seven_real_hosts(testbed: Any, fleet_hosts: dict[str, Any], t
     assert "expected 8 GPUs, found 7" in f["warnings"]
     assert any(w.startswith("persistence mode off on GPU 0,1,2,3,4,5,6") for w in f["warnings"])
     assert f["release"]["root_exists"] is False
+    # Its unit was written by hand, not rendered: drift, with the command that shows it.
+    assert f"{UNIT} differs from the rendered unit (hand edit?): ddtreectl render st-failed --diff" in f["warnings"]
 
     d = hosts["st-disabled"]
     assert (d["service"]["state"], d["service"]["words"]) == (
         "stopped-disabled", "stopped and disabled (will not start at boot)")
+    assert d["warnings"] == [f"drop-in overrides {UNIT}: /etc/systemd/system/{UNIT}.d/override.conf"]
     n = hosts["st-nounit"]
     assert (n["service"]["state"], n["service"]["load_state"]) == ("not-installed", "not-found")
     assert n["gpus"]["status"] == "missing" and n["warnings"] == []

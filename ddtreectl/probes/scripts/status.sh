@@ -98,6 +98,17 @@ if [ -n "$unit" ]; then
   else
     echo "@@ddtree-end service rc=127 missing=1"
   fi
+  # The installed unit's content hash and its drop-ins: status compares them with what ddtreectl
+  # renders, so a hand edit or an override shows up as drift without a second round trip.
+  echo "@@ddtree-begin unitfile"
+  f=/etc/systemd/system/$unit
+  if [ -f "$f" ] && command -v sha256sum >/dev/null 2>&1; then
+    echo "sha256=$(sha256sum < "$f" | cut -d' ' -f1)"
+  fi
+  for d in "/etc/systemd/system/$unit.d" "/run/systemd/system/$unit.d"; do
+    for c in "$d"/*.conf; do [ -f "$c" ] && echo "dropin=$c"; done
+  done
+  echo "@@ddtree-end unitfile rc=0"
 fi
 
 echo "@@ddtree-begin release"
