@@ -166,6 +166,10 @@ def test_drift_is_shown_by_render_diff_and_refused_by_restore(hosts: Any) -> Non
         kinds = {d["kind"]: d for d in json.loads(diff.stdout)["drift"]}
         assert set(kinds) == {"modified", "drop-in", "need-daemon-reload"}
         assert "-RestartSec=1" in kinds["modified"]["diff"] and "+RestartSec=10" in kinds["modified"]["diff"]
+        status = ddtreectl("-i", str(inventory), "status", "rs-main", "--json")
+        (entry,) = json.loads(status.stdout)["hosts"]
+        assert f"{UNIT} differs from the rendered unit (hand edit?): ddtreectl render rs-main --diff" in entry["warnings"]
+        assert any(w.startswith(f"drop-in overrides {UNIT}") for w in entry["warnings"])
         host.systemctl("stop", UNIT)
         refused = ddtreectl("-i", str(inventory), "restore-service", "rs-main")
         assert refused.returncode == 5
