@@ -18,8 +18,9 @@ struct Case {
   uint64_t seed;
 };
 
-// Runs one case on the GPU and compares with the host reference; returns false on a launch failure.
-void run_case(const Case& c) {
+// Runs one case on the GPU with implementation `impl` (DDTREE_TOPK_IMPL_V2/V3; v3 with k > 32 runs v2)
+// and compares with the host reference.
+void run_case_impl(const Case& c, int32_t impl) {
   const int rows = c.batch * c.positions;
   const int64_t row_stride = c.vocab + c.row_pad;
   const int64_t batch_stride = row_stride * c.positions;
@@ -65,9 +66,9 @@ void run_case(const Case& c) {
   const size_t ws_bytes = ddtree_draft_topk_lse_workspace_size(c.batch, c.positions, c.vocab, c.k);
   st::DeviceBuffer<uint8_t> ws(ws_bytes);
   ws.poison();
-  ST_CHECK_STATUS(ddtree_draft_topk_lse(d_logits, c.bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32, c.batch,
-                                        c.positions, c.vocab, batch_stride, row_stride, c.k, lp.ptr, id.ptr, lse.ptr,
-                                        ws.ptr, ws_bytes, flags.ptr, nullptr));
+  ST_CHECK_STATUS(ddtree_draft_topk_lse_impl(d_logits, c.bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32,
+                                             c.batch, c.positions, c.vocab, batch_stride, row_stride, c.k, lp.ptr,
+                                             id.ptr, lse.ptr, ws.ptr, ws_bytes, flags.ptr, nullptr, impl));
   ST_CUDA(cudaDeviceSynchronize());
   const auto h_lp = lp.download();
   const auto h_id = id.download();
@@ -111,8 +112,9 @@ void run_case(const Case& c) {
       const bool id_ok = got_id == want_id;
       const bool lp_ok = std::isinf(double(want_lp)) ? got_lp == float(want_lp)
                                                       : std::fabs(double(got_lp) - double(want_lp)) <= tol;
-      ST_EXPECT(id_ok && lp_ok, "B%d L%d V%d k%d %s row %d rank %d: id %d (want %d) lp %.9g (want %.9Lg)", c.batch,
-                c.positions, c.vocab, c.k, c.bf16 ? "bf16" : "f32", r, j, got_id, want_id, got_lp, want_lp);
+      ST_EXPECT(id_ok && lp_ok, "v%d B%d L%d V%d k%d %s row %d rank %d: id %d (want %d) lp %.9g (want %.9Lg)",
+                ddtree_draft_topk_lse_resolve_impl(c.k, impl), c.batch, c.positions, c.vocab, c.k,
+                c.bf16 ? "bf16" : "f32", r, j, got_id, want_id, got_lp, want_lp);
       if (!(id_ok && lp_ok)) {
         ++bad;
         break;
@@ -123,17 +125,29 @@ void run_case(const Case& c) {
             "error flag 0x%x, NaN row %d", h_flags[0], nan_row);
 }
 
+// Every case runs on both implementations where they differ (v3 applies to k <= 32).
+void run_case(const Case& c) {
+  run_case_impl(c, DDTREE_TOPK_IMPL_V2);
+  if (ddtree_draft_topk_lse_resolve_impl(c.k, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V3)
+    run_case_impl(c, DDTREE_TOPK_IMPL_V3);
+}
+
 }  // namespace
 
 DDTREE_SELFTEST(draft_topk_lse_golden) {
+  ST_EXPECT(ddtree_draft_topk_lse_resolve_impl(16, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V3 &&
+                ddtree_draft_topk_lse_resolve_impl(33, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V2 &&
+                ddtree_draft_topk_lse_resolve_impl(16, DDTREE_TOPK_IMPL_V2) == DDTREE_TOPK_IMPL_V2,
+            "implementation resolution");
+  for (const int32_t impl : {DDTREE_TOPK_IMPL_V2, DDTREE_TOPK_IMPL_V3, DDTREE_TOPK_IMPL_DEFAULT}) {
   // Row: ids 0..9. Sorted by logit desc, ties lower id first: 3(5) 7(5) 1(4) 9(2) 0(1) ...
   const std::vector<float> x = {1.f, 4.f, -INFINITY, 5.f, 0.f, 0.f, -1.f, 5.f, -3.f, 2.f};
   st::DeviceBuffer<float> d_x(x), lp(6), lse(1);
   st::DeviceBuffer<int32_t> id(6);
   const size_t ws_bytes = ddtree_draft_topk_lse_workspace_size(1, 1, 10, 6);
   st::DeviceBuffer<uint8_t> ws(ws_bytes);
-  ST_CHECK_STATUS(ddtree_draft_topk_lse(d_x.ptr, DDTREE_DTYPE_FLOAT32, 1, 1, 10, 10, 10, 6, lp.ptr, id.ptr, lse.ptr,
-                                        ws.ptr, ws_bytes, nullptr, nullptr));
+  ST_CHECK_STATUS(ddtree_draft_topk_lse_impl(d_x.ptr, DDTREE_DTYPE_FLOAT32, 1, 1, 10, 10, 10, 6, lp.ptr, id.ptr,
+                                             lse.ptr, ws.ptr, ws_bytes, nullptr, nullptr, impl));
   const auto h_id = id.download();
   const auto h_lp = lp.download();
   const auto h_lse = lse.download();
@@ -145,6 +159,7 @@ DDTREE_SELFTEST(draft_topk_lse_golden) {
   const double lse_ref = double(std::log(s));
   ST_EXPECT(std::fabs(h_lse[0] - lse_ref) < 2e-6, "lse %.9g want %.9g", h_lse[0], lse_ref);
   ST_EXPECT(std::fabs(h_lp[0] - (5.0 - lse_ref)) < 2e-6 && h_lp[0] == h_lp[1], "lp[0] %.9g lp[1] %.9g", h_lp[0], h_lp[1]);
+  }
 }
 
 DDTREE_SELFTEST(draft_topk_lse_rejects_bad_arguments) {
@@ -161,6 +176,9 @@ DDTREE_SELFTEST(draft_topk_lse_rejects_bad_arguments) {
   ST_EXPECT(std::strlen(ddtree_last_error()) > 0, "no error message");
   ST_EXPECT(ddtree_draft_topk_lse(x.ptr, DDTREE_DTYPE_FLOAT16, 1, 1, 64, 64, 64, 4, lp.ptr, id.ptr, lse.ptr, ws.ptr,
                                   ws_bytes, nullptr, nullptr) == DDTREE_STATUS_INVALID_ARGUMENT, "fp16 accepted");
+  ST_EXPECT(ddtree_draft_topk_lse_impl(x.ptr, DDTREE_DTYPE_FLOAT32, 1, 1, 64, 64, 64, 4, lp.ptr, id.ptr, lse.ptr,
+                                       ws.ptr, ws_bytes, nullptr, nullptr, 7) == DDTREE_STATUS_INVALID_ARGUMENT,
+            "impl 7 accepted");
 }
 
 DDTREE_SELFTEST(draft_topk_lse_random) {
@@ -170,6 +188,9 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
       {2, 3, 32000, 16, false, 0, 1, 7},    {1, 3, 20000, 1024, true, 0, 1, 8},   {1, 4, 50000, 64, false, 1, 2, 9},
       {1, 5, 16384, 16, false, 0, 3, 10},   {2, 3, 9000, 8, true, 7, 4, 11},      {1, 2, 8192, 1024, false, 0, 3, 12},
       {1, 1, 1, 1, false, 0, 0, 13},        {1, 2, 5, 16, true, 3, 2, 14},
+      // v3's range (k <= 32): fast path, tie fallbacks, partial chunks, unaligned rows.
+      {1, 15, 163840, 1, true, 0, 0, 31},   {1, 15, 163840, 32, true, 0, 0, 32}, {1, 3, 151936, 8, false, 0, 0, 33},
+      {2, 3, 40000, 32, true, 8, 1, 34},    {1, 3, 20011, 16, true, 3, 3, 35},   {1, 4, 30000, 2, false, 1, 2, 36},
   };
   for (const Case& c : cases) run_case(c);
 }
@@ -178,6 +199,6 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
 // radix select (several chunks, k below the candidate count) and the id digits (ties).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
   const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
-                        {2, 1, 9000, 8, false, 3, 4, 23}};
+                        {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24}};
   for (const Case& c : cases) run_case(c);
 }

@@ -1,7 +1,16 @@
 // Launcher of draft_topk_lse (C ABI): validates, sizes the workspace, launches phase 1 and phase 2.
+//
+// Two implementations (engine/bench/NOTES.md): v3 (draft_topk_lse_v3.cuh, k <= 32) and v2
+// (draft_topk_lse.cuh, any k). The default is v3 where it applies; DDTREE_TOPK_IMPL=v2 in the
+// environment (read once per process) forces v2, and ddtree_draft_topk_lse_impl() picks per call.
+// The workspace size covers both, so either can run on any workspace sized by the query.
+#include <cstdlib>
+#include <cstring>
+
 #include "common.h"
 #include "ddtree/draft_topk_lse.h"
 #include "ddtree/kernels/draft_topk_lse.cuh"
+#include "ddtree/kernels/draft_topk_lse_v3.cuh"
 
 namespace {
 
@@ -15,6 +24,53 @@ size_t cand_bytes(int64_t rows, int32_t vocab, int32_t topk) {
 }
 size_t partial_bytes(int64_t rows, int32_t vocab) {
   return align_up(size_t(rows) * size_t(num_chunks(vocab)) * sizeof(float2));
+}
+
+// v3 workspace: per (row, chunk) a 32-item slot and a (max, sum) partial; sized for the fp32 chunk
+// (the smaller one, so the most chunks).
+int64_t v3_chunks(int32_t vocab, int chunk) { return (int64_t(vocab) + chunk - 1) / chunk; }
+size_t v3_bytes(int64_t rows, int32_t vocab) {
+  const int64_t chunks = v3_chunks(vocab, k::kV3MinChunk);
+  return align_up(size_t(rows) * size_t(chunks) * k::kV3Slot * sizeof(uint64_t)) +
+         align_up(size_t(rows) * size_t(chunks) * sizeof(float2));
+}
+
+// DDTREE_TOPK_IMPL: "v2" forces v2, anything else (or unset) means the default (v3 where k <= 32).
+int32_t env_impl() {
+  static const int32_t impl = [] {
+    const char* e = std::getenv("DDTREE_TOPK_IMPL");
+    return (e != nullptr && std::strcmp(e, "v2") == 0) ? int32_t(DDTREE_TOPK_IMPL_V2) : int32_t(DDTREE_TOPK_IMPL_V3);
+  }();
+  return impl;
+}
+
+template <typename T>
+ddtree_status_t run_v3(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
+                       int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse, void* workspace,
+                       int32_t* error_flags, cudaStream_t stream) {
+  const int64_t rows = int64_t(batch) * positions;
+  constexpr int CHUNK = k::v3_chunk<T>();
+  const int chunks = int(v3_chunks(vocab, CHUNK));
+  const int64_t max_chunks = v3_chunks(vocab, k::kV3MinChunk);
+  auto* cand = static_cast<uint64_t*>(workspace);
+  auto* partial = reinterpret_cast<float2*>(
+      static_cast<char*>(workspace) + align_up(size_t(rows) * size_t(max_chunks) * k::kV3Slot * sizeof(uint64_t)));
+  constexpr int VN = 16 / int(sizeof(T));
+  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
+                   (batch <= 1 || batch_stride % VN == 0);
+  const dim3 grid1{unsigned(chunks), unsigned(rows), 1u};
+  ddtree_status_t st =
+      vec ? ddtree::detail::launch("draft_topk_partial_v3_kernel", k::draft_topk_partial_v3_kernel<T, true>, grid1,
+                                   dim3(k::kV3Threads), stream, false, logits, positions, vocab, batch_stride,
+                                   row_stride, topk, chunks, cand, partial, error_flags)
+          : ddtree::detail::launch("draft_topk_partial_v3_kernel", k::draft_topk_partial_v3_kernel<T, false>, grid1,
+                                   dim3(k::kV3Threads), stream, false, logits, positions, vocab, batch_stride,
+                                   row_stride, topk, chunks, cand, partial, error_flags);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+  return ddtree::detail::launch("draft_topk_merge_v3_kernel", k::draft_topk_merge_v3_kernel<CHUNK>,
+                                dim3(unsigned(rows)), dim3(k::kV3MergeThreads), stream, true,
+                                static_cast<const uint64_t*>(cand), static_cast<const float2*>(partial), chunks, topk,
+                                vocab, top_lp, top_id, lse);
 }
 
 template <typename T>
@@ -49,7 +105,9 @@ extern "C" {
 DDTREE_API size_t ddtree_draft_topk_lse_workspace_size(int32_t batch, int32_t positions, int32_t vocab, int32_t k) {
   if (batch <= 0 || positions <= 0 || vocab <= 0 || k <= 0) return 0;
   const int64_t rows = int64_t(batch) * positions;
-  return cand_bytes(rows, vocab, k) + partial_bytes(rows, vocab);
+  const size_t v2 = cand_bytes(rows, vocab, k) + partial_bytes(rows, vocab);
+  const size_t v3 = v3_bytes(rows, vocab);
+  return v2 > v3 ? v2 : v3;
 }
 
 DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtype_t dtype, int32_t batch,
@@ -57,6 +115,24 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtyp
                                                  int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
                                                  float* lse, void* workspace, size_t workspace_bytes,
                                                  int32_t* error_flags, cudaStream_t stream) {
+  return ddtree_draft_topk_lse_impl(logits, dtype, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
+                                    top_id, lse, workspace, workspace_bytes, error_flags, stream,
+                                    DDTREE_TOPK_IMPL_DEFAULT);
+}
+
+DDTREE_API int32_t ddtree_draft_topk_lse_resolve_impl(int32_t k, int32_t impl) {
+  if (impl == DDTREE_TOPK_IMPL_DEFAULT) impl = env_impl();
+  return (impl == DDTREE_TOPK_IMPL_V3 && k >= 1 && k <= k::kV3MaxK) ? int32_t(DDTREE_TOPK_IMPL_V3)
+                                                                     : int32_t(DDTREE_TOPK_IMPL_V2);
+}
+
+DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree_dtype_t dtype, int32_t batch,
+                                                      int32_t positions, int32_t vocab, int64_t batch_stride,
+                                                      int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
+                                                      float* lse, void* workspace, size_t workspace_bytes,
+                                                      int32_t* error_flags, cudaStream_t stream, int32_t impl) {
+  DDTREE_REQUIRE(impl == DDTREE_TOPK_IMPL_DEFAULT || impl == DDTREE_TOPK_IMPL_V2 || impl == DDTREE_TOPK_IMPL_V3,
+                 "draft_topk_lse: impl must be 0 (default), 2 or 3, got %d", impl);
   DDTREE_REQUIRE(batch >= 0 && positions >= 0, "draft_topk_lse: batch (%d) and positions (%d) must be >= 0",
                  batch, positions);
   DDTREE_REQUIRE(vocab >= 1, "draft_topk_lse: vocab must be >= 1, got %d", vocab);
@@ -81,6 +157,14 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtyp
                                 "draft_topk_lse: workspace of %zu bytes given, %zu needed", workspace_bytes, need);
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
+  if (ddtree_draft_topk_lse_resolve_impl(k, impl) == DDTREE_TOPK_IMPL_V3) {
+    if (dtype == DDTREE_DTYPE_FLOAT32) {
+      return run_v3(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k, top_lp,
+                    top_id, lse, workspace, error_flags, stream);
+    }
+    return run_v3(static_cast<const __nv_bfloat16*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
+                  top_lp, top_id, lse, workspace, error_flags, stream);
+  }
   if (dtype == DDTREE_DTYPE_FLOAT32) {
     return run(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k, top_lp,
                top_id, lse, workspace, error_flags, stream);

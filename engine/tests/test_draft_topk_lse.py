@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -84,10 +85,18 @@ def _logits(batch: int, positions: int, vocab: int, dtype: torch.dtype, kind: st
     return x[..., :vocab]  # row stride = vocab + pad
 
 
-def _compare(logits: torch.Tensor, k: int) -> None:
-    from ddtree_engine.ops import draft_topk_lse
+# Both implementations run every GPU comparison (engine/bench/NOTES.md: v3 for k <= 32, v2 for any k;
+# "v3" with k > 32 runs v2, which the resolved_impl check below confirms).
+IMPLS = ["v2", "v3"]
 
-    lp, ids, lse = draft_topk_lse(logits, k)
+
+def _compare(logits: torch.Tensor, k: int, impl: str = "default") -> None:
+    from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl, resolved_impl
+
+    env_v2 = os.environ.get("DDTREE_TOPK_IMPL") == "v2"  # read once by the library, like this
+    want_impl = "v3" if k <= 32 and (impl == "v3" or (impl == "default" and not env_v2)) else "v2"
+    assert resolved_impl(k, impl) == want_impl
+    lp, ids, lse = draft_topk_lse_impl(logits, k, impl)
     want_lp, want_ids, want_lse = ref_topk(logits, k)
     tol = 4e-6 if logits.shape[-1] > 100_000 else 2e-6
     assert torch.equal(ids, want_ids), "ids differ"
@@ -99,42 +108,74 @@ def _compare(logits: torch.Tensor, k: int) -> None:
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("vocab", [997, 32000, 151936, 163840])
-@pytest.mark.parametrize("k", [1, 16, 1024])
+@pytest.mark.parametrize("k", [1, 16, 32, 1024])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_op_matches_reference_sizes(vocab: int, k: int, dtype: torch.dtype) -> None:
+def test_op_matches_reference_sizes(vocab: int, k: int, dtype: torch.dtype, impl: str) -> None:
     gen = torch.Generator().manual_seed(vocab * 7 + k)
-    _compare(_logits(1, 15, vocab, dtype, "normal", gen), k)
+    _compare(_logits(1, 15, vocab, dtype, "normal", gen), k, impl)
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("kind", ["ties", "dyadic", "neginf"])
 @pytest.mark.parametrize("k", [1, 16, 1024])
-def test_op_matches_reference_edge_values(kind: str, k: int) -> None:
+def test_op_default_impl_matches_reference(k: int) -> None:
+    gen = torch.Generator().manual_seed(k + 99)
+    _compare(_logits(2, 15, 163840, torch.bfloat16, "normal", gen), k)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kind", ["ties", "dyadic", "neginf"])
+@pytest.mark.parametrize("k", [1, 16, 32, 1024])
+def test_op_matches_reference_edge_values(kind: str, k: int, impl: str) -> None:
     gen = torch.Generator().manual_seed(k)
-    _compare(_logits(3, 7, 20011, torch.float32, kind, gen, pad=5), k)
-    _compare(_logits(2, 1, 997, torch.bfloat16, kind, gen, pad=3), k)
+    _compare(_logits(3, 7, 20011, torch.float32, kind, gen, pad=5), k, impl)
+    _compare(_logits(2, 1, 997, torch.bfloat16, kind, gen, pad=3), k, impl)
+    _compare(_logits(1, 2, 40000, torch.bfloat16, kind, gen, pad=8), k, impl)  # aligned rows: 16-byte loads
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_vocab_smaller_than_k_and_single_element() -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_op_merge_overflow_path(impl: str) -> None:
+    # 34 fp32 chunks each holding the values 31..0 once (rest -1): more than 1024 items clear v3's merge
+    # bound, so its radix fallback runs (the CPU emulation test checks that this input takes that path).
+    vocab = 34 * 4096
+    x = torch.full((1, 1, vocab), -1.0)
+    gen = torch.Generator().manual_seed(9)
+    for c in range(34):
+        pos = torch.randperm(4096, generator=gen)[:32] + c * 4096
+        x[0, 0, pos] = torch.arange(32, dtype=torch.float32)
+    _compare(x.cuda(), 32, impl)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", IMPLS)
+def test_op_vocab_smaller_than_k_and_single_element(impl: str) -> None:
     gen = torch.Generator().manual_seed(3)
-    _compare(_logits(2, 3, 5, torch.float32, "normal", gen), 16)
-    _compare(_logits(1, 1, 1, torch.bfloat16, "normal", gen), 1)
+    _compare(_logits(2, 3, 5, torch.float32, "normal", gen), 16, impl)
+    _compare(_logits(1, 1, 1, torch.bfloat16, "normal", gen), 1, impl)
+    x = torch.full((1, 2, 5000), -INF, device="cuda")
+    x[0, 1, 4321] = 0.5
+    _compare(x, 8, impl)  # an all -inf row and a row with one finite logit
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_nan_row_sets_flag_and_raises() -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_op_nan_row_sets_flag_and_raises(impl: str) -> None:
     from ddtree_engine import DdtreeDeviceError
     from ddtree_engine.ops import check_errors, draft_topk_lse
+    from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
 
     check_errors()  # start clean
     x = torch.randn(1, 4, 40000, device="cuda")
     x[0, 2, 12345] = float("nan")
-    lp, ids, lse = draft_topk_lse(x, 16)
+    lp, ids, lse = draft_topk_lse_impl(x, 16, impl)
     assert torch.isnan(lse[0, 2]) and torch.isnan(lp[0, 2]).all() and ids[0, 2].eq(-1).all()
     assert torch.isfinite(lse[0, [0, 1, 3]]).all()
     with pytest.raises(DdtreeDeviceError, match="NaN"):
@@ -159,19 +200,20 @@ def test_op_rejects_bad_arguments() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_cuda_graph_capture_and_replay() -> None:
-    from ddtree_engine.ops import draft_topk_lse
+@pytest.mark.parametrize("impl,k", [("v2", 64), ("v3", 16)])
+def test_op_cuda_graph_capture_and_replay(impl: str, k: int) -> None:
+    from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
 
     x = torch.randn(1, 15, 163840, device="cuda", dtype=torch.bfloat16)
-    draft_topk_lse(x, 64)  # warm-up: loads the library outside the capture
+    draft_topk_lse_impl(x, k, impl)  # warm-up: loads the library outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        lp, ids, lse = draft_topk_lse(x, 64)
+        lp, ids, lse = draft_topk_lse_impl(x, k, impl)
     for seed in range(3):
         x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x))
         graph.replay()
-        want_lp, want_ids, want_lse = ref_topk(x, 64)
+        want_lp, want_ids, want_lse = ref_topk(x, k)
         assert torch.equal(ids, want_ids)
         torch.testing.assert_close(lp, want_lp, atol=4e-6, rtol=0)
         torch.testing.assert_close(lse, want_lse, atol=4e-6, rtol=0)

@@ -10,7 +10,13 @@
  * -inf logits are allowed (lp = -inf). A row holding NaN or +inf gets lse = NaN, lp = NaN, id = -1 and
  * sets DDTREE_FLAG_NAN_INPUT in *error_flags (if non-null). 1 <= k <= 1024, any vocab >= 1.
  * Two kernel launches on `stream`, no synchronization, no allocation: the caller passes a device
- * workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization needed). */
+ * workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization needed).
+ *
+ * Implementations: v3 (k <= 32: filtered candidates, ~7 instructions per logit) and v2 (any k: radix
+ * select per chunk). ddtree_draft_topk_lse() uses v3 where it applies unless the environment variable
+ * DDTREE_TOPK_IMPL=v2 (read once per process) forces v2. ddtree_draft_topk_lse_impl() takes the choice
+ * per call (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v3 requested with k > 32 runs v2.
+ * ddtree_draft_topk_lse_resolve_impl() says which one a call with (k, impl) runs (2 or 3). */
 #ifndef DDTREE_DRAFT_TOPK_LSE_H_
 #define DDTREE_DRAFT_TOPK_LSE_H_
 
@@ -22,6 +28,10 @@
 extern "C" {
 #endif
 
+#define DDTREE_TOPK_IMPL_DEFAULT 0
+#define DDTREE_TOPK_IMPL_V2 2
+#define DDTREE_TOPK_IMPL_V3 3
+
 DDTREE_API size_t ddtree_draft_topk_lse_workspace_size(int32_t batch, int32_t positions, int32_t vocab, int32_t k);
 
 DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtype_t dtype, int32_t batch,
@@ -29,6 +39,14 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtyp
                                                  int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
                                                  float* lse, void* workspace, size_t workspace_bytes,
                                                  int32_t* error_flags, cudaStream_t stream);
+
+DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree_dtype_t dtype, int32_t batch,
+                                                      int32_t positions, int32_t vocab, int64_t batch_stride,
+                                                      int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
+                                                      float* lse, void* workspace, size_t workspace_bytes,
+                                                      int32_t* error_flags, cudaStream_t stream, int32_t impl);
+
+DDTREE_API int32_t ddtree_draft_topk_lse_resolve_impl(int32_t k, int32_t impl);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,8 @@
-"""draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics)."""
+"""draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics).
+
+The library has two implementations (engine/bench/NOTES.md): v3 (k <= 32) and v2 (any k).
+`draft_topk_lse` uses the library's default (v3 where it applies; DDTREE_TOPK_IMPL=v2 in the environment
+forces v2); `draft_topk_lse_impl(logits, k, "v2" | "v3")` picks one per call, for tests and benches."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from ddtree_engine.ops._common import check_errors, cuda_device_of, error_flags,
 
 MAX_K = 1024
 _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16}
+IMPLS = {"default": 0, "v2": 2, "v3": 3}  # DDTREE_TOPK_IMPL_* of draft_topk_lse.h
 
 
 def _fns() -> tuple[object, object]:
@@ -18,12 +23,19 @@ def _fns() -> tuple[object, object]:
         "ddtree_draft_topk_lse_workspace_size", [ctypes.c_int32] * 4, restype=ctypes.c_size_t
     )
     run = _lib.function(
-        "ddtree_draft_topk_lse",
+        "ddtree_draft_topk_lse_impl",
         [ctypes.c_void_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,
          ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p],
+         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32],
     )
     return size, run
+
+
+def resolved_impl(k: int, impl: str = "default") -> str:
+    """Which implementation ("v2" or "v3") a call with this k and choice runs in the loaded library."""
+    fn = _lib.function("ddtree_draft_topk_lse_resolve_impl", [ctypes.c_int32, ctypes.c_int32],
+                       restype=ctypes.c_int32)
+    return f"v{int(fn(k, IMPLS[impl]))}"  # type: ignore[operator]
 
 
 def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -31,6 +43,14 @@ def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[t
 
     No host sync unless check=True, which synchronizes and raises DdtreeDeviceError if any op on this
     device flagged NaN input since the last check."""
+    return draft_topk_lse_impl(logits, k, "default", check)
+
+
+def draft_topk_lse_impl(logits: torch.Tensor, k: int, impl: str, check: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """draft_topk_lse with the implementation chosen per call: "default", "v2" or "v3" (v3 asked for
+    with k > 32 runs v2)."""
+    require(impl in IMPLS, f"impl must be one of {sorted(IMPLS)}, got {impl!r}")
     require(logits.dim() == 3, f"logits must be [B, L, V], got shape {tuple(logits.shape)}")
     require(logits.dtype in _DTYPES, f"logits must be float32 or bfloat16, got {logits.dtype}")
     require(1 <= k <= MAX_K, f"k must be in [1, {MAX_K}], got {k}")
@@ -56,6 +76,7 @@ def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[t
         status = run_fn(  # type: ignore[operator]
             ptr(logits), _DTYPES[logits.dtype], batch, positions, vocab, batch_stride, row_stride, k,
             ptr(top_lp), ptr(top_id), ptr(lse), ptr(workspace), nbytes, ptr(flags), stream_handle(device),
+            IMPLS[impl],
         )
     _lib.check(status, "ddtree_draft_topk_lse")
     if check:
