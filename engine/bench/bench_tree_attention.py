@@ -1,5 +1,8 @@
 """Bench tree_attention vs torch SDPA (boolean mask) and flex_attention (block mask), same process.
 
+Every back end of the kernel that the device can run (mma.sync, wgmma, fa3) is timed in the same run
+and printed side by side; "ours" is the default back end (what a caller gets without choosing).
+
 Every path is timed as CUDA-graph replays (median over repeats, several calls per graph, input sets
 rotated so small shapes are not timed out of L2 alone). The floor is max(bytes, FLOPs) with the copy
 bandwidth and bf16 matmul rate measured in this run. torch paths get dense, pre-gathered K/V (their
@@ -22,6 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from ddtree_engine.ops import tree_attention  # noqa: E402
+
+ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
 from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401  (binds the name)
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
@@ -85,8 +90,8 @@ def ddtree_like_parents(n: int, gen: torch.Generator, max_depth: int = 15) -> li
     return par
 
 
-def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, *, use_flex: bool = True,
-              use_sdpa: bool = True, page: int = 16, d: int = 128) -> dict:
+def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,
+              use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128) -> dict:
     gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
     parents = torch.tensor([ddtree_like_parents(n, gen)])
     anc = ref.anc_from_parents(parents).cuda()
@@ -123,8 +128,19 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, *, us
     flops = 4.0 * n * length * d * hq
     bytes_ = kv_bytes + 2 * n * hq * d * 2
     row["floor_us"] = max(bytes_ / bw, flops / rate) * 1e6
-    row["ours_us"] = graph_time(ours) * 1e6
-    o_ours = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
+    default = ta_ops.impl_for(d)
+    outs = {}
+    for name in dict.fromkeys([*impls, default]):  # the default is always timed (it is "ours")
+        ta_ops.set_impl(name)
+        row[f"{name}_us"] = graph_time(ours) * 1e6
+        outs[name] = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
+    ta_ops.set_impl("auto")
+    row["default_impl"] = default
+    row["ours_us"] = row[f"{default}_us"]
+    o_ours = outs[default]
+    for name in outs:
+        if name != default:
+            row[f"rel_diff_{name}_vs_{default}"] = rel_diff(outs[name], o_ours)
 
     qd = [q.permute(1, 0, 2).unsqueeze(0) for q in qs]  # [1, Hq, N, D] (strided view is fine for SDPA)
     i_sdpa = [0]
@@ -177,14 +193,21 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, *, us
     return row
 
 
-def print_table(rows: list[dict]) -> None:
-    hdr = "| Hq/Hkv | N | C | floor µs | ours µs | ours/floor | SDPA mask µs | SDPA/ours | flex µs | flex/ours |"
-    print("\n" + hdr + "\n|" + "---|" * 10)
+def print_table(rows: list[dict], impls: list[str]) -> None:
+    """One line per shape: every back end's time and its ratio to the floor, then the torch peers as
+    speed-ups of each back end (peer time / back-end time: > 1 means ours is faster)."""
+    cols = ["Hq/Hkv", "N", "C", "floor µs"] + [f"{i} µs" for i in impls] + [f"{i}/floor" for i in impls]
+    cols += ["SDPA mask µs"] + [f"SDPA/{i}" for i in impls] + ["flex µs"] + [f"flex/{i}" for i in impls]
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        sd = f"{r['sdpa_us']:.1f} | {r['sdpa_us'] / r['ours_us']:.1f}x" if r.get("sdpa_us") else "failed | -"
-        fl = f"{r['flex_us']:.1f} | {r['flex_us'] / r['ours_us']:.1f}x" if r.get("flex_us") else "n/a | -"
-        print(f"| {r['hq']}/{r['hkv']} | {r['n']} | {r['ctx'] // 1024}k | {r['floor_us']:.1f} | {r['ours_us']:.1f} | "
-              f"{r['ours_us'] / r['floor_us']:.2f} | {sd} | {fl} |", flush=True)
+        cells = [f"{r['hq']}/{r['hkv']}", str(r["n"]), f"{r['ctx'] // 1024}k", f"{r['floor_us']:.1f}"]
+        cells += [f"{r[f'{i}_us']:.1f}" for i in impls]
+        cells += [f"{r[f'{i}_us'] / r['floor_us']:.2f}" for i in impls]
+        for peer in ("sdpa", "flex"):
+            t = r.get(f"{peer}_us")
+            cells.append(f"{t:.1f}" if t else ("failed" if peer == "sdpa" else "n/a"))
+            cells += [f"{t / r[f'{i}_us']:.2f}x" if t else "-" for i in impls]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def main() -> None:
@@ -192,12 +215,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--quick", action="store_true", help="only the 4k-context shapes")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--impls", default="", help="comma list of back ends to time (default: all available)")
     args = ap.parse_args()
     torch.manual_seed(0)
     bw, rate = measure_ceilings()
     impl = os.environ.get("DDTREE_TREE_ATTENTION_IMPL", "default (wgmma on sm_90a builds)")
+    impls = args.impls.split(",") if args.impls else ta_ops.available_impls(128)
+    impls = [i for i in impls if ta_ops.impl_available(i, 128)]
     print(f"device {torch.cuda.get_device_name()}: copy {bw / 1e12:.2f} TB/s, bf16 matmul {rate / 1e12:.0f} TFLOP/s;"
-          f" kernel impl {impl}", flush=True)
+          f" env impl {impl}, default back end {ta_ops.impl_for(128)}; timing back ends {impls}", flush=True)
     shapes = [(hq, hkv, n, ctx) for hq, hkv in ((8, 1), (64, 8)) for n in (64, 512)
               for ctx in ((4096,) if args.quick else (4096, 65536))]
 
@@ -209,25 +235,26 @@ def main() -> None:
     # Pass 1: kernel + SDPA (fast). Pass 2: flex_attention, whose compiles are slow, shape by shape.
     rows = []
     for hq, hkv, n, ctx in shapes:
-        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, use_flex=False))
+        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False))
         print(json.dumps(rows[-1]), flush=True)
     save(rows)
-    print_table(rows)
+    print_table(rows, impls)
     if args.no_flex:
         return
     # N=512 first: flex compiled there in earlier measurements; N=64 may fail to compile (inductor).
     for k in sorted(range(len(shapes)), key=lambda i: -shapes[i][2]):
         hq, hkv, n, ctx = shapes[k]
-        row = run_shape(hq, hkv, n, ctx, bw, rate, use_flex=True, use_sdpa=False)
+        row = run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=True, use_sdpa=False)
         for key in ("sdpa_us", "sdpa_error", "rel_diff_vs_sdpa"):
             if key in rows[k]:
                 row[key] = rows[k][key]
         row.pop("sdpa_error", None) if row.get("sdpa_us") else None
-        row["ours_us_pass1"] = rows[k]["ours_us"]
+        for name in impls:
+            row[f"{name}_us_pass1"] = rows[k][f"{name}_us"]
         rows[k] = row
         print(json.dumps(row), flush=True)
         save(rows)
-    print_table(rows)
+    print_table(rows, impls)
 
 
 if __name__ == "__main__":

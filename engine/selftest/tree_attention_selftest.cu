@@ -1,5 +1,7 @@
 // ddtree-selftest checks of tree_attention: a host fp64 reference on random paged trees (several head
 // dims, GQA ratios, page sizes, forced splits), chain == causal bit for bit, ctx_len 0 + padding rows.
+// Every check runs on every back end this device and library can run (mma.sync, wgmma, fa3), each
+// selected through ddtree_tree_attention_set_impl; messages name the back end.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -134,9 +136,18 @@ Result run(const TaCase& c, bool causal, int kv_chunk) {
   return {o.download(), lse.download()};
 }
 
-void check_against_reference(const TaCase& c, const Result& r, const char* what) {
-  std::vector<double> o_ref, lse_ref;
-  reference(c, o_ref, lse_ref);
+struct Reference {
+  std::vector<double> o, lse;
+};
+Reference reference_of(const TaCase& c) {
+  Reference r;
+  reference(c, r.o, r.lse);
+  return r;
+}
+
+void check_against_reference(const TaCase& c, const Result& r, const Reference& ref, const char* what) {
+  const std::vector<double>& o_ref = ref.o;
+  const std::vector<double>& lse_ref = ref.lse;
   double max_ref = 1e-3, max_err = 0, max_lse = 0;
   int bad_pad = 0;
   for (double x : o_ref) max_ref = std::max(max_ref, std::fabs(x));
@@ -157,6 +168,32 @@ void check_against_reference(const TaCase& c, const Result& r, const char* what)
   ST_EXPECT(bad_pad == 0, "%s: %d padding outputs not zero / -inf", what, bad_pad);
 }
 
+
+const char* impl_name(int impl) {
+  switch (impl) {
+    case DDTREE_TA_IMPL_MMA: return "mma";
+    case DDTREE_TA_IMPL_WGMMA: return "wgmma";
+    case DDTREE_TA_IMPL_FA3: return "fa3";
+  }
+  return "auto";
+}
+
+// Runs fn(name) once per back end that can run head_dim d here, with that back end selected; restores
+// the default afterwards (also when a check aborts).
+template <class F>
+void for_each_impl(int d, F&& fn) {
+  struct Restore {
+    ~Restore() { ddtree_tree_attention_set_impl(DDTREE_TA_IMPL_AUTO); }
+  } restore;
+  for (int impl : {DDTREE_TA_IMPL_MMA, DDTREE_TA_IMPL_WGMMA, DDTREE_TA_IMPL_FA3}) {
+    if (!ddtree_tree_attention_impl_available(impl, d)) continue;
+    ST_CHECK_STATUS(ddtree_tree_attention_set_impl(impl));
+    ST_REQUIRE(ddtree_tree_attention_impl_for(d) == impl, "back end %s selected but %d reported", impl_name(impl),
+               ddtree_tree_attention_impl_for(d));
+    fn(impl_name(impl));
+  }
+}
+
 }  // namespace
 
 DDTREE_SELFTEST(tree_attention_random_trees) {
@@ -166,24 +203,45 @@ DDTREE_SELFTEST(tree_attention_random_trees) {
     for (int page : {1, 16, 64})
       for (int chunk : {0, 64}) {
         TaCase c = make_case(s[0], s[1], s[2], page, {130, 0, 71}, {40, 7, 66}, 2, seed++, 9);
-        check_against_reference(c, run(c, false, chunk),
-                                st::format("hq=%d hkv=%d d=%d page=%d chunk=%d", s[0], s[1], s[2], page, chunk).c_str());
+        const Reference ref = reference_of(c);
+        for_each_impl(s[2], [&](const char* impl) {
+          check_against_reference(
+              c, run(c, false, chunk), ref,
+              st::format("%s hq=%d hkv=%d d=%d page=%d chunk=%d", impl, s[0], s[1], s[2], page, chunk).c_str());
+        });
       }
 }
 
 DDTREE_SELFTEST(tree_attention_star_and_ctx0) {
   TaCase star = make_case(8, 2, 128, 16, {0, 500}, {65, 1}, 1, 77);
-  check_against_reference(star, run(star, false, 0), "star, ctx 0");
+  const Reference ref = reference_of(star);
+  for_each_impl(128, [&](const char* impl) {
+    check_against_reference(star, run(star, false, 0), ref, st::format("%s star, ctx 0", impl).c_str());
+  });
+}
+
+// Long key ranges (many tiles per CTA: the pipelines wrap their stage rings several times), large
+// GQA groups (several row tiles), mixed requests with a padding-only CTA and an empty one.
+DDTREE_SELFTEST(tree_attention_long_pipelines) {
+  TaCase c = make_case(8, 2, 128, 16, {1500, 1, 700}, {130, 64, 9}, 2, 99, 7);
+  const Reference ref = reference_of(c);
+  for_each_impl(128, [&](const char* impl) {
+    for (int chunk : {0, 1024, 128})
+      check_against_reference(c, run(c, false, chunk), ref, st::format("%s long chunk=%d", impl, chunk).c_str());
+  });
 }
 
 DDTREE_SELFTEST(tree_attention_chain_equals_causal_bitwise) {
   for (int chunk : {64, 256, 0}) {
     TaCase c = make_case(8, 1, 128, 16, {300, 5}, {100, 37}, 0, 5 + chunk);
-    Result tree = run(c, false, chunk), causal = run(c, true, chunk);
-    size_t diff = 0;
-    for (size_t i = 0; i < tree.o.size(); ++i) diff += tree.o[i] != causal.o[i];
-    for (size_t i = 0; i < tree.lse.size(); ++i) diff += std::memcmp(&tree.lse[i], &causal.lse[i], 4) != 0;
-    ST_EXPECT(diff == 0, "chunk %d: %zu elements differ between chain bitset and causal mode", chunk, diff);
-    check_against_reference(c, causal, "causal");
+    const Reference ref = reference_of(c);
+    for_each_impl(128, [&](const char* impl) {
+      Result tree = run(c, false, chunk), causal = run(c, true, chunk);
+      size_t diff = 0;
+      for (size_t i = 0; i < tree.o.size(); ++i) diff += tree.o[i] != causal.o[i];
+      for (size_t i = 0; i < tree.lse.size(); ++i) diff += std::memcmp(&tree.lse[i], &causal.lse[i], 4) != 0;
+      ST_EXPECT(diff == 0, "%s chunk %d: %zu elements differ between chain bitset and causal mode", impl, chunk, diff);
+      check_against_reference(c, causal, ref, st::format("%s causal", impl).c_str());
+    });
   }
 }

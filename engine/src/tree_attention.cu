@@ -7,7 +7,10 @@
 #include <cstring>
 
 #include "common.h"
+#include <atomic>
+
 #include "ddtree/kernels/tree_attention.cuh"
+#include "ddtree/kernels/tree_attention_fa3.cuh"
 #include "ddtree/tree_attention.h"
 
 namespace {
@@ -21,7 +24,7 @@ constexpr int kMinChunk = 256;
 
 struct Plan {
   int bm = 0, bn = 0, row_tiles = 0, num_splits = 0, chunk = 0;
-  bool wgmma = false;
+  int impl = DDTREE_TA_IMPL_MMA;
   size_t part_o_bytes = 0, part_ml_bytes = 0;
   size_t workspace() const { return part_o_bytes + part_ml_bytes; }
 };
@@ -38,20 +41,45 @@ constexpr bool archs_have_sm90a(const char* s) {
 }
 constexpr bool kLibHasSm90a = archs_have_sm90a(DDTREE_CUDA_ARCHS_STRING);
 
-// wgmma for D=128 on compute capability 9.0 when the library has sm_90a code, unless
-// DDTREE_TREE_ATTENTION_IMPL=mma (a debugging / comparison knob, read once).
-bool use_wgmma(int d) {
-  if (!kLibHasSm90a || d != 128) return false;
-  static const bool forced_mma = [] {
+// Back end requested by env DDTREE_TREE_ATTENTION_IMPL (mma | wgmma | fa3; read once), overridden by
+// ddtree_tree_attention_set_impl. AUTO = the default: wgmma where available, else mma.sync.
+int env_impl() {
+  static const int v = [] {
     const char* e = std::getenv("DDTREE_TREE_ATTENTION_IMPL");
-    return e != nullptr && std::strcmp(e, "mma") == 0;
+    if (e == nullptr) return static_cast<int>(DDTREE_TA_IMPL_AUTO);
+    if (std::strcmp(e, "mma") == 0) return static_cast<int>(DDTREE_TA_IMPL_MMA);
+    if (std::strcmp(e, "wgmma") == 0) return static_cast<int>(DDTREE_TA_IMPL_WGMMA);
+    if (std::strcmp(e, "fa3") == 0) return static_cast<int>(DDTREE_TA_IMPL_FA3);
+    return static_cast<int>(DDTREE_TA_IMPL_AUTO);
   }();
-  if (forced_mma) return false;
+  return v;
+}
+std::atomic<int> g_impl_override{DDTREE_TA_IMPL_AUTO};
+
+// wgmma and fa3 need D = 128, a library with sm_90a code and a device of compute capability 9.0.
+bool sm90a_available(int d) {
+  if (!kLibHasSm90a || d != 128) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   return major == 9 && minor == 0;
+}
+
+bool impl_available(int impl, int d) {
+  if (impl == DDTREE_TA_IMPL_MMA) return d == 64 || d == 128 || d == 256;
+  if (impl == DDTREE_TA_IMPL_WGMMA || impl == DDTREE_TA_IMPL_FA3) return sm90a_available(d);
+  return false;
+}
+
+// The back end a launch with head_dim d uses now: the requested one when it can run, else the
+// default (wgmma where available, else mma.sync).
+int resolve_impl(int d) {
+  int req = g_impl_override.load(std::memory_order_relaxed);
+  if (req == DDTREE_TA_IMPL_AUTO) req = env_impl();
+  if (req == DDTREE_TA_IMPL_MMA) return DDTREE_TA_IMPL_MMA;
+  if (req == DDTREE_TA_IMPL_FA3 && impl_available(DDTREE_TA_IMPL_FA3, d)) return DDTREE_TA_IMPL_FA3;
+  return impl_available(DDTREE_TA_IMPL_WGMMA, d) ? DDTREE_TA_IMPL_WGMMA : DDTREE_TA_IMPL_MMA;
 }
 
 template <class C>
@@ -81,8 +109,30 @@ ddtree_status_t prepare(int* ctas_per_sm) {
   return DDTREE_STATUS_SUCCESS;
 }
 
-ddtree_status_t prepare_for(int d, bool wgmma, int* ctas_per_sm) {
-  if (wgmma) return prepare<ta::WgmmaConfig128>(ctas_per_sm);
+ddtree_status_t prepare_fa3(int* ctas_per_sm) {
+  static int cache[64] = {0};
+  int dev = 0;
+  DDTREE_CUDA_TRY(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < 64 && cache[dev] > 0) {
+    *ctas_per_sm = cache[dev];
+    return DDTREE_STATUS_SUCCESS;
+  }
+  using F = ta::Fa3Config;
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
+  int occ = 0;
+  DDTREE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, &ta::tree_attention_fa3_kernel, F::NT, F::SMEM));
+  if (occ <= 0)
+    return fail(DDTREE_STATUS_UNSUPPORTED, "tree_attention: the fa3 kernel needs %d bytes of shared memory per block",
+                F::SMEM);
+  if (dev >= 0 && dev < 64) cache[dev] = occ;
+  *ctas_per_sm = occ;
+  return DDTREE_STATUS_SUCCESS;
+}
+
+ddtree_status_t prepare_for(int d, int impl, int* ctas_per_sm) {
+  if (impl == DDTREE_TA_IMPL_FA3) return prepare_fa3(ctas_per_sm);
+  if (impl == DDTREE_TA_IMPL_WGMMA) return prepare<ta::WgmmaConfig128>(ctas_per_sm);
   switch (d) {
     case 64: return prepare<ta::SyncConfig<64>::type>(ctas_per_sm);
     case 128: return prepare<ta::SyncConfig<128>::type>(ctas_per_sm);
@@ -116,12 +166,15 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   ddtree_status_t st = check_shape(batch, hq, hkv, d, n_max, max_pages, page_size, kv_chunk);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   Plan p;
-  p.wgmma = use_wgmma(d);
+  p.impl = resolve_impl(d);
   int occ = 0;
-  st = prepare_for(d, p.wgmma, &occ);
+  st = prepare_for(d, p.impl, &occ);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   p.bm = d == 256 ? 64 : 128;
-  p.bn = p.wgmma ? ta::WgmmaConfig128::BN : d == 256 ? 32 : 64;
+  p.bn = p.impl == DDTREE_TA_IMPL_FA3     ? ta::Fa3Config::BN
+         : p.impl == DDTREE_TA_IMPL_WGMMA ? ta::WgmmaConfig128::BN
+         : d == 256                      ? 32
+                                         : 64;
   const int64_t rows = static_cast<int64_t>(n_max) * (hq / hkv);
   p.row_tiles = static_cast<int>((rows + p.bm - 1) / p.bm);
   const int64_t max_kv = static_cast<int64_t>(max_pages) * page_size;
@@ -152,6 +205,19 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   return DDTREE_STATUS_SUCCESS;
 }
 
+void launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
+  using F = ta::Fa3Config;
+  static_assert(F::BM == ta::WgmmaConfig128::BM, "fa3 shares the wgmma plan and merge kernel");
+  dim3 grid(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
+            static_cast<unsigned>(batch));
+  ta::tree_attention_fa3_kernel<<<grid, F::NT, F::SMEM, stream>>>(params);
+  if (plan.num_splits > 1) {
+    dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
+               static_cast<unsigned>(batch));
+    ta::tree_attention_merge_kernel<F::D, F::BM><<<mgrid, 128, 0, stream>>>(params);
+  }
+}
+
 template <class C>
 void launch(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
@@ -178,6 +244,19 @@ DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_hea
   ddtree::detail::succeed();
   return plan.workspace();
 }
+
+DDTREE_API ddtree_status_t ddtree_tree_attention_set_impl(int impl) {
+  DDTREE_REQUIRE(impl >= DDTREE_TA_IMPL_AUTO && impl <= DDTREE_TA_IMPL_FA3,
+                 "tree_attention: impl %d not in 0..3 (auto, mma, wgmma, fa3)", impl);
+  g_impl_override.store(impl, std::memory_order_relaxed);
+  return ddtree::detail::succeed();
+}
+
+DDTREE_API int ddtree_tree_attention_impl_available(int impl, int head_dim) {
+  return impl_available(impl, head_dim) ? 1 : 0;
+}
+
+DDTREE_API int ddtree_tree_attention_impl_for(int head_dim) { return resolve_impl(head_dim); }
 
 DDTREE_API int ddtree_tree_attention_plan_chunk(int batch, int num_qo_heads, int num_kv_heads,
                                                 int head_dim, int n_max, int max_pages, int page_size,
@@ -245,7 +324,9 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
   params.scale_log2 = sm_scale * 1.4426950408889634f;
 
   auto s = static_cast<cudaStream_t>(stream);
-  if (plan.wgmma) {
+  if (plan.impl == DDTREE_TA_IMPL_FA3) {
+    launch_fa3(params, batch, num_kv_heads, plan, s);
+  } else if (plan.impl == DDTREE_TA_IMPL_WGMMA) {
     launch<ta::WgmmaConfig128>(params, batch, num_kv_heads, plan, s);
   } else {
     switch (head_dim) {

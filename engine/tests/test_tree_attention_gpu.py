@@ -1,12 +1,18 @@
-"""GPU tests of the tree_attention kernel against the fp32 reference (skipped without CUDA)."""
+"""GPU tests of the tree_attention kernel against the fp32 reference (skipped without CUDA).
+
+Every test runs once per back end (mma.sync, wgmma, fa3) that the device and the loaded library can
+run; a back end that cannot run a test's head_dim skips it rather than silently testing another."""
 from __future__ import annotations
 
 import math
 import random
+import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
 
+import ddtree_engine.ops  # noqa: F401  (binds ops.tree_attention; the module holds the back-end knobs)
 from test_tree_attention import Case, make_case, ref, repage
 
 pytestmark = [
@@ -14,10 +20,27 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
+ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
+_impl = ["auto"]
+
+
+@pytest.fixture(autouse=True, params=["mma", "wgmma", "fa3"])
+def impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = request.param
+    if not ta_ops.impl_available(name, 128):
+        pytest.skip(f"back end {name} cannot run on this device / library")
+    _impl[0] = name
+    with ta_ops.use_impl(name):
+        yield name
+    _impl[0] = "auto"
+
 
 def kernel(case: Case, *, causal: bool = False, kv_chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     from ddtree_engine.ops import tree_attention
 
+    d = case.q.shape[2]
+    if _impl[0] != "auto" and ta_ops.impl_for(d) != _impl[0]:
+        pytest.skip(f"back end {_impl[0]} does not run head_dim {d} (it would fall back to {ta_ops.impl_for(d)})")
     args = list(case.args())
     if causal:
         args[6] = None
@@ -113,6 +136,36 @@ def test_ragged_batch_and_batch_independent_rows() -> None:
                   case.anc[b:b + 1].contiguous(), case.sm_scale, [case.parents[b]])
     o1, lse1 = kernel(single, kv_chunk=512)
     assert torch.equal(o1, o[t0:t1]) and torch.equal(lse1, lse[t0:t1])
+
+
+@pytest.mark.parametrize("kv_chunk", [0, 4096, 1024])
+def test_long_context_many_tiles_per_cta(kv_chunk: int) -> None:
+    # Many key tiles per CTA: the fa3 back end's 3-stage K/V ring wraps many times, and its two
+    # consumer warpgroups ping-pong over dozens of tiles (GQA 8 -> 200 nodes x 8 = 13 row tiles).
+    case = make_case(8, 1, 128, ctx=[5000, 300, 0], n=[200, 17, 40], page=16, n_pad=[0, 2, 0],
+                     seed=kv_chunk + 5).to("cuda")
+    o, lse = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o, lse)
+
+
+def test_backends_agree(impl: str) -> None:
+    # Same inputs through every available back end: each is checked against the reference elsewhere;
+    # here their mutual difference must stay at bf16 rounding. Runs once (under the mma parameter).
+    from ddtree_engine.ops import tree_attention
+
+    if impl != "mma":
+        pytest.skip("compares all back ends in one run")
+    case = make_case(16, 2, 128, ctx=[900, 33], n=[96, 20], page=16, seed=3).to("cuda")
+    outs = {}
+    for name in ta_ops.available_impls(128):
+        ta_ops.set_impl(name)
+        outs[name] = tree_attention(*case.args(), kv_chunk=256)
+    ta_ops.set_impl(impl)
+    torch.cuda.synchronize()
+    base = outs["mma"][0].float()
+    for name, (o, lse) in outs.items():
+        assert (o.float() - base).abs().max() <= 1e-2 * base.abs().max(), name
+        torch.testing.assert_close(lse, outs["mma"][1], atol=1e-3, rtol=1e-5)
 
 
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:

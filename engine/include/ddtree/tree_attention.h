@@ -22,9 +22,13 @@
  * Scratch: `workspace` holds fp32 partials of split row tiles (no initialization needed; size from
  * ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). When the
  * plan splits, a small merge kernel runs right after the main one on the same stream.
- * On compute capability 9.0 with a library built for sm_90a, D=128 runs on wgmma; otherwise (and with
- * env DDTREE_TREE_ATTENTION_IMPL=mma) on mma.sync. The two back ends tile keys differently (128 vs 64),
- * so their results differ by rounding; the exactness statements above hold within one back end.
+ * Back ends: on compute capability 9.0 with a library built for sm_90a, D=128 runs on wgmma by default;
+ * otherwise on mma.sync. A third sm_90a back end, fa3 (warp-specialized producer + two ping-ponging
+ * consumer warpgroups, same tiles and plan as wgmma), runs only when asked for. The choice: env
+ * DDTREE_TREE_ATTENTION_IMPL=mma|wgmma|fa3 (read once), overridden by ddtree_tree_attention_set_impl;
+ * a back end that cannot run here (other GPU, D != 128, no sm_90a code) falls back to the default.
+ * mma.sync tiles keys by 64, wgmma/fa3 by 128, so results differ by rounding between back ends; the
+ * exactness statements above hold within one back end.
  * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
  * (different streams) need different workspaces. */
 #ifndef DDTREE_TREE_ATTENTION_H_
@@ -50,6 +54,25 @@ DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_hea
 DDTREE_API int ddtree_tree_attention_plan_chunk(int batch, int num_qo_heads, int num_kv_heads,
                                                 int head_dim, int n_max, int max_pages, int page_size,
                                                 int kv_chunk);
+
+/* Back ends (DDTREE_TA_IMPL_AUTO = the default choice). */
+enum {
+  DDTREE_TA_IMPL_AUTO = 0,
+  DDTREE_TA_IMPL_MMA = 1,
+  DDTREE_TA_IMPL_WGMMA = 2,
+  DDTREE_TA_IMPL_FA3 = 3
+};
+
+/* Process-wide override of the back end (AUTO: back to the env var / default). Plans depend on the
+ * back end: query workspace sizes after setting it, and do not change it while another thread
+ * launches. */
+DDTREE_API ddtree_status_t ddtree_tree_attention_set_impl(int impl);
+
+/* 1 iff back end `impl` can run head_dim on the current device with this library. */
+DDTREE_API int ddtree_tree_attention_impl_available(int impl, int head_dim);
+
+/* The back end (DDTREE_TA_IMPL_*) a launch with this head_dim would use now. */
+DDTREE_API int ddtree_tree_attention_impl_for(int head_dim);
 
 DDTREE_API ddtree_status_t ddtree_tree_attention(
     const void* q, const void* k_cache, const void* v_cache, const int32_t* qo_indptr,

@@ -8,7 +8,9 @@ will be captured before capturing it in a CUDA graph, so that the workspace exis
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -17,6 +19,46 @@ from ddtree_engine import _lib
 from ddtree_engine.ops._common import cuda_device_of, ptr, require, stream_handle
 
 _workspaces: dict[tuple[int, int], Tensor] = {}
+
+# Back ends (DDTREE_TA_IMPL_* in tree_attention.h). "auto" = the default: wgmma where the library has
+# sm_90a code and the GPU is compute capability 9.0 (D = 128), else mma.sync. "fa3" is opt-in.
+IMPLS = {"auto": 0, "mma": 1, "wgmma": 2, "fa3": 3}
+_IMPL_NAMES = {v: k for k, v in IMPLS.items()}
+
+
+def set_impl(name: str) -> None:
+    """Select the back end for every later launch in this process ("auto" restores the default)."""
+    if name not in IMPLS:
+        raise ValueError(f"tree_attention: unknown back end {name!r} (one of {sorted(IMPLS)})")
+    fn = _lib.function("ddtree_tree_attention_set_impl", [ctypes.c_int])
+    _lib.check(fn(IMPLS[name]), "tree_attention set_impl")
+
+
+def impl_available(name: str, head_dim: int = 128) -> bool:
+    """True iff back end `name` can run `head_dim` on the current device with the loaded library."""
+    fn = _lib.function("ddtree_tree_attention_impl_available", [ctypes.c_int, ctypes.c_int])
+    return name in IMPLS and name != "auto" and bool(fn(IMPLS[name], head_dim))
+
+
+def impl_for(head_dim: int = 128) -> str:
+    """Name of the back end a launch with this head_dim uses now."""
+    fn = _lib.function("ddtree_tree_attention_impl_for", [ctypes.c_int])
+    return _IMPL_NAMES.get(int(fn(head_dim)), "auto")
+
+
+def available_impls(head_dim: int = 128) -> list[str]:
+    """Back ends that can run here, in the order mma, wgmma, fa3."""
+    return [n for n in ("mma", "wgmma", "fa3") if impl_available(n, head_dim)]
+
+
+@contextlib.contextmanager
+def use_impl(name: str) -> Iterator[None]:
+    """Run the block with back end `name` selected; restores the default afterwards."""
+    set_impl(name)
+    try:
+        yield
+    finally:
+        set_impl("auto")
 
 _PLAN_ARGS = [ctypes.c_int] * 8
 
