@@ -157,6 +157,7 @@ def test_drift_is_shown_by_render_diff_and_refused_by_restore(hosts: Any) -> Non
     host = by_name["rs-main"]
     unit_path = f"/etc/systemd/system/{UNIT}"
     original = host.read_file(unit_path)
+    host.systemctl("start", UNIT)  # loaded in systemd, so an edit on disk sets NeedDaemonReload
     host.write_file(unit_path, original.replace("RestartSec=10", "RestartSec=1"))
     host.sh(f"mkdir -p /etc/systemd/system/{UNIT}.d && printf '[Service]\\nNice=5\\n' "
             f"> /etc/systemd/system/{UNIT}.d/override.conf")
