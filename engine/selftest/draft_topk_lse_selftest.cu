@@ -18,7 +18,7 @@ struct Case {
   uint64_t seed;
 };
 
-// Runs one case on the GPU with implementation `impl` (DDTREE_TOPK_IMPL_V2/V3; v3 with k > 32 runs v2)
+// Runs one case on the GPU with implementation `impl` (DDTREE_TOPK_IMPL_V2/V3; v3 with k > 64 runs v2)
 // and compares with the host reference.
 void run_case_impl(const Case& c, int32_t impl) {
   const int rows = c.batch * c.positions;
@@ -125,7 +125,7 @@ void run_case_impl(const Case& c, int32_t impl) {
             "error flag 0x%x, NaN row %d", h_flags[0], nan_row);
 }
 
-// Every case runs on both implementations where they differ (v3 applies to k <= 32).
+// Every case runs on both implementations where they differ (v3 applies to k <= 64).
 void run_case(const Case& c) {
   run_case_impl(c, DDTREE_TOPK_IMPL_V2);
   if (ddtree_draft_topk_lse_resolve_impl(c.k, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V3)
@@ -136,7 +136,7 @@ void run_case(const Case& c) {
 
 DDTREE_SELFTEST(draft_topk_lse_golden) {
   ST_EXPECT(ddtree_draft_topk_lse_resolve_impl(16, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V3 &&
-                ddtree_draft_topk_lse_resolve_impl(33, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V2 &&
+                ddtree_draft_topk_lse_resolve_impl(65, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V2 &&
                 ddtree_draft_topk_lse_resolve_impl(16, DDTREE_TOPK_IMPL_V2) == DDTREE_TOPK_IMPL_V2,
             "implementation resolution");
   for (const int32_t impl : {DDTREE_TOPK_IMPL_V2, DDTREE_TOPK_IMPL_V3, DDTREE_TOPK_IMPL_DEFAULT}) {
@@ -188,9 +188,10 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
       {2, 3, 32000, 16, false, 0, 1, 7},    {1, 3, 20000, 1024, true, 0, 1, 8},   {1, 4, 50000, 64, false, 1, 2, 9},
       {1, 5, 16384, 16, false, 0, 3, 10},   {2, 3, 9000, 8, true, 7, 4, 11},      {1, 2, 8192, 1024, false, 0, 3, 12},
       {1, 1, 1, 1, false, 0, 0, 13},        {1, 2, 5, 16, true, 3, 2, 14},
-      // v3's range (k <= 32): fast path, tie fallbacks, partial chunks, unaligned rows.
+      // v3's range (k <= 64): fast path, tie fallbacks, partial chunks, unaligned rows.
       {1, 15, 163840, 1, true, 0, 0, 31},   {1, 15, 163840, 32, true, 0, 0, 32}, {1, 3, 151936, 8, false, 0, 0, 33},
       {2, 3, 40000, 32, true, 8, 1, 34},    {1, 3, 20011, 16, true, 3, 3, 35},   {1, 4, 30000, 2, false, 1, 2, 36},
+      {1, 15, 163840, 64, true, 0, 0, 37},  {1, 4, 50000, 48, false, 0, 2, 38},  {1, 3, 9000, 64, true, 1, 1, 39},
   };
   for (const Case& c : cases) run_case(c);
 }
@@ -199,6 +200,7 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
 // radix select (several chunks, k below the candidate count) and the id digits (ties).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
   const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
-                        {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24}};
+                        {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24},
+                        {1, 2, 20000, 64, true, 0, 0, 25}};
   for (const Case& c : cases) run_case(c);
 }

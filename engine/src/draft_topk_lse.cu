@@ -1,6 +1,6 @@
 // Launcher of draft_topk_lse (C ABI): validates, sizes the workspace, launches phase 1 and phase 2.
 //
-// Two implementations (engine/bench/NOTES.md): v3 (draft_topk_lse_v3.cuh, k <= 32) and v2
+// Two implementations (engine/bench/NOTES.md): v3 (draft_topk_lse_v3.cuh, k <= 64) and v2
 // (draft_topk_lse.cuh, any k). The default is v3 where it applies; DDTREE_TOPK_IMPL=v2 in the
 // environment (read once per process) forces v2, and ddtree_draft_topk_lse_impl() picks per call.
 // The workspace size covers both, so either can run on any workspace sized by the query.
@@ -26,7 +26,7 @@ size_t partial_bytes(int64_t rows, int32_t vocab) {
   return align_up(size_t(rows) * size_t(num_chunks(vocab)) * sizeof(float2));
 }
 
-// v3 workspace: per (row, chunk) a 32-item slot and a (max, sum) partial; sized for the fp32 chunk
+// v3 workspace: per (row, chunk) a 64-item slot and a (max, sum) partial; sized for the fp32 chunk
 // (the smaller one, so the most chunks).
 int64_t v3_chunks(int32_t vocab, int chunk) { return (int64_t(vocab) + chunk - 1) / chunk; }
 size_t v3_bytes(int64_t rows, int32_t vocab) {
@@ -35,7 +35,7 @@ size_t v3_bytes(int64_t rows, int32_t vocab) {
          align_up(size_t(rows) * size_t(chunks) * sizeof(float2));
 }
 
-// DDTREE_TOPK_IMPL: "v2" forces v2, anything else (or unset) means the default (v3 where k <= 32).
+// DDTREE_TOPK_IMPL: "v2" forces v2, anything else (or unset) means the default (v3 where k <= 64).
 int32_t env_impl() {
   static const int32_t impl = [] {
     const char* e = std::getenv("DDTREE_TOPK_IMPL");

@@ -85,8 +85,8 @@ def _logits(batch: int, positions: int, vocab: int, dtype: torch.dtype, kind: st
     return x[..., :vocab]  # row stride = vocab + pad
 
 
-# Both implementations run every GPU comparison (engine/bench/NOTES.md: v3 for k <= 32, v2 for any k;
-# "v3" with k > 32 runs v2, which the resolved_impl check below confirms).
+# Both implementations run every GPU comparison (engine/bench/NOTES.md: v3 for k <= 64, v2 for any k;
+# "v3" with k > 64 runs v2, which the resolved_impl check below confirms).
 IMPLS = ["v2", "v3"]
 
 
@@ -94,7 +94,7 @@ def _compare(logits: torch.Tensor, k: int, impl: str = "default") -> None:
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl, resolved_impl
 
     env_v2 = os.environ.get("DDTREE_TOPK_IMPL") == "v2"  # read once by the library, like this
-    want_impl = "v3" if k <= 32 and (impl == "v3" or (impl == "default" and not env_v2)) else "v2"
+    want_impl = "v3" if k <= 64 and (impl == "v3" or (impl == "default" and not env_v2)) else "v2"
     assert resolved_impl(k, impl) == want_impl
     lp, ids, lse = draft_topk_lse_impl(logits, k, impl)
     want_lp, want_ids, want_lse = ref_topk(logits, k)
@@ -110,7 +110,7 @@ def _compare(logits: torch.Tensor, k: int, impl: str = "default") -> None:
 @needs_cuda
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("vocab", [997, 32000, 151936, 163840])
-@pytest.mark.parametrize("k", [1, 16, 32, 1024])
+@pytest.mark.parametrize("k", [1, 16, 32, 64, 1024])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_op_matches_reference_sizes(vocab: int, k: int, dtype: torch.dtype, impl: str) -> None:
     gen = torch.Generator().manual_seed(vocab * 7 + k)
@@ -129,7 +129,7 @@ def test_op_default_impl_matches_reference(k: int) -> None:
 @needs_cuda
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("kind", ["ties", "dyadic", "neginf"])
-@pytest.mark.parametrize("k", [1, 16, 32, 1024])
+@pytest.mark.parametrize("k", [1, 16, 32, 64, 1024])
 def test_op_matches_reference_edge_values(kind: str, k: int, impl: str) -> None:
     gen = torch.Generator().manual_seed(k)
     _compare(_logits(3, 7, 20011, torch.float32, kind, gen, pad=5), k, impl)

@@ -12,10 +12,10 @@
  * Two kernel launches on `stream`, no synchronization, no allocation: the caller passes a device
  * workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization needed).
  *
- * Implementations: v3 (k <= 32: filtered candidates, ~7 instructions per logit) and v2 (any k: radix
+ * Implementations: v3 (k <= 64: filtered candidates, ~7 instructions per logit) and v2 (any k: radix
  * select per chunk). ddtree_draft_topk_lse() uses v3 where it applies unless the environment variable
  * DDTREE_TOPK_IMPL=v2 (read once per process) forces v2. ddtree_draft_topk_lse_impl() takes the choice
- * per call (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v3 requested with k > 32 runs v2.
+ * per call (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v3 requested with k > 64 runs v2.
  * ddtree_draft_topk_lse_resolve_impl() says which one a call with (k, impl) runs (2 or 3). */
 #ifndef DDTREE_DRAFT_TOPK_LSE_H_
 #define DDTREE_DRAFT_TOPK_LSE_H_

@@ -1,4 +1,4 @@
-// draft_topk_lse v3 kernels, for k <= 32 (the launcher keeps v2, draft_topk_lse.cuh, for larger k and
+// draft_topk_lse v3 kernels, for k <= 64 (the launcher keeps v2, draft_topk_lse.cuh, for larger k and
 // as the fallback selected with DDTREE_TOPK_IMPL=v2).
 //
 // Why v3 (engine/bench/NOTES.md, "v3 analysis"): v2's phase 1 spends ~80 instructions per logit in up to
@@ -10,12 +10,13 @@
 // logits), at most 80 registers so that 3 CTAs fit per SM and a 15 x 163,840 bf16 call (300 CTAs) is
 // one wave on 132 SMs:
 //   1. online (max, sum exp) per 16-byte vector; NaN or +inf poison the sum (checked once per CTA);
-//   2. a lower bound T on the chunk's k-th largest key from the lanes' maxima: if at least k lanes of a
-//      warp have a maximum >= v, then k distinct logits are >= v (k <= 32 = lanes);
+//   2. a lower bound T on the chunk's k-th largest key from the threads' maxima: if at least k threads
+//      have a maximum >= v, then k distinct logits are >= v. k <= 16: counted within each warp (32
+//      shuffles; T = the best warp's); 16 < k <= 64: counted over all 256 threads in shared memory;
 //   3. every logit >= T (usually a few dozen; 1-2 for k = 1) is appended to shared memory; a whole
 //      vector is skipped when its maximum is below T, so this costs ~1 compare per vector;
 //   4. exact ranks among those candidates by counting (items are distinct (key, id) pairs), the
-//      chunk's top-min(k, n) written sorted to its 32-item slot. If more than kV3Cap candidates
+//      chunk's top-min(k, n) written sorted to its 64-item slot. If more than kV3Cap candidates
 //      survive (tie-heavy rows), the block radix select of v2 runs on the register-held logits instead.
 // Phase 2, one CTA of 256 threads per row (programmatic dependent launch): lse from the chunks'
 //   partials in fp64; a lower bound on the row's ksel-th item (the best of the chunks' ksel-th items);
@@ -41,8 +42,9 @@ namespace kernels {
 
 constexpr int kV3Threads = 256;
 constexpr int kV3Vecs = 4;        // 16-byte vectors per thread
-constexpr int kV3MaxK = 32;       // v3 handles k <= 32
-constexpr int kV3Slot = 32;       // items per chunk in the workspace (sorted, the first min(k, n) valid)
+constexpr int kV3MaxK = 64;       // v3 handles k <= 64
+constexpr int kV3WarpBoundK = 16;  // k <= 16: bound from one warp's lane maxima; above: from all 256 threads
+constexpr int kV3Slot = 64;       // items per chunk in the workspace (sorted, the first min(k, n) valid)
 constexpr int kV3Cap = 256;       // phase-1 candidates ranked by counting
 constexpr int kV3MergeThreads = 256;
 constexpr int kV3MergeCap = 1024;  // phase-2 candidates ranked by counting
@@ -58,13 +60,16 @@ __device__ __forceinline__ int v3_chunk_valid(int c, int chunk, int vocab) { ret
 
 // Phase 1. grid = (chunks per row, rows). partial[row][c] = (chunk max, sum exp(x - max)), both NaN if the
 // chunk holds NaN or +inf. cand[row][c][0..min(k, n)) = the chunk's best items, sorted descending.
+// The element-wise load path (rows not 16-byte aligned, rare) gets 2 CTAs/SM: at 80 registers its
+// scalar loads and the radix fallback spill on sm_90a.
 template <typename T, bool VEC>
-__global__ void __launch_bounds__(kV3Threads, 3) draft_topk_partial_v3_kernel(
+__global__ void __launch_bounds__(kV3Threads, VEC ? 3 : 2) draft_topk_partial_v3_kernel(
     const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride, int64_t row_stride, int k,
     int num_chunks, uint64_t* __restrict__ cand, float2* __restrict__ partial, int32_t* __restrict__ flags) {
   pdl_launch_dependents();
   __shared__ SelectSmem sm;  // fallback radix select only
   __shared__ uint64_t cbuf[kV3Cap];
+  alignas(16) __shared__ uint32_t lmax[kV3Threads];
   __shared__ float red_m[kV3Threads / 32], red_s[kV3Threads / 32];
   __shared__ uint32_t red_t[kV3Threads / 32];
   __shared__ int emitted;
@@ -153,9 +158,21 @@ __global__ void __launch_bounds__(kV3Threads, 3) draft_topk_partial_v3_kernel(
 #pragma unroll
   for (int j = 0; j < kV3Vecs; ++j) lane_key = max(lane_key, vkey[j]);
   uint32_t bound = lane_key;
-  if (k > 1) {
-    int ge = 0;  // lanes whose maximum is >= this lane's
+  if (k > 1 && k <= kV3WarpBoundK) {
+    int ge = 0;  // lanes of this warp whose maximum is >= this lane's
     for (int o = 0; o < 32; ++o) ge += __shfl_sync(0xffffffffu, lane_key, o) >= lane_key;
+    if (ge < k) bound = 0u;
+  } else if (k > kV3WarpBoundK) {
+    // Larger k: the k-th largest of all 256 thread maxima (k threads hold k distinct logits >= it).
+    lmax[threadIdx.x] = lane_key;
+    __syncthreads();
+    const uint4* l4 = reinterpret_cast<const uint4*>(lmax);
+    int ge = 0;
+#pragma unroll 4
+    for (int i = 0; i < kV3Threads / 4; ++i) {
+      const uint4 v = l4[i];
+      ge += int(v.x >= lane_key) + int(v.y >= lane_key) + int(v.z >= lane_key) + int(v.w >= lane_key);
+    }
     if (ge < k) bound = 0u;
   }
   bound = __reduce_max_sync(0xffffffffu, bound);

@@ -1,6 +1,6 @@
 """draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics).
 
-The library has two implementations (engine/bench/NOTES.md): v3 (k <= 32) and v2 (any k).
+The library has two implementations (engine/bench/NOTES.md): v3 (k <= 64) and v2 (any k).
 `draft_topk_lse` uses the library's default (v3 where it applies; DDTREE_TOPK_IMPL=v2 in the environment
 forces v2); `draft_topk_lse_impl(logits, k, "v2" | "v3")` picks one per call, for tests and benches."""
 
@@ -49,7 +49,7 @@ def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[t
 def draft_topk_lse_impl(logits: torch.Tensor, k: int, impl: str, check: bool = False
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """draft_topk_lse with the implementation chosen per call: "default", "v2" or "v3" (v3 asked for
-    with k > 32 runs v2)."""
+    with k > 64 runs v2)."""
     require(impl in IMPLS, f"impl must be one of {sorted(IMPLS)}, got {impl!r}")
     require(logits.dim() == 3, f"logits must be [B, L, V], got shape {tuple(logits.shape)}")
     require(logits.dtype in _DTYPES, f"logits must be float32 or bfloat16, got {logits.dtype}")
