@@ -33,7 +33,7 @@ if has selftest; then
 fi
 
 if has sanitize; then
-  # The selftest loops over the back ends itself. The fa3 back end synchronizes with mbarriers and
+  # The selftest loops over mma and wgmma itself; fa3 has its own test, tree_attention_zz_fa3_backend. The fa3 back end synchronizes with mbarriers and
   # named barriers: read a racecheck hazard on it against that before calling it a bug.
   stamp "memcheck + racecheck (all back ends)"
   timeout 150 compute-sanitizer --tool memcheck --leak-check no \
@@ -42,6 +42,10 @@ if has sanitize; then
   timeout 150 compute-sanitizer --tool racecheck \
     "$build/ddtree-selftest" tree_attention_chain > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|FAIL|PASS" "$OUT/racecheck.log" | tail -4
+  # fa3 runs in its own selftest (registered last): memcheck it too.
+  timeout 200 compute-sanitizer --tool memcheck --leak-check no \
+    "$build/ddtree-selftest" tree_attention_zz_fa3 > "$OUT/memcheck_fa3.log" 2>&1
+  echo "memcheck fa3 rc=$?"; grep -E "ERROR SUMMARY|FAIL|PASS" "$OUT/memcheck_fa3.log" | tail -4
 fi
 
 if has pytest; then

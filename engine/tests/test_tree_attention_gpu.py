@@ -24,7 +24,10 @@ ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
 _impl = ["auto"]
 
 
-@pytest.fixture(autouse=True, params=["mma", "wgmma", "fa3"])
+# Module scope: pytest then runs every test under mma, then every test under wgmma, then under fa3, so
+# a broken fa3 kernel (its watchdog traps, which poisons the CUDA context) cannot hide the results of
+# the other back ends.
+@pytest.fixture(autouse=True, scope="module", params=["mma", "wgmma", "fa3"])
 def impl(request: pytest.FixtureRequest) -> Iterator[str]:
     name = request.param
     if not ta_ops.impl_available(name, 128):

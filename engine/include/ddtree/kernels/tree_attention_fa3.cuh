@@ -69,11 +69,16 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 #endif
   return ok != 0;
 }
+// Blocking wait with a watchdog: a pipeline bug would otherwise hang the GPU (and every test after it)
+// forever. try_wait suspends the thread for a while per attempt, so 2^26 failed attempts are far
+// beyond any legitimate wait (the longest is one K/V tile load); the kernel then traps, which the
+// launch reports as an error.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #if DDTREE_TA_HAVE_WGMMA
   asm volatile(
-      "{\n.reg .pred p;\nTA_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra TA_WAIT;\n}\n" ::"r"(
-          bar),
+      "{\n.reg .pred p;\n.reg .u32 n;\nmov.u32 n, 0;\nTA_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@p bra TA_DONE;\n"
+      "add.u32 n, n, 1;\nsetp.lt.u32 p, n, 67108864;\n@p bra TA_WAIT;\ntrap;\nTA_DONE:\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
 #endif
