@@ -8,10 +8,53 @@ body end at EOF; Content-Length and chunked bodies are honoured too.
 
 from __future__ import annotations
 
+import socket
+import time
+from typing import Protocol
+
 from ddtreectl.errors import RemoteCommandError
 from ddtreectl.transport.base import HttpResponse
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024  # health/metrics answers are small; bound a runaway stream
+
+
+class Stream(Protocol):
+    """What a socket and a Paramiko channel have in common for this exchange."""
+
+    def sendall(self, data: bytes) -> object: ...
+
+    def settimeout(self, timeout: float | None) -> object: ...
+
+    def recv(self, size: int) -> bytes: ...
+
+
+def exchange(stream: Stream, port: int, path: str, *, timeout: float, host: str) -> HttpResponse:
+    """Send one GET on an open stream and read the answer until it is complete, EOF or the deadline.
+
+    OSError while reading (a reset) is a RemoteCommandError, like a timeout: the caller decides
+    whether to retry. The caller owns and closes the stream.
+    """
+    what = f"GET http://127.0.0.1:{port}{path} on {host}"
+    deadline = time.monotonic() + timeout
+    raw = bytearray()
+    stream.sendall(build_request(port, path))
+    while not response_complete(bytes(raw)):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RemoteCommandError(f"{what}: no complete answer within {timeout:g} s", host=host)
+        stream.settimeout(remaining)
+        try:
+            data = stream.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError as exc:
+            raise RemoteCommandError(f"{what}: {exc}", host=host) from None
+        if not data:
+            break
+        raw += data
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise RemoteCommandError(f"{what}: answer larger than 16 MiB", host=host)
+    return parse_response(bytes(raw), what=what)
 
 
 def build_request(port: int, path: str) -> bytes:

@@ -125,8 +125,6 @@ class LocalTransport:
         )
 
     def http_get(self, port: int, path: str, *, timeout: float) -> HttpResponse:
-        what = f"GET http://127.0.0.1:{port}{path} on {self.host_name}"
-        deadline = time.monotonic() + timeout
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         except OSError as exc:
@@ -135,27 +133,8 @@ class LocalTransport:
                 hint="is the service running and listening on that port?",
                 host=self.host_name,
             ) from None
-        raw = bytearray()
         with sock:
-            sock.sendall(http_wire.build_request(port, path))
-            while not http_wire.response_complete(bytes(raw)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RemoteCommandError(f"{what}: no complete answer within {timeout:g} s",
-                                             host=self.host_name)
-                sock.settimeout(remaining)
-                try:
-                    data = sock.recv(65536)
-                except socket.timeout:
-                    continue
-                except OSError as exc:
-                    raise RemoteCommandError(f"{what}: {exc}", host=self.host_name) from None
-                if not data:
-                    break
-                raw += data
-                if len(raw) > http_wire.MAX_RESPONSE_BYTES:
-                    raise RemoteCommandError(f"{what}: answer larger than 16 MiB", host=self.host_name)
-        return http_wire.parse_response(bytes(raw), what=what)
+            return http_wire.exchange(sock, port, path, timeout=timeout, host=self.host_name)
 
     def port_open(self, port: int, *, timeout: float) -> bool:
         try:

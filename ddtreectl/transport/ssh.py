@@ -371,30 +371,11 @@ class SshTransport:
         return True
 
     def http_get(self, port: int, path: str, *, timeout: float) -> HttpResponse:
-        what = f"GET http://127.0.0.1:{port}{path} on {self.host_name}"
-        deadline = time.monotonic() + timeout
         chan = self.open_tcp_channel("127.0.0.1", port, timeout=timeout, purpose="HTTP")
-        raw = bytearray()
         try:
-            chan.sendall(http_wire.build_request(port, path))
-            while not http_wire.response_complete(bytes(raw)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RemoteCommandError(f"{what}: no complete answer within {timeout:g} s",
-                                             host=self.host_name)
-                chan.settimeout(remaining)
-                try:
-                    data = chan.recv(65536)
-                except socket.timeout:
-                    continue
-                if not data:
-                    break
-                raw += data
-                if len(raw) > http_wire.MAX_RESPONSE_BYTES:
-                    raise RemoteCommandError(f"{what}: answer larger than 16 MiB", host=self.host_name)
+            return http_wire.exchange(chan, port, path, timeout=timeout, host=self.host_name)
         finally:
             chan.close()
-        return http_wire.parse_response(bytes(raw), what=what)
 
     def port_open(self, port: int, *, timeout: float) -> bool:
         try:
