@@ -25,7 +25,7 @@ for b in draft_topk_lse tree_accept kv_commit; do
   echo "bench_$b rc=$?"; tail -16 "$OUT/bench_$b.log"
 done
 for tool in memcheck racecheck; do
-  timeout 30 compute-sanitizer --tool $tool --error-exitcode 9 $B/ddtree-selftest golden sanitizer_sized kv_commit \
+  timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 $B/ddtree-selftest golden sanitizer_sized kv_commit \
     gumbel > "$OUT/sanitizer_$tool.log" 2>&1
   echo "sanitizer $tool rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)"
 done
