@@ -98,6 +98,10 @@ def simulate(n_tiles: int, rng: random.Random) -> None:
             assert stage_tile[s] == tile and published[s], f"consumer {c} reads tile {tile} from stage {s}"
             readers[s].add(c)
 
+        def use(tile: int) -> None:  # a wgmma reads the stage: it must still hold the tile, held by us
+            s = tile % STAGES
+            assert stage_tile[s] == tile and c in readers[s], f"consumer {c} uses tile {tile} after release"
+
         def release(tile: int) -> None:
             readers[tile % STAGES].discard(c)
             empty[tile % STAGES].arrive()
@@ -117,13 +121,20 @@ def simulate(n_tiles: int, rng: random.Random) -> None:
             while not full[s].ready((it // STAGES) & 1):
                 yield
             acquire(it)
+            if it >= 2:  # wait_group 0 at the top of the iteration: P V of tile it-2 is done
+                release(it - 2)
             yield from sync(1 + c)
-            yield  # issue S_it (and P_{it-1} V_{it-1})
+            use(it)  # S_it reads K of tile it
+            if it >= 1:
+                use(it - 1)  # P_{it-1} V_{it-1} reads V of tile it-1
+            yield  # both products in flight
             if not (c == 1 and last):
                 bars[2 - c].arrive()
-            yield  # softmax overlaps the other warpgroup's GEMMs
-            if it > 0:
-                release(it - 1)
+            yield  # softmax overlaps the other warpgroup's GEMMs and this one's P V
+        if n_tiles >= 2:
+            release(n_tiles - 2)
+        use(n_tiles - 1)
+        yield  # last P V in flight
         release(n_tiles - 1)
 
     actors = [producer(), consumer(0), consumer(1)]

@@ -415,14 +415,23 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       wg_wait0();
       pin(s);
       softmax(kt);
-      pack_p();
       kt = kn;
       ++it;
       // ---- steady state: S of tile it with P.V of tile it-1 ----
+      // The wait for P.V of tile it-2 sits at the top of the iteration, behind the (looping) full-
+      // barrier wait: ptxas schedules wgmma.wait_group at the top of its basic block, so this keeps
+      // tile it-1's softmax (end of the previous iteration) overlapped with that P.V.
       while (kt < c_end) {
         kn = next_tile(kt + BN);
         const int st = it % ST, sp = (it - 1) % ST;
         mbar_wait(full0 + 8 * st, static_cast<uint32_t>(it / ST) & 1u);
+        pin(s);
+        pin(m_run, l_run, corr);
+        wg_wait0();
+        pin(acc);
+        pin(pa);
+        if (it >= 2) mbar_arrive(empty0 + 8 * ((it - 2) % ST));  // tile it-2's K and V are no longer read
+        pack_p();  // P of tile it-1
         fence_proxy_async();
         named_sync(1 + c, 256);
         pin(s);
@@ -439,19 +448,17 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         wg_wait1();  // S of tile it done; P.V of tile it-1 may still run
         pin(s);
         softmax(kt);
-        // Keep the softmax before the wait: without these pins the compiler sinks the exponentials
-        // below wgmma.wait_group 0 and the overlap with P.V is lost (seen in the SASS).
-        pin(s);
-        pin(m_run, l_run, corr);
-        wg_wait0();
-        pin(acc);
-        pin(pa);
-        mbar_arrive(empty0 + 8 * sp);  // tile it-1's K and V are no longer read
-        pack_p();
         kt = kn;
         ++it;
       }
       // ---- last P.V ----
+      pin(s);
+      pin(m_run, l_run, corr);
+      wg_wait0();
+      pin(acc);
+      pin(pa);
+      if (it >= 2) mbar_arrive(empty0 + 8 * ((it - 2) % ST));
+      pack_p();
       const int sp = (it - 1) % ST;
       rescale();
       pin(acc);
