@@ -25,7 +25,9 @@ for t in python3 cmake ninja nvcc rsync flock; do
 done
 python3 -c "import typer, rich, yaml, jinja2; print('python deps ok')" || fail "python deps missing"
 
-work=$(mktemp -d /tmp/ddtree-deploy-check.XXXXXX)
+# DEPLOY_WORK keeps the work dir (and the built release) for later steps of the same device session.
+work=${DEPLOY_WORK:-$(mktemp -d /tmp/ddtree-deploy-check.XXXXXX)}
+mkdir -p "$work"
 # A private copy of the engine: step 3 edits a source file.
 mkdir -p "$work/engine"
 (cd engine && tar --exclude='./build*' --exclude='__pycache__' -cf - .) | (cd "$work/engine" && tar -xf -)
@@ -92,5 +94,5 @@ COLUMNS=200 ddt status gpu
 ddt rollback --host gpu || fail "rollback failed"
 [ "$(readlink "$work/root/current")" = "releases/$rel1" ] || fail "rollback did not restore $rel1"
 echo "audit log:"; cat "$work/root/state/audit.log"
-rm -rf "$work"
+[ -n "${DEPLOY_WORK:-}" ] || rm -rf "$work"
 echo "DEPLOY CHECK: PASS"
