@@ -22,9 +22,9 @@
  * Scratch: `workspace` holds fp32 partials of split row tiles (no initialization needed; size from
  * ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). When the
  * plan splits, a small merge kernel runs right after the main one on the same stream.
- * Back ends: on compute capability 9.0 with a library built for sm_90a, D=128 runs on wgmma by default;
- * otherwise on mma.sync. A third sm_90a back end, fa3 (warp-specialized producer + two ping-ponging
- * consumer warpgroups, same tiles and plan as wgmma), runs only when asked for. The choice: env
+ * Back ends: on compute capability 9.0 with a library built for sm_90a, D=128 runs by default on fa3
+ * (warp-specialized producer + two ping-ponging consumer warpgroups); wgmma (same tiles and plan, one
+ * schedule in lockstep) on request; otherwise mma.sync. The choice: env
  * DDTREE_TREE_ATTENTION_IMPL=mma|wgmma|fa3 (read once), overridden by ddtree_tree_attention_set_impl;
  * a back end that cannot run here (other GPU, D != 128, no sm_90a code) falls back to the default.
  * mma.sync tiles keys by 64, wgmma/fa3 by 128, so results differ by rounding between back ends; the

@@ -20,8 +20,8 @@ from ddtree_engine.ops._common import cuda_device_of, ptr, require, stream_handl
 
 _workspaces: dict[tuple[int, int], Tensor] = {}
 
-# Back ends (DDTREE_TA_IMPL_* in tree_attention.h). "auto" = the default: wgmma where the library has
-# sm_90a code and the GPU is compute capability 9.0 (D = 128), else mma.sync. "fa3" is opt-in.
+# Back ends (DDTREE_TA_IMPL_* in tree_attention.h). "auto" = the default: fa3 where the library has
+# sm_90a code and the GPU is compute capability 9.0 (D = 128), else mma.sync. "wgmma" on request.
 IMPLS = {"auto": 0, "mma": 1, "wgmma": 2, "fa3": 3}
 _IMPL_NAMES = {v: k for k, v in IMPLS.items()}
 
