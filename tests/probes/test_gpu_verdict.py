@@ -11,7 +11,7 @@ import pytest
 
 from ddtreectl.probes.gpu_holders import GpuHolder
 from ddtreectl.probes.gpu_sample import GpuSamples, UnitStates, gpus_command, parse_gpu_samples
-from ddtreectl.probes.gpu_verdict import gpu_verdict, memory_threshold_mib
+from ddtreectl.probes.gpu_verdict import HostVerdict, gpu_verdict, memory_threshold_mib
 from ddtreectl.probes.parse import Section, gpu_state
 
 from tests.probes.fixtures import FIXTURES, fixture
@@ -33,6 +33,23 @@ def test_idle_h200_three_samples() -> None:
     v = gpu_verdict(s, unit=None, expected_gpus=1)
     assert v.verdict == "idle" and v.reasons == () and v.signals == ()
     assert v.gpus[0].utilization_pct == (0, 0, 0) and v.gpus[0].memory_used_mib == 0
+
+
+def test_captured_h200_idle_busy_idle() -> None:
+    """Real nvidia-smi output of the H200: idle, then a PyTorch process holding ~17 GB and computing,
+    then idle after it exited. Busy must name all three signals; idle must have none."""
+    def verdict(phase: str, holders: tuple[GpuHolder, ...] = ()) -> HostVerdict:
+        apps = f"nvidia-smi-apps-h200-captured-{phase}.txt"
+        s = samples_of([f"nvidia-smi-gpus-h200-captured-{phase}.txt"] * 3, [apps] * 3, holders=holders)
+        return gpu_verdict(s, unit=UNIT, expected_gpus=1)
+
+    before, after = verdict("idle-before"), verdict("idle-after")
+    assert before.verdict == "idle" and after.verdict == "idle"
+    torch_proc = GpuHolder(1788, "root", "0::/", "python3 -c import torch ... ", True)
+    busy = verdict("busy-torch", (torch_proc,))
+    assert busy.verdict == "busy"
+    assert set(busy.signals) == {"processes", "memory", "utilization"}
+    assert [p.pid for p in busy.foreign_processes()] == [1788]
 
 
 def test_idle_seven_gpus_is_unknown_when_eight_are_expected() -> None:
