@@ -86,7 +86,8 @@ def _logits(batch: int, positions: int, vocab: int, dtype: torch.dtype, kind: st
 
 
 # Both implementations run every GPU comparison (engine/bench/NOTES.md: v3 for k <= 64, v2 for any k;
-# "v3" with k > 64 runs v2, which the resolved_impl check below confirms).
+# the default picks v3 for k <= 16 only; "v3" with k > 64 runs v2, which the resolved_impl check below
+# confirms).
 IMPLS = ["v2", "v3"]
 
 
@@ -94,7 +95,7 @@ def _compare(logits: torch.Tensor, k: int, impl: str = "default") -> None:
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl, resolved_impl
 
     env_v2 = os.environ.get("DDTREE_TOPK_IMPL") == "v2"  # read once by the library, like this
-    want_impl = "v3" if k <= 64 and (impl == "v3" or (impl == "default" and not env_v2)) else "v2"
+    want_impl = "v3" if (impl == "v3" and k <= 64) or (impl == "default" and not env_v2 and k <= 16) else "v2"
     assert resolved_impl(k, impl) == want_impl
     lp, ids, lse = draft_topk_lse_impl(logits, k, impl)
     want_lp, want_ids, want_lse = ref_topk(logits, k)

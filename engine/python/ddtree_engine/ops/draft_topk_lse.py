@@ -1,6 +1,7 @@
 """draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics).
 
-The library has two implementations (engine/bench/NOTES.md): v3 (k <= 64) and v2 (any k).
+The library has two implementations (engine/bench/NOTES.md): v3 (k <= 64; the default for k <= 16)
+and v2 (any k).
 `draft_topk_lse` uses the library's default (v3 where it applies; DDTREE_TOPK_IMPL=v2 in the environment
 forces v2); `draft_topk_lse_impl(logits, k, "v2" | "v3")` picks one per call, for tests and benches."""
 
