@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,8 +12,12 @@ if TYPE_CHECKING:
     import jinja2
 
 
+@lru_cache(maxsize=8)
 def make_environment(templates_dir: Path) -> "jinja2.Environment":
-    """A Jinja environment loading from `templates_dir` that fails on any undefined variable."""
+    """A Jinja environment loading from `templates_dir` that fails on any undefined variable.
+
+    Cached per directory: a fan-out renders the same templates for every host, and Jinja caches
+    compiled templates per environment (it re-checks the file's mtime, so edits are still seen)."""
     import jinja2  # lazy: keep `ddtreectl --help` fast
 
     env = jinja2.Environment(
