@@ -9,7 +9,7 @@ does not drown the transport cost) and prints medians of:
   warm   one `true` on an open connection: ddtreectl (TCP_NODELAY), ddtreectl without it
          (= Paramiko's default socket), Fabric `run()`, OpenSSH through a ControlMaster socket
 
-Usage: python3 bench/ssh_exec_latency.py [--samples N]
+Usage: python3 -m pip install ".[bench]" && python3 bench/ssh_exec_latency.py [--samples N]   (Fabric is a bench peer only)
 """
 
 from __future__ import annotations
