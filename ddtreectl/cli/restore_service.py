@@ -8,7 +8,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import ExitCode, PartialFailureError, RemoteCommandError
+from ddtreectl.errors import DdtreeError, ExitCode, PartialFailureError, RemoteCommandError
 
 
 @app.command("restore-service")
@@ -37,6 +37,8 @@ def restore_service_command(
     from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
     from ddtreectl.transport import connect
     from ddtreectl.ui import units_view
+    from rich.markup import escape
+
     from ddtreectl.ui.console import stderr
 
     inventory = load_inventory()
@@ -73,7 +75,10 @@ def restore_service_command(
     errors = [r for r in outcomes if not r.ok]
     for r in errors:
         hint = getattr(r.error, "hint", None)
-        stderr().print(f"[red]error: {r.host.name}: {r.error}[/red]" + (f"\nhint: {hint}" if hint else ""))
+        # A DdtreeError already names its host; anything else gets the host prefixed here.
+        named = isinstance(r.error, DdtreeError) and r.error.host
+        message = escape(str(r.error) if named else f"{r.host.name}: {r.error}")
+        stderr().print(f"[red]error: {message}[/red]" + (f"\nhint: {escape(hint)}" if hint else ""))
     failed_gates = [r for r in results if not r.ok]
     if not errors and not failed_gates:
         return

@@ -17,7 +17,7 @@ for pid in "$@"; do
   if [ -r "/proc/$pid/cgroup" ]; then
     cg=$(tr '\n' ' ' < "/proc/$pid/cgroup")
     user=$(stat -c %U "/proc/$pid" 2>/dev/null || echo '?')
-    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)
+    cmd=$(tr '\0\n\t' '   ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)  # one line: `python -c` scripts hold newlines
     printf 'PID\t%s\t%s\t%s\t%s\n' "$pid" "$user" "$cg" "$cmd"
   else
     printf 'PID\t%s\t?\t?\t?\n' "$pid"
