@@ -23,35 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ddtree_engine.ops.build_tree import build_tree  # noqa: E402
 from ddtree_engine.reference.build_tree import build_tree as ref_build_tree  # noqa: E402
 from ddtree_engine.reference.build_tree import heap_pop_order  # noqa: E402
+from _timing import graph_time  # noqa: E402
 
 L = 15
 VOCAB = 32000
-
-
-def graph_time(fn, calls: int, reps: int = 25) -> float:
-    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return statistics.median(times)
 
 
 def heap_time(lp_lists: list[list[list[float]]], budget: int, reps: int) -> float:
@@ -83,8 +58,8 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
         if not torch.equal(g.cpu(), w):
             raise AssertionError(f"M={m} K={k} B={bsz}: kernel {name} differs from the reference")
     fn = lambda: build_tree(lp, ids, root, ctx, budget, n_max)  # noqa: E731
-    t_call = graph_time(fn, calls=20)
-    t_one = graph_time(fn, calls=1)
+    t_call = graph_time(fn, calls=20, reps=25)
+    t_one = graph_time(fn, calls=1, reps=25)
     lp_lists = lp.cpu().tolist()
     t_heap = heap_time(lp_lists, m, heap_reps)
     depth_max = int(got.node_depth.max())

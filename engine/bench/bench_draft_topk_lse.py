@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from _e1_common import copy_bandwidth, device_name, print_table, save_json, time_calls
+from _timing import copy_bandwidth, device_name, print_table, save_json, time_calls
 
 from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl, resolved_impl  # noqa: E402
 from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from _e1_common import copy_bandwidth, device_name, print_table, save_json, time_calls
+from _timing import copy_bandwidth, device_name, print_table, save_json, time_calls
 
 from ddtree_engine.ops import kv_commit  # noqa: E402
 from ddtree_engine.reference import kv_commit as ref  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from _e1_common import copy_bandwidth, device_name, print_table, save_json, time_calls
+from _timing import copy_bandwidth, device_name, print_table, save_json, time_calls
 
 from ddtree_engine.ops import tree_accept  # noqa: E402
 from ddtree_engine.reference import tree_accept as ref  # noqa: E402

@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,32 +29,7 @@ ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
 from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401  (binds the name)
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
-
-
-def graph_time(fn, calls: int = 10, reps: int = 15) -> float:
-    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return statistics.median(times)
+from _timing import graph_time  # noqa: E402
 
 
 def measure_ceilings() -> tuple[float, float]:

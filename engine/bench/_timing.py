@@ -1,4 +1,4 @@
-"""Timing helpers shared by bench_draft_topk_lse.py, bench_tree_accept.py and bench_kv_commit.py.
+"""Timing helpers shared by the engine benches (bench_*.py).
 
 Every number is a median over graph replays with CUDA events; each graph holds several calls over
 rotating input sets (together larger than L2, so the caches don't flatter anyone); the byte floor uses
@@ -87,3 +87,30 @@ def save_json(name: str, payload: dict[str, object]) -> None:
 
 def device_name() -> str:
     return f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))})"
+
+
+def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15) -> float:
+    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls `reps` times (warmed up
+    on a side stream first, as capture requires)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(times)
