@@ -140,7 +140,7 @@ def populate(upper: Path, *, name: str, client_pubkey: str, keydir: Path,
     for unit in MASKED_UNITS:
         files.symlink(f"/etc/systemd/system/{unit}", "/dev/null")
 
-    # `python3` for non-login SSH commands: the runner's may only live under /root/.pyenv
+    # `python3` for non-login SSH commands: the runner's may only live under a pyenv tree in root's home
     if not any(Path(d, "python3").exists() for d in SSH_EXEC_PATH):
         # (a pyenv shim is a bash script that needs pyenv's env: link the real interpreter)
         files.symlink("/usr/local/bin/python3", str(Path(sys.executable).resolve()))
