@@ -14,7 +14,6 @@ from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGa
 from ddtreectl.operations.units import drift, read_installed
 from ddtreectl.probes.gpu_holders import gpu_holders
 from ddtreectl.probes.status import probe_status
-from ddtreectl.probes.words import service_condition
 from ddtreectl.render.units import RenderedService, render_service
 from ddtreectl.transport.base import Transport
 
@@ -52,10 +51,9 @@ def _rendered(inventory: Inventory, host: Host) -> RenderedService:
     return rendered
 
 
-def preflight(transport: Transport, inventory: Inventory, host: Host, options: RestoreOptions) -> list[str]:
+def preflight(transport: Transport, host: Host, rendered: RenderedService, options: RestoreOptions) -> list[str]:
     """Refuse unless the host can serve: built release, installed and undrifted unit, GPUs free of
     foreign processes. Returns warnings that --force turned from refusals into notes."""
-    rendered = _rendered(inventory, host)
     facts = probe_status(transport, unit=rendered.unit, remote_root=host.remote_root,
                          timeout=host.command_timeout)
     warnings: list[str] = []
@@ -138,7 +136,7 @@ def restore_host(
     service = inventory.service_of(host)
     assert service is not None
     result = RestoreResult(host=host.name, unit=rendered.unit)
-    result.warnings = preflight(transport, inventory, host, options)
+    result.warnings = preflight(transport, host, rendered, options)
     result.started = start_service(transport, host, rendered.unit, enable=options.enable)
     result.enabled = options.enable
 

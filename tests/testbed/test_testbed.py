@@ -349,7 +349,7 @@ def test_boot_times(testbed: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.testbed
-def test_reboot_keeps_the_disk_and_starts_enabled_units(testbed: Any, boot_hosts: Any) -> None:
+def test_reboot_keeps_the_disk_and_starts_enabled_units(testbed: Fleet, boot_hosts: Callable[..., list[TestHost]]) -> None:
     (host,) = boot_hosts(["tb-reboot"])
     host.write_file("/etc/systemd/system/tb-sleeper.service",
                     "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
