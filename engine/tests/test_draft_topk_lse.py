@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ddtree_engine.reference import draft_topk_lse as ref_topk
+from topk_inputs import make_logits
 
 INF = float("inf")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -69,19 +70,7 @@ def test_reference_rejects_bad_arguments() -> None:
 # ---------------------------------------------------------------------------------------------- GPU
 def _logits(batch: int, positions: int, vocab: int, dtype: torch.dtype, kind: str, gen: torch.Generator,
             pad: int = 0) -> torch.Tensor:
-    shape = (batch, positions, vocab + pad)
-    if kind == "normal":
-        x = torch.randn(shape, generator=gen) * 4
-    elif kind == "ties":
-        x = torch.randint(0, 4, shape, generator=gen).float()
-    elif kind == "dyadic":
-        x = torch.randint(0, 16, shape, generator=gen).float() * 0.25 - 2
-    elif kind == "neginf":
-        x = torch.randn(shape, generator=gen) * 3
-        x[torch.rand(shape, generator=gen) < 0.2] = -INF
-    else:
-        raise AssertionError(kind)
-    x = x.to(dtype).cuda()
+    x = make_logits((batch, positions, vocab + pad), kind, gen).to(dtype).cuda()
     return x[..., :vocab]  # row stride = vocab + pad
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from ddtree_engine.reference import draft_topk_lse as ref_topk
+from topk_inputs import make_logits
 
 ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "topk_emu"
@@ -74,19 +75,7 @@ def compare(binary: Path, x: torch.Tensor, k: int) -> dict[str, int]:
 
 
 def logits(shape: tuple[int, int, int], kind: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    if kind == "normal":
-        x = torch.randn(shape, generator=gen) * 4
-    elif kind == "ties":
-        x = torch.randint(0, 4, shape, generator=gen).float()
-    elif kind == "dyadic":
-        x = torch.randint(0, 16, shape, generator=gen).float() * 0.25 - 2
-    elif kind == "neginf":
-        x = torch.randn(shape, generator=gen) * 3
-        x[torch.rand(shape, generator=gen) < 0.2] = -INF
-    else:
-        raise AssertionError(kind)
-    return x.to(dtype)
+    return make_logits(shape, kind, torch.Generator().manual_seed(seed)).to(dtype)
 
 
 @pytest.mark.parametrize("k", [1, 2, 16, 17, 32, 64])
