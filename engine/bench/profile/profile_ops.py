@@ -39,7 +39,8 @@ def tree(m: int, k: int):
 def attention(hq: int, hkv: int, n: int, ctx: int):
     import math
     from ddtree_engine.ops.tree_attention import tree_attention
-    from ddtree_engine.reference import tree_attention as ref
+    import importlib
+    ref = importlib.import_module("ddtree_engine.reference.tree_attention")
     from bench_tree_attention import ddtree_like_parents
     gen = torch.Generator().manual_seed(1)
     anc = ref.anc_from_parents(torch.tensor([ddtree_like_parents(n, gen)])).cuda()
