@@ -59,6 +59,24 @@ def boot_hosts(testbed: Any) -> Iterator[Callable[..., list[Any]]]:
     testbed.shutdown_all(booted)
 
 
+@pytest.fixture(autouse=True)
+def ssh_control_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test gets its own OpenSSH master directory (short: socket paths max out at 108 bytes),
+    inherited by the ddtreectl processes it starts; masters left there are closed at teardown,
+    so no test leaves a logged-in connection behind or reuses another test's."""
+    import tempfile
+
+    from ddtreectl.transport.control import ENV_CONTROL_DIR, close_all_masters
+
+    directory = tempfile.mkdtemp(prefix="ddt-cm-", dir="/tmp")
+    monkeypatch.setenv(ENV_CONTROL_DIR, directory)
+    try:
+        yield directory
+    finally:
+        close_all_masters(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # a test that boots hosts is a testbed test, marked or not (`-m "not testbed"` must skip it)
     for item in items:

@@ -45,12 +45,21 @@ def status(
         help="Global deadline in seconds for all hosts together; hosts still silent then are "
              "reported as 'no answer'. Each connect also has the host's connect_timeout.",
     ),
+    no_reuse: bool = typer.Option(
+        False, "--no-reuse",
+        help="Open a fresh SSH connection to every host instead of reusing the OpenSSH master "
+             "an earlier command left (kept 60 s after last use). Same as DDTREECTL_SSH_REUSE=0.",
+    ),
 ) -> None:
     """Show each host's reachability, GPUs, service state and release.
 
     Hosts are probed in parallel: one SSH connection and one probe round
     trip per host. An unreachable host costs its connect timeout once and
-    never delays the others. The service state is said in words: running,
+    never delays the others. SSH connections stay open for 60 s after use
+    (OpenSSH ControlPersist, sockets in $XDG_RUNTIME_DIR/ddtreectl/cm or
+    ~/.cache/ddtreectl/cm, 0700), so the next status skips the connection
+    set-up; the host's key is still checked against the pinned one on
+    every run. --no-reuse or DDTREECTL_SSH_REUSE=0 turns this off. The service state is said in words: running,
     starting, restarting after a failure, failed (exit status, restart
     count), stopped but enabled, stopped and disabled (will not start at
     boot), masked, not installed, or unknown (and why).
@@ -68,7 +77,7 @@ def status(
 
     inventory = load_inventory()
     hosts = inventory.resolve(targets or [])
-    report = gather_status(inventory, hosts, deadline_s=timeout)
+    report = gather_status(inventory, hosts, deadline_s=timeout, reuse=not no_reuse)
     if json_out:
         from ddtreectl.ui.status_json import dumps
 

@@ -149,6 +149,11 @@ def set_ip(
                     f"{path}: cannot write the inventory: {err.strerror or err}; it was not changed",
                     hint="check the permissions of the file and its directory",
                 ) from None
+            # A status master kept warm for the old address must not outlive the entry it was
+            # made for (the next status at the new address starts a verified one).
+            from ddtreectl.transport.control import close_master_for
+
+            close_master_for(host)
         from ddtreectl.inventory.loader import parse
 
         after = parse(new_text, path)

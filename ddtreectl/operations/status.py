@@ -6,6 +6,7 @@ trip; a dead host costs its connect timeout once and never delays the others (fl
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +28,9 @@ from ddtreectl.probes.status import DEFAULT_GPU_TIMEOUT_S, probe_status
 # key or machine identity is not the one pinned for its name · timeout: no answer by the global
 # deadline · failed: connected but the probe failed (or a bug).
 Outcome = Literal["ok", "unreachable", "refused", "timeout", "failed"]
+# reused: an OpenSSH master of an earlier command was there · new: OpenSSH, a master started now
+# · paramiko: a connection of its own (reuse off, jump host, unpinned key or a fallback).
+Connection = Literal["reused", "new", "paramiko"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,9 @@ class HostStatus:
     facts: HostFacts | None = None
     error: str = ""
     hint: str = ""
-    connect_ms: float | None = None
-    probe_ms: float | None = None  # one probe round trip on the open connection
+    connect_ms: float | None = None  # None: the connection is part of probe_ms (OpenSSH path)
+    probe_ms: float | None = None  # one probe round trip (on the open connection when connect_ms)
+    connection: Connection | None = None  # how we reached it; None for local or no answer
     warnings: tuple[str, ...] = ()
     exception: BaseException | None = None  # kept for --debug tracebacks
 
@@ -70,8 +75,9 @@ class StatusReport:
 @dataclass(frozen=True)
 class _Probed:
     facts: HostFacts
-    connect_ms: float
+    connect_ms: float | None
     probe_ms: float
+    connection: Connection | None
     drift: tuple[str, ...] = ()
 
 
@@ -97,8 +103,13 @@ def unit_drift(inventory: Inventory, host: Host, facts: HostFacts) -> list[str]:
     return out
 
 
-def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float) -> StatusReport:
-    """Probe `hosts` in parallel; every host gets a HostStatus, whatever happened to it."""
+def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
+                  reuse: bool = True) -> StatusReport:
+    """Probe `hosts` in parallel; every host gets a HostStatus, whatever happened to it.
+
+    `reuse`: reach SSH hosts through OpenSSH masters kept warm across invocations (transport/
+    mux.py); False opens a fresh Paramiko connection per host, as every other command does.
+    """
     started = time.monotonic()
     # A hung nvidia-smi must leave time for the rest of the probe (and the connect) in the deadline.
     gpu_timeout = max(1, min(DEFAULT_GPU_TIMEOUT_S, int(deadline_s / 3)))
@@ -106,16 +117,35 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float)
     def probe_one(host: Host) -> _Probed:
         t0 = time.monotonic()
         from ddtreectl.transport import connect
+        from ddtreectl.transport.mux import MuxTransport
 
-        with connect(host, inventory) as transport:
+        with connect(host, inventory, reuse=reuse) as transport:
             t1 = time.monotonic()
+            mux = transport if isinstance(transport, MuxTransport) else None
+            warm = mux is not None and os.path.exists(mux.control_path)
             service = inventory.service_of(host)
-            remaining = max(1.0, deadline_s - (t1 - started))
-            facts = probe_status(transport, unit=service.unit if service else None,
-                                 remote_root=host.remote_root, timeout=remaining,
-                                 gpu_timeout_s=gpu_timeout)
+
+            def probe() -> HostFacts:
+                remaining = max(1.0, deadline_s - (time.monotonic() - started))
+                return probe_status(transport, unit=service.unit if service else None,
+                                    remote_root=host.remote_root, timeout=remaining,
+                                    gpu_timeout_s=gpu_timeout)
+
+            facts = probe()
+            # A warm master was authenticated earlier: the host's keys may have changed since.
+            # Not the pinned key any more: the master is closed and Paramiko connects afresh
+            # (HostKeyError, exit 4, on a real mismatch); then the probe runs on that connection.
+            if mux is not None and not mux.confirm_host_keys(facts.host_keys or ()):
+                facts = probe()
             t2 = time.monotonic()
-        return _Probed(facts, (t1 - t0) * 1000, (t2 - t1) * 1000, tuple(unit_drift(inventory, host, facts)))
+            connection: Connection | None = None
+            if mux is not None and not mux.via_paramiko:
+                connection = "reused" if warm else "new"
+            elif host.transport == "ssh":
+                connection = "paramiko"
+        connect_ms = None if mux is not None else (t1 - t0) * 1000
+        return _Probed(facts, connect_ms, (t2 - t1) * 1000, connection,
+                       tuple(unit_drift(inventory, host, facts)))
 
     fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s)
     statuses = tuple(_host_status(r) for r in fleet.results)
@@ -138,7 +168,8 @@ def _host_status(result: HostResult[_Probed]) -> HostStatus:
             hint = (f"check which machine has {host.address}; if the box was replaced on purpose, "
                     f"update hosts.{host.name}.machine_id")
         return HostStatus(host, outcome, facts=facts, error=error, hint=hint,
-                          connect_ms=probed.connect_ms, probe_ms=probed.probe_ms, warnings=warnings)
+                          connect_ms=probed.connect_ms, probe_ms=probed.probe_ms,
+                          connection=probed.connection, warnings=warnings)
     exc = result.error
     if not isinstance(exc, DdtreeError):
         return HostStatus(host, "failed", error=f"internal error: {type(exc).__name__}: {exc}",

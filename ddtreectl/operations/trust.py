@@ -141,7 +141,10 @@ def _reopen_jump(jump_host: Host | None, inventory: Inventory) -> "SshTransport 
 def _record(inventory: Inventory, name: str, key: str, machine_id: str, uuids: tuple[str, ...]) -> None:
     """One surgical, verified, atomic edit of the inventory file (comments and layout kept)."""
     from ddtreectl.inventory import edit
+    from ddtreectl.transport.control import close_master_for
 
+    # A master authenticated under the old pin (trust --replace) ends with it.
+    close_master_for(inventory.host(name))
     text = edit.read_text(inventory.path)
     values: dict[str, edit.EditValue] = {"host_key": key, "machine_id": machine_id, "gpu_uuids": uuids}
     edit.write_atomic(inventory.path, edit.edit_host(text, inventory.path, name, values))

@@ -139,3 +139,6 @@ class HostFacts:
     state_files: Mapping[str, str] = field(default_factory=dict)  # path under root -> raw text
     unit_sha256: str | None = None  # of /etc/systemd/system/<unit> (None: not there or not hashed)
     unit_dropins: tuple[str, ...] = ()  # drop-in files overriding the unit
+    # Lines of /etc/ssh/ssh_host_*_key.pub; None: the probe output had no such section (older
+    # probe), () : the host has none readable there.
+    host_keys: tuple[str, ...] | None = None

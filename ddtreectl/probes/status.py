@@ -73,6 +73,7 @@ def parse_status_output(text: str, *, unit: str | None) -> HostFacts:
         disk=disk_state,
         disk_detail="" if disk_state else _disk_detail(disk),
         state_files=files,
+        host_keys=_host_keys(by_name.get("hostkeys")),
         **_unit_file(by_name.get("unitfile")),
     )
 
@@ -90,6 +91,12 @@ def _unit_file(section: Section | None) -> dict[str, Any]:
         elif key == "dropin" and value:
             dropins.append(value.strip())
     return {"unit_sha256": sha, "unit_dropins": tuple(dropins)}
+
+
+def _host_keys(section: Section | None) -> tuple[str, ...] | None:
+    if section is None:
+        return None
+    return tuple(line.strip() for line in section.body.splitlines() if line.strip())
 
 
 def _disk_detail(section: Section | None) -> str:

@@ -19,15 +19,27 @@ __all__ = ["HttpResponse", "RunResult", "Transport", "connect"]
 MAX_JUMP_DEPTH = 4
 
 
-def connect(host: Host, inventory: Inventory | None = None, *, nodelay: bool = True) -> Transport:
+def connect(host: Host, inventory: Inventory | None = None, *, nodelay: bool = True,
+            reuse: bool = False) -> Transport:
     """Open a transport to `host`: LocalTransport for `transport: local`, else SSH with the key
     pinned for the host's name enforced (and the jump host's own pinned key, resolved by name
     through `inventory`). Raises ConnectError/HostKeyError (exit 4) or InventoryError (exit 3).
+
+    `reuse=True`: an OpenSSH master kept warm across invocations where possible (mux.py; off
+    with $DDTREECTL_SSH_REUSE=0). That transport connects on its first command, so connection
+    errors surface from `run()`, with the same classes and messages. Callers that can, hand it
+    the host keys their probe saw (`MuxTransport.confirm_host_keys`).
     """
     if host.transport == "local":
         from ddtreectl.transport.local import LocalTransport
 
         return LocalTransport(host)
+    if reuse:
+        from ddtreectl.transport.mux import open_mux
+
+        mux = open_mux(host, inventory)
+        if mux is not None:
+            return mux
     return _open_ssh(host, inventory, nodelay)
 
 

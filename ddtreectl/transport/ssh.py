@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import select
-import shlex
 import socket
 import sys
 import tempfile
@@ -36,7 +35,10 @@ from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
+from ddtreectl.transport.command import wrap_command
 from ddtreectl.transport.local import LineSplitter
+from ddtreectl.transport.reasons import connect_error as _connect_error
+from ddtreectl.transport.reasons import reason_of as _reason_of
 
 
 
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
     import paramiko
 
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
-REMOTE_KILL_AFTER_S = 5  # remote `timeout -k`: SIGKILL this long after SIGTERM
 
 
 def _quiet_paramiko() -> None:
@@ -74,24 +75,6 @@ def _quiet_paramiko() -> None:
     logger = logging.getLogger("paramiko")
     if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
         logger.addHandler(logging.NullHandler())
-
-
-def _connect_error(host: Host, where: str, reason: str, hint: str) -> ConnectError:
-    return ConnectError(f"cannot reach {where}: {reason}", hint=hint, host=host.name)
-
-
-def _reason_of(exc: BaseException) -> tuple[str, str]:
-    """(reason, hint) in words for a socket-level failure."""
-    if isinstance(exc, socket.timeout):
-        return ("connection timed out",
-                "host down, firewalled, or its address changed (then: `ddtreectl set-ip HOST ADDRESS`)")
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused", "is sshd running on that port? check `port:` in the inventory"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve address ({exc.strerror})", "check `address:` in the inventory"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower(), "check the address and the network path to the host"
-    return str(exc) or type(exc).__name__, "check the host and the network path to it"
 
 
 class SshTransport:
@@ -452,19 +435,3 @@ def open_ssh(host: Host, *, jump: SshTransport | None = None, nodelay: bool = Tr
         t.close()
         raise
     return t.authenticate(t.presented_key)
-
-
-def wrap_command(command: str, timeout: float) -> str:
-    """What we hand sshd: POSIX sh whatever the login shell, killed remotely at the timeout too.
-
-    GNU `timeout` puts the command in its own process group and signals the whole group, so a
-    timed-out command's children die with it even though closing the channel alone would not
-    kill them. Where `timeout` is missing (minimal images) the command runs without it.
-    The command travels as ONE positional parameter, quoted once: nesting it inside the
-    wrapper's own quotes would multiply every `'` and could push a big script past Linux's
-    128 KiB limit for a single argument (MAX_ARG_STRLEN) when the login shell runs it.
-    """
-    secs = max(1, int(timeout) + 1)  # a little after the client's own deadline
-    wrapper = (f'if command -v timeout >/dev/null 2>&1; then exec timeout -k {REMOTE_KILL_AFTER_S} '
-               f'{secs} /bin/sh -c "$1"; else exec /bin/sh -c "$1"; fi')
-    return f"exec /bin/sh -c {shlex.quote(wrapper)} ddtreectl {shlex.quote(command)}"

@@ -51,6 +51,7 @@ def host_to_json(status: HostStatus) -> dict[str, Any]:
         "transport": host.transport, "outcome": status.outcome,
         "error": {"message": status.error, "hint": status.hint or None} if status.error else None,
         "connect_ms": _ms(status.connect_ms), "probe_ms": _ms(status.probe_ms),
+        "connection": status.connection,
     }
     facts = status.facts
     if facts is None:

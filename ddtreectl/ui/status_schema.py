@@ -13,6 +13,7 @@ STATUS_JSON_SCHEMA = """\
  "hosts": [{"name", "address", "port", "role", "transport",
    "outcome": ok|unreachable|refused|timeout|failed,
    "error": null | {"message", "hint"}, "connect_ms", "probe_ms",
+   "connection": null (local/no answer) | reused | new | paramiko,
    "identity": {"hostname", "machine_id", "boot_id", "uptime_s",
                 "kernel", "user", "pid1"},
    "gpus": {"status": ok|no-devices|missing|timeout|error|not-run,
@@ -40,4 +41,7 @@ KIND: running starting restarting reloading stopping failed
   stopped-enabled stopped-disabled stopped-static masked
   not-installed broken unknown.
 identity, gpus, service, release, mode, disk and state_files are null
-when the host did not answer. Unknown values are null, never 0."""
+when the host did not answer. Unknown values are null, never 0.
+connection: reused = an OpenSSH master of an earlier command served
+the probe; new = one was started; paramiko = a connection of its own.
+connect_ms is null when the connection is inside probe_ms (OpenSSH)."""

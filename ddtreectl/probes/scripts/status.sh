@@ -68,6 +68,15 @@ echo "user=${USER:-$(id -un 2>/dev/null)}"
 first_line /proc/1/comm; echo "pid1=$line"
 echo "@@ddtree-end meta rc=0"
 
+# The host's public host keys (builtins only): a client that came in over a connection
+# authenticated earlier (an OpenSSH master kept warm) checks the pinned key is still among them.
+echo "@@ddtree-begin hostkeys"
+for f in /etc/ssh/ssh_host_*_key.pub; do
+  [ -f "$f" ] || continue
+  first_line "$f"; [ -n "$line" ] && echo "$line"
+done
+echo "@@ddtree-end hostkeys rc=0"
+
 run_section gpus nvidia-smi 1 bounded nvidia-smi \
   --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,persistence_mode,compute_cap \
   --format=csv,noheader,nounits
