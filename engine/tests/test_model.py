@@ -20,7 +20,7 @@ def _attention_only_backend() -> OpBackend:
     def missing(*_a: object, **_k: object) -> None:
         raise AssertionError("not used here")
 
-    return OpBackend("attn-only", missing, missing, tree_attention, missing, missing)
+    return OpBackend("attn-only", missing, missing, tree_attention, missing, missing, missing)
 
 
 def _prefill_paged(model: TinyTransformer, prompt: torch.Tensor, chunk: int, page: int) -> torch.Tensor:

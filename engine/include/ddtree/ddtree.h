@@ -9,5 +9,6 @@
 #include "ddtree/tree_attention.h"
 #include "ddtree/tree_accept.h"
 #include "ddtree/kv_commit.h"
+#include "ddtree/round_update.h"
 
 #endif /* DDTREE_DDTREE_H_ */

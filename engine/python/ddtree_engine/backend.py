@@ -1,4 +1,4 @@
-"""The five DDTree ops as one injectable object.
+"""The six DDTree ops as one injectable object.
 
 The decoding loop never imports an op directly: it calls `backend.<op>`. `reference_backend()` binds the
 readable PyTorch versions (`ddtree_engine.reference`, CPU or GPU); `cuda_backend()` binds the libddtree
@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-OP_NAMES = ("draft_topk_lse", "build_tree", "tree_attention", "tree_accept", "kv_commit")
+OP_NAMES = ("draft_topk_lse", "build_tree", "tree_attention", "tree_accept", "kv_commit", "round_update")
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class OpBackend:
     tree_attention: Callable[..., Any]
     tree_accept: Callable[..., Any]
     kv_commit: Callable[..., Any]
+    round_update: Callable[..., Any]
     # True when every op can be captured in a CUDA graph (no host sync, no allocation on the host side).
     graph_safe: bool = False
 

@@ -4,7 +4,7 @@
 slot). A round is:
 
     draft (drafter)  -> draft_topk_lse -> build_tree -> tree-masked target forward (tree_attention)
-                     -> tree_accept -> kv_commit -> bookkeeping with torch.where
+                     -> tree_accept -> kv_commit -> round_update (the per-slot bookkeeping)
 
 all through the injected op backend, with no host sync and no data-dependent shapes, so on CUDA with the
 kernel backend the whole round is captured once as a CUDA graph and replayed. Inactive slots run along
@@ -31,7 +31,7 @@ from ddtree_engine.drafter import Drafter
 from ddtree_engine.model import DenseKV, TinyTransformer
 from ddtree_engine.paged_kv import PagedKVCache
 
-FINISH_NONE, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
+from ddtree_engine.reference.round_update import FINISH_LENGTH, FINISH_NONE, FINISH_STOP  # noqa: F401
 FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 
 
@@ -71,14 +71,6 @@ def chain_anc(n: int, device: torch.device | str) -> torch.Tensor:
     val = torch.where(cnt >= 32, torch.full_like(cnt, 0xFFFFFFFF), (1 << cnt.clamp(max=31)) - 1)
     val = torch.where(val >= 1 << 31, val - (1 << 32), val)  # two's complement into int32
     return val.to(torch.int32)[None]
-
-
-def _fit_cols(t: torch.Tensor, width: int) -> torch.Tensor:
-    """[B, w] -> [B, width]: drop or pad (-1) columns. An accepted path never exceeds min(N, L + 1) nodes,
-    whatever width the op pads its outputs to."""
-    if t.shape[1] >= width:
-        return t[:, :width]
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1)
 
 
 class DDTreeEngine:
@@ -131,8 +123,6 @@ class DDTreeEngine:
         self.r_tokens = torch.full((B, self.L + 1), -1, **i32)
         self.r_count = torch.zeros(B, **i32)
         self.r_finish = torch.zeros(B, **i32)
-        self._col = torch.arange(self.L + 1, device=dev)[None, :]
-        self._rows = torch.arange(B, device=dev)
         self._graph: Any = None
         self.host_active = [False] * B
 
@@ -201,25 +191,13 @@ class DDTreeEngine:
             logits, tree.node_token, tree.first_child, tree.next_sibling, tree.num_nodes, self.ctx_len,
             self.temperature, self.seed, self.stop_ids,
         )
-        old_ctx = self.ctx_len.clone()
         be.kv_commit(self.cache.k, self.cache.v, self.cache.block_table, acc.accept_nodes, acc.accept_len,
                      self.ctx_len)
-        act = self.active
-        remaining = self.max_new - self.out_len
-        n_new = torch.where(act, torch.minimum(acc.accept_len, remaining), torch.zeros_like(remaining))
-        # tree_accept cut the round right after a stop token; ignore_stop rows just go on next round.
-        stopped = act & (acc.finished != 0) & ~self.ignore_stop & (acc.accept_len <= remaining)
-        self.out_len += n_new
-        length = act & ~stopped & (self.out_len >= self.max_new)
-        ids = _fit_cols(acc.committed_ids, self.L + 1)
-        self.r_tokens.copy_(torch.where(self._col < n_new[:, None], ids, -1))
-        self.r_count.copy_(n_new)
-        self.r_finish.copy_(torch.where(stopped, FINISH_STOP, torch.where(length, FINISH_LENGTH, FINISH_NONE)))
-        self.ctx_len.copy_(torch.where(act, self.ctx_len, old_ctx))
-        self.root.copy_(torch.where(act, acc.bonus, self.root))
-        last = torch.gather(acc.accept_nodes.long(), 1, (acc.accept_len.long() - 1).clamp(min=0)[:, None])[:, 0]
-        self.hidden.copy_(torch.where(act[:, None], hid[self._rows, last.clamp(min=0)], self.hidden))
-        self.active &= ~(stopped | length)
+        # Tokens to report, finish codes, restored state of inactive slots, next root and hidden state:
+        # one op (one launch on CUDA) instead of ~40 element-wise kernels in the round's graph.
+        be.round_update(acc.accept_len, acc.finished, acc.bonus, acc.committed_ids, acc.accept_nodes, hid,
+                        self.active, self.ignore_stop, self.max_new, self.out_len, self.ctx_len, self.root,
+                        self.hidden, self.r_tokens, self.r_count, self.r_finish)
 
     def capture_graph(self) -> None:
         """Capture one round as a CUDA graph. Call while no slot is active: the capture's warm-up rounds

@@ -1,0 +1,94 @@
+// round_update kernel: the end-of-round bookkeeping of every slot in one launch (semantics and the
+// formulas: engine/python/ddtree_engine/reference/round_update.py). CTA b owns slot b: thread 0 does the
+// scalar state, then all threads write the reported tokens and copy the accepted path's last hidden
+// state, U bytes at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "ddtree/kernels/common.cuh"
+#include "ddtree/status.h"
+
+namespace ddtree {
+namespace kernels {
+
+constexpr int kRoundUpdateThreads = 128;
+constexpr int32_t kFinishNone = 0, kFinishStop = 1, kFinishLength = 2;  // decode.FINISH_*
+
+struct RoundUpdateParams {
+  const int32_t* accept_len;
+  const int32_t* finished;
+  const int32_t* bonus;
+  const int32_t* committed_ids;
+  int committed_width;
+  const int32_t* accept_nodes;
+  int accept_width;
+  const char* hid;
+  int hid_rows;
+  int64_t row_bytes;
+  uint8_t* active;
+  const uint8_t* ignore_stop;
+  const int32_t* max_new;
+  int32_t* out_len;
+  int32_t* ctx_len;
+  int32_t* root;
+  char* hidden;
+  int32_t* r_tokens;
+  int tokens_width;
+  int32_t* r_count;
+  int32_t* r_finish;
+  int32_t* flags;
+};
+
+template <typename U>
+__global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const RoundUpdateParams p) {
+  const int b = blockIdx.x;
+  __shared__ int32_t s_new;   // tokens reported this round
+  __shared__ int32_t s_node;  // tree node whose hidden state becomes the slot's, -1 for none
+  if (threadIdx.x == 0) {
+    const bool act = p.active[b] != 0;
+    const int32_t acc = p.accept_len[b];
+    const int32_t remaining = p.max_new[b] - p.out_len[b];
+    const int32_t n_new = act ? min(acc, remaining) : 0;
+    const bool stopped = act && p.finished[b] != 0 && p.ignore_stop[b] == 0 && acc <= remaining;
+    const int32_t out = p.out_len[b] + n_new;
+    const bool length = act && !stopped && out >= p.max_new[b];
+    p.out_len[b] = out;
+    p.r_count[b] = n_new;
+    p.r_finish[b] = stopped ? kFinishStop : length ? kFinishLength : kFinishNone;
+    if (act) {
+      p.root[b] = p.bonus[b];
+    } else {
+      p.ctx_len[b] -= acc;  // kv_commit advanced every slot; an inactive one keeps its context
+    }
+    int32_t node = -1;
+    if (act) {
+      const int pick = max(acc - 1, 0);
+      node = pick < p.accept_width ? max(p.accept_nodes[int64_t(b) * p.accept_width + pick], 0) : -1;
+      if (node >= p.hid_rows || node < 0) {
+        raise_flag(p.flags, DDTREE_FLAG_BAD_INDEX);
+        node = -1;
+      }
+    }
+    p.active[b] = (act && !(stopped || length)) ? 1 : 0;
+    s_new = n_new;
+    s_node = node;
+  }
+  __syncthreads();
+  const int32_t n_new = s_new;
+  for (int c = threadIdx.x; c < p.tokens_width; c += blockDim.x) {
+    int32_t v = -1;
+    if (c < n_new && c < p.committed_width) v = p.committed_ids[int64_t(b) * p.committed_width + c];
+    p.r_tokens[int64_t(b) * p.tokens_width + c] = v;
+  }
+  const int node = s_node;
+  if (node >= 0) {
+    const int64_t units = p.row_bytes / int64_t(sizeof(U));
+    const U* src = reinterpret_cast<const U*>(p.hid + (int64_t(b) * p.hid_rows + node) * p.row_bytes);
+    U* dst = reinterpret_cast<U*>(p.hidden + int64_t(b) * p.row_bytes);
+    for (int64_t i = threadIdx.x; i < units; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+}  // namespace kernels
+}  // namespace ddtree
