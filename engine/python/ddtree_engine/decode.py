@@ -179,7 +179,7 @@ class DDTreeEngine:
     # ---- one round (device only) --------------------------------------------------------------------
     def _round(self) -> None:
         be, m = self.be, self.model
-        budget = torch.where(self.active, self.budget, torch.zeros_like(self.budget))
+        budget = torch.where(self.active, self.budget, 0)
         drafts = self.drafter.draft(self.root, self.hidden, self.ctx_len)
         top_lp, top_id, _ = be.draft_topk_lse(drafts, self.K)
         tree = be.build_tree(top_lp, top_id, self.root, self.ctx_len, budget, self.n_max)
