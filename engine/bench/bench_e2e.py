@@ -118,14 +118,17 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64, help="64 (the default tiny model), 128 or 256")
+    ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
+                    help="drafters to run (distilled trains a drafter first: slow on large models)")
     args = ap.parse_args()
     torch.manual_seed(0)
     if DEV == "cpu":
         torch.set_num_threads(1)
     d = args.d_model
-    # head_dim 64: the smallest the tree-attention kernel takes.
+    # head_dim 64 by default: the smallest the tree-attention kernel takes.
     cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=args.heads,
-                      n_kv_heads=args.kv_heads, head_dim=64, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+                      n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
     if DEV == "cuda":
         model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
         name = torch.cuda.get_device_name()
@@ -133,9 +136,11 @@ def main() -> None:
         model, name = TinyTransformer.random(cfg, seed=0), "cpu (reference ops, no graphs: smoke run only)"
     print(f"model: {cfg}\ndevice: {name}  L={args.block - 1} agree={args.agree}")
     L = args.block - 1
-    distilled = TinyDrafter(model, block_len=L, seed=1)
-    agree = distill_drafter(model, distilled, steps=args.distill_steps)
-    print("distilled drafter, held-out top-1 agreement by depth:", " ".join(f"{v:.2f}" for v in agree.values()))
+    distilled = None
+    if "distilled" in args.kinds:
+        distilled = TinyDrafter(model, block_len=L, seed=1)
+        agree = distill_drafter(model, distilled, steps=args.distill_steps)
+        print("distilled drafter, held-out top-1 agreement by depth:", " ".join(f"{v:.2f}" for v in agree.values()))
     for batch in args.batch:
         g = torch.Generator().manual_seed(batch)
         prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
@@ -143,7 +148,7 @@ def main() -> None:
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
         ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [])
         print(f"\nbatch {batch}: AR (budget 0, same engine{', graphs' if DEV == 'cuda' else ''}): {ar_tps:,.0f} tok/s")
-        for budget, kind in [(b, k) for b in args.budgets for k in ("noisy", "distilled")]:
+        for budget, kind in [(b, k) for b in args.budgets for k in args.kinds]:
             if kind == "noisy":
                 dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
                 toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref)
