@@ -57,9 +57,21 @@ if [ "$STAGE" = 1 ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rs \
     engine/tests/test_draft_topk_lse.py engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py \
     engine/tests/test_build_tree_gpu.py engine/tests/test_tree_attention_gpu.py engine/tests/test_lib.py \
+    engine/tests/test_round_update.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "kernel pytest rc=$?"
   grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_kernels.log" | head -25
+
+  stamp "2b. compute-sanitizer on the self-tests of every op (the library the deploy built)"
+  st=$(dirname "$lib")/ddtree-selftest
+  for t in "memcheck draft_topk_lse_sanitizer_sized" "racecheck draft_topk_lse_sanitizer_sized" \
+           "memcheck build_tree_golden" "racecheck build_tree_golden" "memcheck round_update" \
+           "racecheck round_update" "memcheck kv_commit" "memcheck tree_accept" \
+           "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3"; do
+    set -- $t
+    timeout 100 compute-sanitizer --tool $1 --error-exitcode 9 "$st" $2 > "$SUB/san_$1_$2.log" 2>&1
+    echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
+  done
 
   stamp "3. end-to-end decoding GPU tests"
   timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu -rs engine/tests/test_decode_gpu.py -s \
@@ -91,5 +103,9 @@ else
   timeout 100 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 256 --distill-steps 300 \
     > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
   tail -20 "$OUT/bench_e2e.log"
+  stamp "bench end to end on a ~0.7B-parameter model (16 layers, d_model 2048, head_dim 128): round overhead share"
+  timeout 150 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 128 --kinds noisy \
+    --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$OUT/bench_e2e_large.log" 2>&1; echo "rc=$?"
+  tail -10 "$OUT/bench_e2e_large.log"
   stamp "stage 2 done"
 fi
