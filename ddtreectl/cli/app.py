@@ -14,6 +14,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    # Plain Click help: Typer's Rich help formatter imports rich.markdown, rich.traceback and
+    # Pygments (~90 ms, half of `ddtreectl --help`) to draw boxes around the same text.
+    rich_markup_mode=None,
 )
 
 
@@ -40,3 +43,13 @@ def _global(
     """Operate multi-GPU DDTree inference hosts: status, deploy, units, restore, GPU gates."""
     OPTIONS.inventory = inventory
     OPTIONS.debug = debug
+    if debug:
+        # ddtreectl's own debug notes (e.g. why an SSH connection was not reused) on stderr;
+        # Paramiko's wire-level chatter stays off.
+        import logging
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("debug: %(message)s"))
+        logger = logging.getLogger("ddtreectl")
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddtreectl.cli.app import OPTIONS
-from ddtreectl.inventory.models import Inventory
+
+if TYPE_CHECKING:  # the models module is loaded with the inventory, not by every command's import
+    from ddtreectl.inventory.models import Inventory
 
 
 def inventory_path() -> Path:

@@ -8,7 +8,10 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.operations.set_ip import DEFAULT_SWEEP_DEADLINE_S
+
+# operations.set_ip.DEFAULT_SWEEP_DEADLINE_S, repeated so that registering this command does not
+# import the operation (and its sweep machinery) on every ddtreectl start; a test keeps them equal.
+DEFAULT_SWEEP_DEADLINE_S = 30.0
 
 
 @app.command("set-ip")

@@ -55,14 +55,18 @@ def status(
 
     Hosts are probed in parallel: one SSH connection and one probe round
     trip per host. An unreachable host costs its connect timeout once and
-    never delays the others. SSH connections stay open for 60 s after use
-    (OpenSSH ControlPersist, sockets in $XDG_RUNTIME_DIR/ddtreectl/cm or
-    ~/.cache/ddtreectl/cm, 0700), so the next status skips the connection
-    set-up; the host's key is still checked against the pinned one on
-    every run. --no-reuse or DDTREECTL_SSH_REUSE=0 turns this off. The service state is said in words: running,
+    never delays the others. The service state is said in words: running,
     starting, restarting after a failure, failed (exit status, restart
     count), stopped but enabled, stopped and disabled (will not start at
     boot), masked, not installed, or unknown (and why).
+
+    SSH connections are reused: an OpenSSH master stays up for 60 s after
+    its last use (ControlPersist; sockets in $DDTREECTL_SSH_CONTROL_DIR,
+    else $XDG_RUNTIME_DIR/ddtreectl/cm, else ~/.cache/ddtreectl/cm, 0700),
+    so the next status skips the connection set-up. The pinned host key
+    is still checked on every run (a changed key closes the master and is
+    refused as on a new connection). --no-reuse or DDTREECTL_SSH_REUSE=0
+    opens a fresh connection per host instead. Jump hosts are not reused.
 
     Exit codes: 0 every targeted host answered; 6 some did not
     (unreachable, no answer by the deadline, probe failed); 4 a host's key

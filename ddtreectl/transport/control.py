@@ -13,7 +13,6 @@ use: a socket there is a logged-in session to a production host.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import socket
@@ -29,7 +28,14 @@ ENV_CONTROL_DIR = "DDTREECTL_SSH_CONTROL_DIR"  # where masters live (tests point
 MAX_CONTROL_PATH = 108 - 18
 OFF_WORDS = frozenset({"0", "no", "false", "off"})
 
-log = logging.getLogger("ddtreectl.transport")
+
+
+def debug(message: str, *args: object) -> None:
+    """A debug note (why reuse was skipped). `logging` loads only when there is one to write:
+    it costs a few ms of every start, and the normal path has nothing to say."""
+    import logging
+
+    logging.getLogger("ddtreectl.transport").debug(message, *args)
 
 
 def reuse_enabled() -> bool:
@@ -52,12 +58,12 @@ def control_dir() -> str | None:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            log.debug("not reusing SSH connections: %s is not a directory owned by us", path)
+            debug("not reusing SSH connections: %s is not a directory owned by us", path)
             return None
         if st.st_mode & 0o077:
             os.chmod(path, 0o700)
     except OSError as exc:
-        log.debug("not reusing SSH connections: control dir %s: %s", path, exc)
+        debug("not reusing SSH connections: control dir %s: %s", path, exc)
         return None
     return path
 
@@ -78,7 +84,7 @@ def control_path(host: Host, directory: str | None = None) -> str | None:
         return None
     path = os.path.join(directory, control_key(host))
     if len(os.fsencode(path)) > MAX_CONTROL_PATH:
-        log.debug("not reusing SSH connections: socket path %s is too long", path)
+        debug("not reusing SSH connections: socket path %s is too long", path)
         return None
     return path
 
@@ -95,7 +101,7 @@ def _control(path: str, operation: str, timeout: float = 5) -> subprocess.Comple
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.debug("ssh -O %s %s: %s", operation, path, exc)
+        debug("ssh -O %s %s: %s", operation, path, exc)
         return None
 
 

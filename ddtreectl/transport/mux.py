@@ -27,7 +27,6 @@ a rekeyed bastion, which the probe cannot see, so jump chains keep the Paramiko 
 
 from __future__ import annotations
 
-import logging
 import os
 import selectors
 import shutil
@@ -53,7 +52,6 @@ SERVER_ALIVE_COUNT_MAX = 2
 STARTED_MARKER = "@@ddtreectl-started"
 _NETWORK_HINT = "check the address and the network path to the host"
 
-log = logging.getLogger("ddtreectl.transport")
 
 
 def open_mux(host: Host, inventory: Inventory | None) -> "MuxTransport | None":
@@ -63,7 +61,7 @@ def open_mux(host: Host, inventory: Inventory | None) -> "MuxTransport | None":
     if host.transport != "ssh" or host.jump_host is not None or not control.reuse_enabled():
         return None
     if shutil.which("ssh") is None:
-        log.debug("%s: no ssh binary on PATH; using Paramiko", host.name)
+        control.debug("%s: no ssh binary on PATH; using Paramiko", host.name)
         return None
     pinned = pinned_key(host)  # a malformed pin raises InventoryError here, as on the other path
     if pinned is None:
@@ -139,7 +137,7 @@ class MuxTransport:
             return RunResult(command=command, exit_code=outcome.code, stdout=outcome.stdout,
                              stderr=outcome.stderr, duration_s=time.monotonic() - started)
         if outcome.timed_out:
-            log.debug("%s: no session within %.1f s; closing the master", self.host_name,
+            control.debug("%s: no session within %.1f s; closing the master", self.host_name,
                       start_by - started)
             control.close_master(self.control_path)
         elif outcome.code != 255:
@@ -150,7 +148,7 @@ class MuxTransport:
             classified = self._classify(outcome.stderr)
             if classified is not None:
                 raise connect_error(self.host, self._where, *classified)
-            log.debug("%s: ssh failed (%s); asking Paramiko", self.host_name, outcome.stderr.strip())
+            control.debug("%s: ssh failed (%s); asking Paramiko", self.host_name, outcome.stderr.strip())
         remaining = max(1.0, limit - (time.monotonic() - started))
         return self._paramiko().run(command, timeout=remaining, stdin=stdin, on_line=on_line)
 
@@ -186,7 +184,7 @@ class MuxTransport:
                     return True
             except InventoryError:
                 continue
-        log.debug("%s: pinned key not among the host's keys; closing the master", self.host_name)
+        control.debug("%s: pinned key not among the host's keys; closing the master", self.host_name)
         control.close_master(self.control_path)
         self._paramiko()
         return False
