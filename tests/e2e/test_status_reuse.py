@@ -207,3 +207,33 @@ def test_without_an_ssh_binary_status_uses_paramiko(
     (s,) = json.loads(run.stdout)["hosts"]
     assert (s["outcome"], s["connection"]) == ("ok", "paramiko")
     assert sockets(ssh_control_dir) == []
+
+
+def test_set_ip_and_trust_close_the_master_made_for_the_old_entry(
+        testbed: Any, boot_hosts: Boot, tmp_path: Path) -> None:
+    a, b = boot_hosts(["mx-setip", "mx-retrust"])
+    inventory = testbed.inventory([a, b], tmp_path / "hosts.yaml")
+    exe = shutil.which("ddtreectl")
+    assert exe is not None
+    assert status(inventory)[0] == 0
+    paths = {n: master_path(inventory, n) for n in ("mx-setip", "mx-retrust")}
+    assert all(control.master_pid(p) for p in paths.values())
+
+    new_address = testbed.new_address()
+    a.move_address(new_address)
+    moved = subprocess.run([exe, "-i", str(inventory), "set-ip", "mx-setip", new_address],
+                           capture_output=True, text=True, timeout=120)
+    assert moved.returncode == 0, moved.stderr
+    assert control.master_pid(paths["mx-setip"]) is None
+    assert control.master_pid(paths["mx-retrust"]) is not None  # other hosts' masters stay
+
+    b.regenerate_host_key()  # the warm master still serves under the old pin until trust replaces it
+    trusted = subprocess.run([exe, "-i", str(inventory), "trust", "mx-retrust", "--replace", "--yes"],
+                             capture_output=True, text=True, timeout=120)
+    assert trusted.returncode == 0, trusted.stderr
+    assert control.master_pid(paths["mx-retrust"]) is None
+
+    code, doc, stderr = status(inventory)
+    assert code == 0, stderr
+    assert [(h["name"], h["connection"]) for h in doc["hosts"]] == [("mx-setip", "new"), ("mx-retrust", "new")]
+    assert hosts_of(doc)["mx-setip"]["address"] == new_address
