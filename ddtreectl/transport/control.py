@@ -18,6 +18,7 @@ import re
 import socket
 import stat
 import subprocess
+import time
 
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport.hostkeys import pinned_key
@@ -87,6 +88,39 @@ def control_path(host: Host, directory: str | None = None) -> str | None:
         debug("not reusing SSH connections: socket path %s is too long", path)
         return None
     return path
+
+
+KNOWN_HOSTS_SUFFIX = ".known_hosts"
+PRUNE_AFTER_S = 24 * 3600
+_pruned: set[str] = set()
+
+
+def prune_known_hosts(directory: str, *, max_age_s: float = PRUNE_AFTER_S) -> int:
+    """Remove the private known_hosts files (one per master key, mux.py) that no command has used
+    for `max_age_s` and whose master is gone; once per directory per process. Returns how many.
+    A file removed just as another invocation starts with it costs that one a Paramiko fallback,
+    never a wrong trust decision: a missing file trusts nothing."""
+    if directory in _pruned:
+        return 0
+    _pruned.add(directory)
+    removed = 0
+    now = time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.endswith(KNOWN_HOSTS_SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.path.exists(path[: -len(KNOWN_HOSTS_SUFFIX)]) or now - os.lstat(path).st_mtime < max_age_s:
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _control(path: str, operation: str, timeout: float = 5) -> subprocess.CompletedProcess[str] | None:

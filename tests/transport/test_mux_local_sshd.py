@@ -219,3 +219,21 @@ def test_control_key_follows_everything_the_connection_depends_on(tmp_path: Path
 def test_classify_only_unambiguous_ssh_failures(stderr: str, reason: str | None) -> None:
     got = MuxTransport._classify(stderr)
     assert (got[0] if got else None) == reason
+
+
+def test_prune_removes_only_long_unused_known_hosts_of_gone_masters(tmp_path: Path) -> None:
+    import socket as socketlib
+
+    d = tmp_path / "cm"
+    d.mkdir()
+    old = time.time() - 2 * control.PRUNE_AFTER_S
+    for name in ("gone", "live", "recent"):
+        (d / f"{name}.known_hosts").write_text("x\n")
+    os.utime(d / "gone.known_hosts", (old, old))
+    os.utime(d / "live.known_hosts", (old, old))
+    with socketlib.socket(socketlib.AF_UNIX) as listener:
+        listener.bind(str(d / "live"))  # a master socket is there: its file stays
+        assert control.prune_known_hosts(str(d)) == 1
+        assert control.prune_known_hosts(str(d)) == 0  # once per directory per process
+    assert sorted(p.name for p in d.iterdir() if p.name.endswith(".known_hosts")) == [
+        "live.known_hosts", "recent.known_hosts"]
