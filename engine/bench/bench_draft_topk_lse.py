@@ -1,12 +1,14 @@
 """Bench draft_topk_lse vs the PyTorch way (logits.float() -> topk -> logsumexp, and topk in bf16),
 same process, CUDA-graph replays over rotating inputs, plus the byte floor (B*L*V*2 bytes read once at
-the copy bandwidth measured here). Both library implementations are timed in the same table: "v2" and
-"v3" (v3 applies to k <= 64; for larger k the library runs v2 for both, marked "=v2"); the speedups are
-of the default (the faster that the library picks). Every configuration's kernel output is checked
-against the reference before it is timed. Usage: python engine/bench/bench_draft_topk_lse.py [--quick]"""
+the copy bandwidth measured here). Every library implementation is timed in the same table: "v2", "v3"
+and "v4" (v3 and v4 apply to k <= 64; where a version resolves to another one the cell says "=v2" or
+"=v3"); the speedups are of the default (what the library picks), against both torch columns. Every
+configuration's kernel output is checked against the reference before it is timed.
+Usage: python engine/bench/bench_draft_topk_lse.py [--quick]   (--quick: k = 1, 16 only)"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -22,7 +24,9 @@ def main() -> None:
     bw = copy_bandwidth()
     print(f"{device_name()}: copy bandwidth {bw / 1e12:.2f} TB/s")
     shapes = [(1, 15, 163840), (1, 15, 151936), (8, 15, 163840)]
-    ks = [1, 16, 32, 64, 1024] if not quick else [16]
+    if quick:
+        shapes = [(1, 15, 163840), (8, 15, 163840)]
+    ks = [1, 16, 32, 64, 1024] if not quick else [1, 16]
     rows = []
     for batch, positions, vocab in shapes:
         nbytes = batch * positions * vocab * 2
@@ -31,14 +35,19 @@ def main() -> None:
         for k in ks:
             wlp, wids, wlse = ref(xs[0], k)
             times = {}
-            for impl in ("v2", "v3"):
+            cells: dict[str, object] = {}
+            for impl in ("v2", "v3", "v4"):
+                runs = resolved_impl(k, impl)
+                if runs != impl:
+                    cells[impl] = f"={runs}"
+                    continue
                 lp, ids, lse = draft_topk_lse_impl(xs[0], k, impl)
                 ok = torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
                 assert ok, f"{impl} kernel != reference at {batch}x{positions}x{vocab} k={k}"
                 times[impl] = time_calls([lambda x=x, i=impl: draft_topk_lse_impl(x, k, i) for x in xs])
+                cells[impl] = times[impl]
             default = resolved_impl(k)
             ours = times[default]
-            v3_cell: object = times["v3"] if resolved_impl(k, "v3") == "v3" else "=v2"
 
             def torch_f32(x: torch.Tensor) -> None:
                 xf = x.float()
@@ -52,14 +61,17 @@ def main() -> None:
             t_f32 = time_calls([lambda x=x: torch_f32(x) for x in xs])
             t_bf16 = time_calls([lambda x=x: torch_bf16(x) for x in xs])
             floor = nbytes / bw * 1e6
-            rows.append([f"{batch}x{positions}x{vocab}", k, t_f32, t_bf16, times["v2"], v3_cell, default,
-                         t_f32 / ours, t_bf16 / ours, floor, ours / floor])
+            rows.append([f"{batch}x{positions}x{vocab}", k, t_f32, t_bf16, cells["v2"], cells["v3"], cells["v4"],
+                         default, t_f32 / ours, t_bf16 / ours, floor, ours / floor])
         del xs
-    print_table("draft_topk_lse (bf16 logits; µs per call, median of graph replays)",
-                ["B x L x V", "K", "torch f32", "torch bf16", "v2", "v3", "default", "x f32", "x bf16", "floor",
-                 "default/floor"],
+    pdl_off = os.environ.get("DDTREE_DISABLE_PDL", "0") not in ("", "0")
+    print_table("draft_topk_lse (bf16 logits; µs per call, median of graph replays"
+                + (", DDTREE_DISABLE_PDL=1)" if pdl_off else ")"),
+                ["B x L x V", "K", "torch f32", "torch bf16", "v2", "v3", "v4", "default", "x f32", "x bf16",
+                 "floor", "default/floor"],
                 rows)
-    save_json("bench_draft_topk_lse", {"device": device_name(), "copy_bw": bw, "rows": rows})
+    save_json("bench_draft_topk_lse" + ("_nopdl" if pdl_off else ""),
+              {"device": device_name(), "copy_bw": bw, "pdl": not pdl_off, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ struct Case {
   uint64_t seed;
 };
 
-// Runs one case on the GPU with implementation `impl` (DDTREE_TOPK_IMPL_V2/V3; v3 with k > 64 runs v2)
+// Runs one case on the GPU with implementation `impl` (DDTREE_TOPK_IMPL_V2/V3/V4; v3 with k > 64 runs v2,
+// v4 with k > 64 or without cluster launch runs v3 or v2)
 // and compares with the host reference.
 void run_case_impl(const Case& c, int32_t impl) {
   const int rows = c.batch * c.positions;
@@ -125,11 +126,19 @@ void run_case_impl(const Case& c, int32_t impl) {
             "error flag 0x%x, NaN row %d", h_flags[0], nan_row);
 }
 
-// Every case runs on both implementations where they differ (v3 applies to k <= 64).
+bool device_has_clusters() {
+  int dev = 0, yes = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, dev) == cudaSuccess && yes != 0;
+}
+
+// Every case runs on every implementation where they differ (v3 and v4 apply to k <= 64).
 void run_case(const Case& c) {
   run_case_impl(c, DDTREE_TOPK_IMPL_V2);
   if (ddtree_draft_topk_lse_resolve_impl(c.k, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V3)
     run_case_impl(c, DDTREE_TOPK_IMPL_V3);
+  if (ddtree_draft_topk_lse_resolve_impl(c.k, DDTREE_TOPK_IMPL_V4) == DDTREE_TOPK_IMPL_V4)
+    run_case_impl(c, DDTREE_TOPK_IMPL_V4);
 }
 
 }  // namespace
@@ -139,7 +148,12 @@ DDTREE_SELFTEST(draft_topk_lse_golden) {
                 ddtree_draft_topk_lse_resolve_impl(65, DDTREE_TOPK_IMPL_V3) == DDTREE_TOPK_IMPL_V2 &&
                 ddtree_draft_topk_lse_resolve_impl(16, DDTREE_TOPK_IMPL_V2) == DDTREE_TOPK_IMPL_V2,
             "implementation resolution");
-  for (const int32_t impl : {DDTREE_TOPK_IMPL_V2, DDTREE_TOPK_IMPL_V3, DDTREE_TOPK_IMPL_DEFAULT}) {
+  const int32_t v4_or_v3 = device_has_clusters() ? DDTREE_TOPK_IMPL_V4 : DDTREE_TOPK_IMPL_V3;
+  ST_EXPECT(ddtree_draft_topk_lse_resolve_impl(1, DDTREE_TOPK_IMPL_V4) == v4_or_v3 &&
+                ddtree_draft_topk_lse_resolve_impl(64, DDTREE_TOPK_IMPL_V4) == v4_or_v3 &&
+                ddtree_draft_topk_lse_resolve_impl(65, DDTREE_TOPK_IMPL_V4) == DDTREE_TOPK_IMPL_V2,
+            "v4 resolution (clusters: %d)", int(device_has_clusters()));
+  for (const int32_t impl : {DDTREE_TOPK_IMPL_V2, DDTREE_TOPK_IMPL_V3, DDTREE_TOPK_IMPL_V4, DDTREE_TOPK_IMPL_DEFAULT}) {
   // Row: ids 0..9. Sorted by logit desc, ties lower id first: 3(5) 7(5) 1(4) 9(2) 0(1) ...
   const std::vector<float> x = {1.f, 4.f, -INFINITY, 5.f, 0.f, 0.f, -1.f, 5.f, -3.f, 2.f};
   st::DeviceBuffer<float> d_x(x), lp(6), lse(1);
@@ -192,15 +206,19 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
       {1, 15, 163840, 1, true, 0, 0, 31},   {1, 15, 163840, 32, true, 0, 0, 32}, {1, 3, 151936, 8, false, 0, 0, 33},
       {2, 3, 40000, 32, true, 8, 1, 34},    {1, 3, 20011, 16, true, 3, 3, 35},   {1, 4, 30000, 2, false, 1, 2, 36},
       {1, 15, 163840, 64, true, 0, 0, 37},  {1, 4, 50000, 48, false, 0, 2, 38},  {1, 3, 9000, 64, true, 1, 1, 39},
+      // v4: batches of rows (one cluster each), fp32 two-round rows, small clusters, NaN among batches.
+      {8, 15, 163840, 16, true, 0, 0, 41},  {2, 15, 163840, 1, false, 0, 0, 42}, {3, 5, 4100, 17, true, 1, 2, 43},
+      {2, 7, 131072, 64, true, 0, 3, 44},   {4, 3, 60000, 16, true, 0, 4, 45},
   };
   for (const Case& c : cases) run_case(c);
 }
 
-// Small enough for compute-sanitizer (memcheck, racecheck), large enough that both kernels run their
-// radix select (several chunks, k below the candidate count) and the id digits (ties).
+// Small enough for compute-sanitizer (memcheck, racecheck), large enough that every kernel runs its
+// radix select (several chunks, k below the candidate count) and the id digits (ties); v4 runs its fast
+// path (clusters of 5 and 8 CTAs), its tie fallback (case 24) and a NaN row (case 23).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
   const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
                         {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24},
-                        {1, 2, 20000, 64, true, 0, 0, 25}};
+                        {1, 2, 20000, 64, true, 0, 0, 25},    {1, 2, 163840, 1, true, 0, 2, 26}};
   for (const Case& c : cases) run_case(c);
 }

@@ -1,9 +1,11 @@
-// Launcher of draft_topk_lse (C ABI): validates, sizes the workspace, launches phase 1 and phase 2.
+// Launcher of draft_topk_lse (C ABI): validates, sizes the workspace, launches the kernels.
 //
-// Two implementations (engine/bench/NOTES.md): v3 (draft_topk_lse_v3.cuh, k <= 64; the default for k <= 16) and v2
-// (draft_topk_lse.cuh, any k). The default is v3 where it applies; DDTREE_TOPK_IMPL=v2 in the
-// environment (read once per process) forces v2, and ddtree_draft_topk_lse_impl() picks per call.
-// The workspace size covers both, so either can run on any workspace sized by the query.
+// Three implementations (engine/bench/NOTES.md): v4 (draft_topk_lse_v4.cuh: one launch, a thread-block
+// cluster per row, k <= 64, devices with cluster launch = sm_90+), v3 (draft_topk_lse_v3.cuh, two launches,
+// k <= 64) and v2 (draft_topk_lse.cuh, two launches, any k). The default is v4 where it applies, else v3
+// for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
+// version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
+// and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +13,7 @@
 #include "ddtree/draft_topk_lse.h"
 #include "ddtree/kernels/draft_topk_lse.cuh"
 #include "ddtree/kernels/draft_topk_lse_v3.cuh"
+#include "ddtree/kernels/draft_topk_lse_v4.cuh"
 
 namespace {
 
@@ -37,13 +40,65 @@ size_t v3_bytes(int64_t rows, int32_t vocab) {
 
 constexpr int kV3DefaultMaxK = 16;  // the default's v3 range (see resolve_impl)
 
-// DDTREE_TOPK_IMPL: "v2" forces v2, anything else (or unset) means the default (v3 where k <= 16).
+// DDTREE_TOPK_IMPL: "v2" or "v3" makes that version the default; anything else (or unset) means v4.
 int32_t env_impl() {
   static const int32_t impl = [] {
     const char* e = std::getenv("DDTREE_TOPK_IMPL");
-    return (e != nullptr && std::strcmp(e, "v2") == 0) ? int32_t(DDTREE_TOPK_IMPL_V2) : int32_t(DDTREE_TOPK_IMPL_V3);
+    if (e != nullptr && std::strcmp(e, "v2") == 0) return int32_t(DDTREE_TOPK_IMPL_V2);
+    if (e != nullptr && std::strcmp(e, "v3") == 0) return int32_t(DDTREE_TOPK_IMPL_V3);
+    return int32_t(DDTREE_TOPK_IMPL_V4);
   }();
   return impl;
+}
+
+// Whether the current device launches thread-block clusters (sm_90+), cached per device (an attribute
+// read: no sync, fine during stream capture).
+bool cluster_launch() {
+  static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cache[dev] == 0) {
+    int yes = 0;
+    if (cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, dev) != cudaSuccess) yes = 0;
+    cache[dev] = yes ? 2 : 1;
+  }
+  return cache[dev] == 2;
+}
+
+// v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
+// programmatic dependent launch when enabled (the kernel waits before its first global access).
+template <typename T>
+ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
+                       int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
+                       int32_t* error_flags, cudaStream_t stream) {
+  const int64_t rows = int64_t(batch) * positions;
+  const auto split = k::v4_split<T>(vocab);
+  constexpr int VN = 16 / int(sizeof(T));
+  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
+                   (batch <= 1 || batch_stride % VN == 0);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(split.cluster), unsigned(rows), 1u);
+  cfg.blockDim = dim3(k::kV4Threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(split.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = ddtree::detail::pdl_enabled() ? 2 : 1;
+  const cudaError_t err =
+      vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, k::kV4Threads>, logits, int(positions),
+                               int(vocab), batch_stride, row_stride, int(topk), split.cluster, split.pv, top_lp,
+                               top_id, lse, error_flags)
+          : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, k::kV4Threads>, logits, int(positions),
+                               int(vocab), batch_stride, row_stride, int(topk), split.cluster, split.pv, top_lp,
+                               top_id, lse, error_flags);
+  if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "draft_topk_lse_v4_kernel");
+  return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
 }
 
 template <typename T>
@@ -123,10 +178,16 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse(const void* logits, ddtree_dtyp
 }
 
 DDTREE_API int32_t ddtree_draft_topk_lse_resolve_impl(int32_t k, int32_t impl) {
-  // By default v3 runs only where the H200 measured it faster than v2 (k <= 16: 3x at k = 1, 2x at
-  // k = 16; even at k = 32, 2.3x slower at k = 64). Asked for explicitly, it takes any k <= 64.
-  const int max_k = impl == DDTREE_TOPK_IMPL_DEFAULT ? kV3DefaultMaxK : k::kV3MaxK;
-  if (impl == DDTREE_TOPK_IMPL_DEFAULT) impl = env_impl();
+  // v4 needs cluster launch (sm_90+) and k <= 64; where it cannot run, v3 takes over. By default v3 runs
+  // only where the H200 measured it faster than v2 (k <= 16: 3x at k = 1, 2x at k = 16; 2.3x slower at
+  // k = 64); asked for explicitly, it takes any k <= 64. v2 runs everything else.
+  const bool dflt = impl == DDTREE_TOPK_IMPL_DEFAULT;
+  if (dflt) impl = env_impl();
+  if (impl == DDTREE_TOPK_IMPL_V4) {
+    if (k >= 1 && k <= k::kV4MaxK && cluster_launch()) return DDTREE_TOPK_IMPL_V4;
+    impl = DDTREE_TOPK_IMPL_V3;
+  }
+  const int max_k = dflt ? kV3DefaultMaxK : k::kV3MaxK;
   return (impl == DDTREE_TOPK_IMPL_V3 && k >= 1 && k <= max_k) ? int32_t(DDTREE_TOPK_IMPL_V3)
                                                                 : int32_t(DDTREE_TOPK_IMPL_V2);
 }
@@ -136,8 +197,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
                                                       int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id,
                                                       float* lse, void* workspace, size_t workspace_bytes,
                                                       int32_t* error_flags, cudaStream_t stream, int32_t impl) {
-  DDTREE_REQUIRE(impl == DDTREE_TOPK_IMPL_DEFAULT || impl == DDTREE_TOPK_IMPL_V2 || impl == DDTREE_TOPK_IMPL_V3,
-                 "draft_topk_lse: impl must be 0 (default), 2 or 3, got %d", impl);
+  DDTREE_REQUIRE(impl == DDTREE_TOPK_IMPL_DEFAULT || impl == DDTREE_TOPK_IMPL_V2 || impl == DDTREE_TOPK_IMPL_V3 ||
+                     impl == DDTREE_TOPK_IMPL_V4,
+                 "draft_topk_lse: impl must be 0 (default), 2, 3 or 4, got %d", impl);
   DDTREE_REQUIRE(batch >= 0 && positions >= 0, "draft_topk_lse: batch (%d) and positions (%d) must be >= 0",
                  batch, positions);
   DDTREE_REQUIRE(vocab >= 1, "draft_topk_lse: vocab must be >= 1, got %d", vocab);
@@ -162,7 +224,16 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
                                 "draft_topk_lse: workspace of %zu bytes given, %zu needed", workspace_bytes, need);
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
-  if (ddtree_draft_topk_lse_resolve_impl(k, impl) == DDTREE_TOPK_IMPL_V3) {
+  const int32_t which = ddtree_draft_topk_lse_resolve_impl(k, impl);
+  if (which == DDTREE_TOPK_IMPL_V4) {
+    if (dtype == DDTREE_DTYPE_FLOAT32) {
+      return run_v4(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k, top_lp,
+                    top_id, lse, error_flags, stream);
+    }
+    return run_v4(static_cast<const __nv_bfloat16*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
+                  top_lp, top_id, lse, error_flags, stream);
+  }
+  if (which == DDTREE_TOPK_IMPL_V3) {
     if (dtype == DDTREE_DTYPE_FLOAT32) {
       return run_v3(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k, top_lp,
                     top_id, lse, workspace, error_flags, stream);

@@ -74,18 +74,31 @@ def _logits(batch: int, positions: int, vocab: int, dtype: torch.dtype, kind: st
     return x[..., :vocab]  # row stride = vocab + pad
 
 
-# Both implementations run every GPU comparison (engine/bench/NOTES.md: v3 for k <= 64, v2 for any k;
-# the default picks v3 for k <= 16 only; "v3" with k > 64 runs v2, which the resolved_impl check below
-# confirms).
-IMPLS = ["v2", "v3"]
+# Every implementation runs every GPU comparison (engine/bench/NOTES.md: v4 and v3 for k <= 64, v2 for
+# any k; the default picks v4 where it can run, else v3 for k <= 16; "v4" with k > 64 or without cluster
+# launch runs v3, "v3" with k > 64 runs v2, which the resolved_impl check below confirms).
+IMPLS = ["v2", "v3", "v4"]
+
+
+def _want_impl(k: int, impl: str) -> str:
+    """The implementation the library should resolve (k, impl) to on this device (mirrors the C logic)."""
+    clusters = torch.cuda.get_device_capability()[0] >= 9
+    small = 16  # the default's v3 range
+    if impl == "default":
+        impl = {"v2": "v2", "v3": "v3"}.get(os.environ.get("DDTREE_TOPK_IMPL", ""), "v4")  # read once, like this
+    else:
+        small = 64
+    if impl == "v4":
+        if k <= 64 and clusters:
+            return "v4"
+        impl = "v3"
+    return "v3" if impl == "v3" and k <= small else "v2"
 
 
 def _compare(logits: torch.Tensor, k: int, impl: str = "default") -> None:
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl, resolved_impl
 
-    env_v2 = os.environ.get("DDTREE_TOPK_IMPL") == "v2"  # read once by the library, like this
-    want_impl = "v3" if (impl == "v3" and k <= 64) or (impl == "default" and not env_v2 and k <= 16) else "v2"
-    assert resolved_impl(k, impl) == want_impl
+    assert resolved_impl(k, impl) == _want_impl(k, impl)
     lp, ids, lse = draft_topk_lse_impl(logits, k, impl)
     want_lp, want_ids, want_lse = ref_topk(logits, k)
     tol = 4e-6 if logits.shape[-1] > 100_000 else 2e-6
@@ -190,7 +203,7 @@ def test_op_rejects_bad_arguments() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl,k", [("v2", 64), ("v3", 16)])
+@pytest.mark.parametrize("impl,k", [("v2", 64), ("v3", 16), ("v4", 1), ("v4", 16), ("v4", 64)])
 def test_op_cuda_graph_capture_and_replay(impl: str, k: int) -> None:
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
 
@@ -205,5 +218,29 @@ def test_op_cuda_graph_capture_and_replay(impl: str, k: int) -> None:
         graph.replay()
         want_lp, want_ids, want_lse = ref_topk(x, k)
         assert torch.equal(ids, want_ids)
+        torch.testing.assert_close(lp, want_lp, atol=4e-6, rtol=0)
+        torch.testing.assert_close(lse, want_lse, atol=4e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_op_v4_back_to_back_calls_and_streams() -> None:
+    # v4 keeps no state between calls (the cluster barrier replaces tickets): many calls queued back to back
+    # (programmatic dependent launch lets each start while the previous ends) and calls on two streams at
+    # once must all give the reference's answer.
+    from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
+
+    gen = torch.Generator().manual_seed(77)
+    xs = [_logits(1, 15, 163840, torch.bfloat16, "normal", gen) for _ in range(4)]
+    wants = [ref_topk(x, 16) for x in xs]
+    outs = [draft_topk_lse_impl(xs[i % 4], 16, "v4") for i in range(32)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        side_outs = [draft_topk_lse_impl(xs[i % 4], 16, "v4") for i in range(8)]
+    torch.cuda.current_stream().wait_stream(side)
+    for i, (lp, ids, lse) in enumerate(outs + side_outs):
+        want_lp, want_ids, want_lse = wants[i % 4]
+        assert torch.equal(ids, want_ids), f"call {i}"
         torch.testing.assert_close(lp, want_lp, atol=4e-6, rtol=0)
         torch.testing.assert_close(lse, want_lse, atol=4e-6, rtol=0)

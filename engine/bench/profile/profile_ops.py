@@ -3,7 +3,7 @@
 Each case runs the op `--reps` times (warm-up included) on the same inputs; ncu picks the launches
 with --launch-skip/--launch-count. No timing here: ncu reports the kernel durations and counters.
 Usage: python profile_ops.py CASE [--reps N]
-Cases: topk1 topk16 (1 x 15 x 163840 bf16, v3), tree256 (build_tree M=256 K=64 B=1),
+Cases: topk1 topk16 (1 x 15 x 163840 bf16, v3), topk1v4 topk16v4 (the same on v4), tree256 (build_tree M=256 K=64 B=1),
        ta8x512 ta64x512 (tree_attention 8/1 and 64/8 heads, 512 nodes, 4k context).
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ sys.path.insert(0, str(here.parents[2] / "python"))
 sys.path.insert(0, str(here.parents[1]))
 
 
-def topk(k: int):
+def topk(k: int, impl: str = "v3"):
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
     x = torch.randn(1, 15, 163840, device="cuda").mul_(4).to(torch.bfloat16)
-    return lambda: draft_topk_lse_impl(x, k, "v3")
+    return lambda: draft_topk_lse_impl(x, k, impl)
 
 
 def tree(m: int, k: int):
@@ -57,6 +57,7 @@ def attention(hq: int, hkv: int, n: int, ctx: int):
 
 CASES = {
     "topk1": lambda: topk(1), "topk16": lambda: topk(16), "tree256": lambda: tree(256, 64),
+    "topk1v4": lambda: topk(1, "v4"), "topk16v4": lambda: topk(16, "v4"),
     "ta8x512": lambda: attention(8, 1, 512, 4096), "ta64x512": lambda: attention(64, 8, 512, 4096),
 }
 

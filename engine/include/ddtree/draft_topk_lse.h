@@ -9,14 +9,18 @@
  *
  * -inf logits are allowed (lp = -inf). A row holding NaN or +inf gets lse = NaN, lp = NaN, id = -1 and
  * sets DDTREE_FLAG_NAN_INPUT in *error_flags (if non-null). 1 <= k <= 1024, any vocab >= 1.
- * Two kernel launches on `stream`, no synchronization, no allocation: the caller passes a device
- * workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization needed).
+ * One (v4) or two (v2, v3) kernel launches on `stream`, no synchronization, no allocation: the caller
+ * passes a device workspace of at least ddtree_draft_topk_lse_workspace_size() bytes (no initialization
+ * needed; v4 does not touch it).
  *
- * Implementations: v3 (k <= 64: filtered candidates, ~7 instructions per logit) and v2 (any k: radix
- * select per chunk). ddtree_draft_topk_lse() uses v3 where it applies unless the environment variable
- * DDTREE_TOPK_IMPL=v2 (read once per process) forces v2. ddtree_draft_topk_lse_impl() takes the choice
- * per call (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v3 requested with k > 64 runs v2.
- * ddtree_draft_topk_lse_resolve_impl() says which one a call with (k, impl) runs (2 or 3). */
+ * Implementations: v4 (k <= 64 on devices with thread-block clusters, sm_90+: one launch, one cluster
+ * per row that merges in distributed shared memory), v3 (k <= 64: filtered candidates, two launches) and
+ * v2 (any k: radix select per chunk). ddtree_draft_topk_lse() uses v4 where it applies, else v3 for
+ * k <= 16, else v2; the environment variable DDTREE_TOPK_IMPL=v2 or =v3 (read once per process) makes
+ * that version the default instead. ddtree_draft_topk_lse_impl() takes the choice per call
+ * (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v4 that cannot run falls back to v3, v3 with
+ * k > 64 to v2. ddtree_draft_topk_lse_resolve_impl() says which one a call with (k, impl) runs (2, 3 or 4)
+ * on the current device. */
 #ifndef DDTREE_DRAFT_TOPK_LSE_H_
 #define DDTREE_DRAFT_TOPK_LSE_H_
 
@@ -31,6 +35,7 @@ extern "C" {
 #define DDTREE_TOPK_IMPL_DEFAULT 0
 #define DDTREE_TOPK_IMPL_V2 2
 #define DDTREE_TOPK_IMPL_V3 3
+#define DDTREE_TOPK_IMPL_V4 4
 
 DDTREE_API size_t ddtree_draft_topk_lse_workspace_size(int32_t batch, int32_t positions, int32_t vocab, int32_t k);
 

@@ -1,9 +1,10 @@
 """draft_topk_lse over libddtree (see reference/draft_topk_lse.py for the exact semantics).
 
-The library has two implementations (engine/bench/NOTES.md): v3 (k <= 64; the default for k <= 16)
-and v2 (any k).
-`draft_topk_lse` uses the library's default (v3 where it applies; DDTREE_TOPK_IMPL=v2 in the environment
-forces v2); `draft_topk_lse_impl(logits, k, "v2" | "v3")` picks one per call, for tests and benches."""
+The library has three implementations (engine/bench/NOTES.md): v4 (one launch, a thread-block cluster per
+row; k <= 64 on sm_90+), v3 (k <= 64, two launches) and v2 (any k). `draft_topk_lse` uses the library's
+default (v4 where it applies, else v3 for k <= 16, else v2; DDTREE_TOPK_IMPL=v2 or =v3 in the environment
+makes that version the default); `draft_topk_lse_impl(logits, k, "v2" | "v3" | "v4")` picks one per call,
+for tests and benches."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ddtree_engine.ops._common import check_errors, cuda_device_of, error_flags,
 
 MAX_K = 1024
 _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16}
-IMPLS = {"default": 0, "v2": 2, "v3": 3}  # DDTREE_TOPK_IMPL_* of draft_topk_lse.h
+IMPLS = {"default": 0, "v2": 2, "v3": 3, "v4": 4}  # DDTREE_TOPK_IMPL_* of draft_topk_lse.h
 
 
 def _fns() -> tuple[object, object]:
@@ -33,7 +34,8 @@ def _fns() -> tuple[object, object]:
 
 
 def resolved_impl(k: int, impl: str = "default") -> str:
-    """Which implementation ("v2" or "v3") a call with this k and choice runs in the loaded library."""
+    """Which implementation ("v2", "v3" or "v4") a call with this k and choice runs in the loaded library on
+    the current CUDA device."""
     fn = _lib.function("ddtree_draft_topk_lse_resolve_impl", [ctypes.c_int32, ctypes.c_int32],
                        restype=ctypes.c_int32)
     return f"v{int(fn(k, IMPLS[impl]))}"  # type: ignore[operator]
@@ -49,8 +51,8 @@ def draft_topk_lse(logits: torch.Tensor, k: int, check: bool = False) -> tuple[t
 
 def draft_topk_lse_impl(logits: torch.Tensor, k: int, impl: str, check: bool = False
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """draft_topk_lse with the implementation chosen per call: "default", "v2" or "v3" (v3 asked for
-    with k > 64 runs v2)."""
+    """draft_topk_lse with the implementation chosen per call: "default", "v2", "v3" or "v4" (v4 that
+    cannot run, k > 64 or no cluster launch, runs v3; v3 asked for with k > 64 runs v2)."""
     require(impl in IMPLS, f"impl must be one of {sorted(IMPLS)}, got {impl!r}")
     require(logits.dim() == 3, f"logits must be [B, L, V], got shape {tuple(logits.shape)}")
     require(logits.dtype in _DTYPES, f"logits must be float32 or bfloat16, got {logits.dtype}")

@@ -1,0 +1,453 @@
+// draft_topk_lse v4: ONE launch per call, for k <= 64 on sm_90+ (thread-block clusters).
+//
+// Why (engine/bench/NOTES.md, "v4"): v3 spends ~37 instructions per logit in phase 1 and its merge is a
+// second, latency-bound launch (5-9 µs on 15 SMs). v4 gives each row one cluster of up to 8 CTAs
+// (grid = (cluster, rows)); CTA c reduces a contiguous slice of the row and writes its partial
+// (log2-domain max, sum) and its best min(k, n) items straight into the shared memory of the cluster's
+// CTA 0 (distributed shared memory); after one cluster barrier CTA 0 merges and writes the outputs.
+// No workspace, no tickets, no second kernel, nothing to initialize: the cluster barrier is the
+// "last CTA" signal, so CUDA-graph replays and concurrent calls on other streams need no care.
+//
+// Per CTA (THREADS = 512, <= 64 registers: 2 CTAs per SM; a 15 x 163,840 bf16 call is 120 CTAs):
+//   1. all 16-byte loads of a round (kV4Vecs per thread) issued first; bf16 pairs maxed packed
+//      (max.bf16x2: 0.5 instruction per logit), then the warp maximum (redux.sync) is the reference of
+//      one pass of exp2(fma(x, log2 e, -ref)) sums (~4 instructions per logit: unpack, FFMA, MUFU, FADD).
+//      NaN or +inf make the sum NaN (checked once per CTA, no per-logit flag).
+//   2. a lower bound on the slice's k-th largest key: the k-th largest of the 128 lane-group maxima
+//      (k groups hold k distinct logits >= it). Only threads whose maximum reaches it look at their
+//      logits again; those >= it (about 20 for k = 16, 90 for k = 64) go to shared memory (one atomic
+//      each).
+//   3. exact ranks among the candidates by counting (items are distinct (key, id) pairs); ranks < k
+//      are stored into CTA 0's slot for this CTA. More than kV4Cap candidates (tie-heavy slices): the
+//      block radix select of v2 over the re-read slice (exact, slower).
+//   CTA 0, after the cluster barrier: lse from the CTAs' partials in fp64; bound = best of the CTAs'
+//   ksel-th items; the items above it (k..2k) ranked by counting and written as x - lse.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "ddtree/kernels/block_select.cuh"
+#include "ddtree/kernels/common.cuh"
+
+// The CPU emulation (tests/topk_emu/topk_v4_emu.cpp) counts the fallbacks and gives each emulated CTA
+// its own shared memory; on the GPU these are no-ops / a plain __shared__ declaration.
+#ifndef DDTREE_TOPK_V4_EVENT
+#define DDTREE_TOPK_V4_EVENT(name) ((void)0)
+#endif
+#ifndef DDTREE_V4_SHARED
+#define DDTREE_V4_SHARED(type, name) __shared__ type name
+#endif
+
+namespace ddtree {
+namespace kernels {
+
+constexpr int kV4Threads = 512;
+constexpr int kV4MaxCluster = 8;  // portable cluster size
+constexpr int kV4MaxK = 64;
+constexpr int kV4Groups = 128;   // lane groups (THREADS / 128 lanes each) whose maxima bound the k-th key
+constexpr int kV4Cap = 512;      // candidates per CTA ranked by counting (>= kV4MaxCluster * kV4MaxK)
+constexpr int kV4Vecs = 5;       // 16-byte vectors per thread held in registers per round
+constexpr float kV4Log2e = 1.4426950408889634f;  // fl(log2 e); the merge divides by the same float
+constexpr uint32_t kV4KeyNegInf = 0x007FFFFFu;    // ordered_key(-inf)
+
+static_assert(kV4Cap >= kV4MaxCluster * kV4MaxK, "the merge reuses the candidate buffer");
+
+#ifndef DDTREE_V4_EMULATED
+// Cluster and special-function primitives (sm_90+; the emulator defines its own).
+__device__ __forceinline__ void v4_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void v4_cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void v4_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// Generic address of `p` (this CTA's shared memory) in the shared memory of cluster CTA `rank`.
+template <typename P>
+__device__ __forceinline__ P* v4_map_rank(P* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<P*>(out);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+__device__ __forceinline__ float v4_ex2(float x) {  // one MUFU.EX2 (2^-22 relative), 0 for -inf
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Packed max of two bf16 pairs; a NaN input yields the other one (NaN is caught through the sum).
+__device__ __forceinline__ uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t d;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const float alo = __uint_as_float(a << 16), blo = __uint_as_float(b << 16);
+  const float ahi = __uint_as_float(a & 0xffff0000u), bhi = __uint_as_float(b & 0xffff0000u);
+  return (__float_as_uint(fmaxf(alo, blo)) >> 16) | (__float_as_uint(fmaxf(ahi, bhi)) & 0xffff0000u);
+#endif
+}
+#endif  // DDTREE_V4_EMULATED
+
+template <int THREADS>
+struct V4Smem {
+  SelectSmem sel;                                // fallback radix select only
+  uint64_t cbuf[kV4Cap];                         // candidates; CTA 0 reuses it for the merge
+  uint64_t slot[kV4MaxCluster][kV4MaxK];         // CTA 0: each CTA's best items, sorted (remote stores)
+  float2 part[kV4MaxCluster];                    // CTA 0: each CTA's (log2-domain reference, sum)
+  alignas(16) uint32_t gmax[kV4Groups];          // lane-group maxima (keys; lower bounds)
+  float wref[THREADS / 32], wsum[THREADS / 32];  // per warp (log2-domain reference, sum)
+  uint32_t red_t[kV4Groups / 32];
+  unsigned long long best;  // k = 1: the best item (atomicMax)
+  int cnt, cnt2, bad;
+};
+
+// How a row is split (host and device agree): nvec 16-byte vectors per row, pv per CTA, `cluster` CTAs.
+template <typename T>
+struct V4Split {
+  int cluster, pv;
+};
+template <typename T, int THREADS = kV4Threads>
+__host__ __device__ inline V4Split<T> v4_split(int vocab) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const int nvec = (vocab + VN - 1) / VN;
+  int cs = (nvec + 2 * THREADS - 1) / (2 * THREADS);  // at least ~2 vectors per thread before splitting
+  cs = cs < 1 ? 1 : (cs > kV4MaxCluster ? kV4MaxCluster : cs);
+  const int pv = (nvec + cs - 1) / cs;
+  return V4Split<T>{(nvec + pv - 1) / pv, pv};  // every CTA gets at least one vector
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 v4_neg_inf_vec() {
+  const uint32_t w = sizeof(T) == 2 ? 0xFF80FF80u : 0xFF800000u;
+  return uint4{w, w, w, w};
+}
+
+// Maximum of the valid logits of one vector (invalid ones are -inf).
+template <typename T>
+__device__ __forceinline__ float v4_vec_max(const uint4& v);
+template <>
+__device__ __forceinline__ float v4_vec_max<__nv_bfloat16>(const uint4& v) {
+  const uint32_t p = v4_bf16x2_max(v4_bf16x2_max(v.x, v.y), v4_bf16x2_max(v.z, v.w));
+  return fmaxf(__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float v4_vec_max<float>(const uint4& v) {
+  return fmaxf(fmaxf(__uint_as_float(v.x), __uint_as_float(v.y)), fmaxf(__uint_as_float(v.z), __uint_as_float(v.w)));
+}
+
+// Adds exp2(x * log2e - ref) of the vector's logits to s0/s1 (two chains for latency).
+template <typename T>
+__device__ __forceinline__ void v4_vec_sum(const uint4& v, float ref, float& s0, float& s1);
+template <>
+__device__ __forceinline__ void v4_vec_sum<__nv_bfloat16>(const uint4& v, float ref, float& s0, float& s1) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s0 += v4_ex2(fmaf(__uint_as_float(w[i] << 16), kV4Log2e, -ref));
+    s1 += v4_ex2(fmaf(__uint_as_float(w[i] & 0xffff0000u), kV4Log2e, -ref));
+  }
+}
+template <>
+__device__ __forceinline__ void v4_vec_sum<float>(const uint4& v, float ref, float& s0, float& s1) {
+  s0 += v4_ex2(fmaf(__uint_as_float(v.x), kV4Log2e, -ref));
+  s1 += v4_ex2(fmaf(__uint_as_float(v.y), kV4Log2e, -ref));
+  s0 += v4_ex2(fmaf(__uint_as_float(v.z), kV4Log2e, -ref));
+  s1 += v4_ex2(fmaf(__uint_as_float(v.w), kV4Log2e, -ref));
+}
+
+// Element q of a vector, and the bits of one logit (no type punning through pointers: the CPU
+// emulation compiles this with g++ -O2, where that would be undefined behaviour).
+__device__ __forceinline__ uint32_t v4_word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+template <typename T>
+__device__ __forceinline__ float v4_elem(const uint4& v, int q) {
+  if (sizeof(T) == 2) {
+    const uint32_t w = v4_word(v, q >> 1);
+    return __uint_as_float((q & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  return __uint_as_float(v4_word(v, q));
+}
+__device__ __forceinline__ uint32_t v4_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ uint32_t v4_bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
+// Sets element q of a vector to the logit with bits `e`.
+template <typename T>
+__device__ __forceinline__ void v4_set_elem(uint4& v, int q, uint32_t e) {
+  const int i = sizeof(T) == 2 ? q >> 1 : q;
+  uint32_t w = v4_word(v, i);
+  if (sizeof(T) == 2) w = (q & 1) ? ((w & 0x0000ffffu) | (e << 16)) : ((w & 0xffff0000u) | e);
+  else w = e;
+  if (i == 0) v.x = w;
+  else if (i == 1) v.y = w;
+  else if (i == 2) v.z = w;
+  else v.w = w;
+}
+
+// grid = (cluster, rows), cluster dims (cluster, 1, 1), block = THREADS. pv = vectors per CTA
+// (v4_split). Outputs as draft_topk_lse.h; flags gets DDTREE_FLAG_NAN_INPUT (bit 0) for NaN/+inf rows.
+template <typename T, bool VEC, int THREADS>
+__global__ void __launch_bounds__(THREADS, 2)
+    draft_topk_lse_v4_kernel(const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride,
+                             int64_t row_stride, int k, int cluster, int pv, float* __restrict__ top_lp,
+                             int32_t* __restrict__ top_id, float* __restrict__ lse, int32_t* __restrict__ flags) {
+  static_assert(THREADS % kV4Groups == 0 && THREADS <= 1024, "kV4Groups lane groups of THREADS / kV4Groups lanes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // the launcher never runs v4 below sm_90 (no clusters)
+#else
+  pdl_launch_dependents();
+  v4_cluster_arrive_relaxed();  // "every CTA of the cluster started": waited for before the first remote store
+  DDTREE_V4_SHARED(V4Smem<THREADS>, sm);
+  constexpr int VN = 16 / int(sizeof(T));
+  constexpr int WARPS = THREADS / 32;
+  constexpr int G = THREADS / kV4Groups;  // lanes per group
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int c = int(blockIdx.x), row = int(blockIdx.y);
+  const int b = row / positions, l = row - b * positions;
+  const T* x = logits + int64_t(b) * batch_stride + int64_t(l) * row_stride;
+  const int nvec = (vocab + VN - 1) / VN;
+  const int v0 = c * pv;                        // first vector of this CTA
+  const int nv_cta = min(pv, nvec - v0);        // its vectors (>= 1)
+  const int id0 = v0 * VN;                      // its first logit id (its ids are contiguous)
+  const int n_valid = min(nv_cta * VN, vocab - id0);
+  const int kc = min(k, n_valid);
+  const int rounds = (nv_cta + THREADS * kV4Vecs - 1) / (THREADS * kV4Vecs);
+  if (tid == 0) {
+    sm.cnt = 0;
+    sm.cnt2 = 0;
+    sm.best = 0ull;
+  }
+
+  // Vector j of round r of this thread: local vector (r * kV4Vecs + j) * THREADS + tid.
+  auto load = [&](int lv) -> uint4 {
+    uint4 out = v4_neg_inf_vec<T>();
+    if (lv < nv_cta) {
+      const int base = (v0 + lv) * VN;
+      if (VEC && base + VN <= vocab) {
+        out = __ldg(reinterpret_cast<const uint4*>(x + base));
+      } else {
+#pragma unroll
+        for (int q = 0; q < VN; ++q)
+          if (base + q < vocab) v4_set_elem<T>(out, q, v4_bits(x[base + q]));
+      }
+    }
+    return out;
+  };
+
+  pdl_wait();  // the previous kernel's writes (logits) are visible; ours start after it ended
+  uint4 raw[kV4Vecs];
+  float tmax = -INFINITY;       // this thread's maximum
+  float wmax = -INFINITY;       // the warp's running maximum (warp-uniform)
+  float ref = 0.f;              // log2-domain reference of s: fl(wmax * log2e), 0 while wmax = -inf
+  float s0 = 0.f, s1 = 0.f;
+  for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+    for (int j = 0; j < kV4Vecs; ++j) raw[j] = load((r * kV4Vecs + j) * THREADS + tid);
+    float m = v4_vec_max<T>(raw[0]);
+#pragma unroll
+    for (int j = 1; j < kV4Vecs; ++j) m = fmaxf(m, v4_vec_max<T>(raw[j]));
+    tmax = fmaxf(tmax, m);
+    const float wm = fmaxf(wmax, key_to_float(__reduce_max_sync(0xffffffffu, ordered_key(m))));
+    const float nref = wm == -INFINITY ? 0.f : wm * kV4Log2e;
+    if (r > 0 && nref != ref) {  // rescale (s == 0 whenever the old reference was the -inf placeholder)
+      const float f = v4_ex2(ref - nref);
+      s0 = s0 != 0.f ? s0 * f : s0;
+      s1 = s1 != 0.f ? s1 * f : s1;
+    }
+    wmax = wm;
+    ref = nref;
+#pragma unroll
+    for (int j = 0; j < kV4Vecs; ++j) v4_vec_sum<T>(raw[j], ref, s0, s1);
+  }
+  float s = warp_sum(s0 + s1);
+  if (lane == 0) {
+    sm.wref[warp] = ref;
+    sm.wsum[warp] = s;
+  }
+  // Keys of this thread's maximum: a lower bound for the group bound (-0 when the maximum is a zero of
+  // either sign) and an upper bound for the candidate filter (+0); 0 when the thread holds no logit.
+  const bool has = tid < nv_cta;
+  const uint32_t key_lo = has ? ordered_key(tmax == 0.f ? -0.f : tmax) : 0u;
+  const uint32_t key_hi = has ? ordered_key(tmax == 0.f ? 0.f : tmax) : 0u;
+  uint32_t g = key_lo;
+#pragma unroll
+  for (int o = 1; o < G; o <<= 1) g = max(g, __shfl_xor_sync(0xffffffffu, g, o));
+  if ((lane & (G - 1)) == 0) sm.gmax[tid / G] = g;
+  __syncthreads();
+  v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
+
+  if (tid < kV4Groups) {
+    // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it.
+    const uint32_t mine = sm.gmax[tid];
+    int ge = 0;
+    const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax);
+#pragma unroll 8
+    for (int i = 0; i < kV4Groups / 4; ++i) {
+      const uint4 v = g4[i];
+      ge += int(v.x >= mine) + int(v.y >= mine) + int(v.z >= mine) + int(v.w >= mine);
+    }
+    const uint32_t q = __reduce_max_sync(0xffffffffu, ge >= k ? mine : 0u);
+    if (lane == 0) sm.red_t[warp] = q;
+  }
+  if (warp == WARPS - 1) {
+    // This CTA's (reference, sum) from its warps', in fp32, into CTA 0's part[c].
+    const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
+    const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
+    const float big = warp_max(ws != 0.f ? wr : -INFINITY);  // NaN sums keep their reference
+    const float cref = big == -INFINITY ? 0.f : big;
+    float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
+    term = warp_sum(term);
+    if (lane == 0) {
+      *v4_map_rank(&sm.part[c], 0u) = make_float2(cref, term);
+      sm.bad = term != term;
+    }
+  }
+  __syncthreads();
+
+  if (!sm.bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
+    uint32_t thr = 1u;  // key 0 = no logit; 1 admits every valid one
+    if (kc < n_valid) {
+#pragma unroll
+      for (int w = 0; w < kV4Groups / 32; ++w) thr = max(thr, sm.red_t[w]);
+    }
+    // Candidates: keys > thr, and keys == thr except that when thr is -inf's key only the -inf logits of
+    // the first kc ids qualify (the slice's best items are its finite logits, then its lowest -inf ids).
+    const int id_lim = thr == kV4KeyNegInf ? id0 + kc : 0x7fffffff;
+    auto item_of = [&](float f, int id) -> uint64_t {
+      const uint32_t key = ordered_key(f);
+      return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
+    };
+    unsigned long long best = 0ull;  // k = 1: the thread's best admitted item, merged by atomicMax
+    if (key_hi >= thr) {
+      for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+        for (int j = 0; j < kV4Vecs; ++j) {
+          const int lv = (r * kV4Vecs + j) * THREADS + tid;
+          if (lv >= nv_cta) continue;
+          const uint4 v = rounds == 1 ? raw[j] : load(lv);
+          const int base = (v0 + lv) * VN;
+#pragma unroll
+          for (int q = 0; q < VN; ++q) {
+            const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
+            if (k == 1) {
+              best = it > best ? it : best;
+            } else if (it != 0ull) {
+              const int pos = atomicAdd(&sm.cnt, 1);
+              if (pos < kV4Cap) sm.cbuf[pos] = it;
+            }
+          }
+        }
+      }
+    }
+    if (best != 0ull) atomicMax(&sm.best, best);
+    __syncthreads();
+    uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
+    if (k == 1) {  // one exact candidate whatever the ties: never overflows
+      if (tid == 0) slot[0] = sm.best;
+    } else {
+      int n = sm.cnt;
+      if (n > kV4Cap) {
+        if (tid == 0) DDTREE_TOPK_V4_EVENT(cta_radix);
+        // Tie-heavy slice: exact top-kc by radix select over the (re-read) admitted items.
+        auto for_each = [&](auto f) {
+          for (int lv = tid; lv < nv_cta; lv += THREADS) {
+            const uint4 v = load(lv);
+            const int base = (v0 + lv) * VN;
+#pragma unroll
+            for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+          }
+        };
+        uint64_t prefix, mask;
+        block_select_top<THREADS>(for_each, kc, sm.sel, prefix, mask);
+        if (tid == 0) sm.cnt = 0;  // every thread read n before block_select_top's barriers
+        __syncthreads();
+        for_each([&](uint64_t it) {
+          if (it != 0ull && (it & mask) >= prefix) sm.cbuf[atomicAdd(&sm.cnt, 1)] = it;  // exactly kc
+        });
+        __syncthreads();
+        n = kc;
+      }
+      // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
+      for (int p = tid; p < n; p += THREADS) {
+        const uint64_t it = sm.cbuf[p];
+        int rank = 0;
+        for (int q = 0; q < n; ++q) rank += sm.cbuf[q] > it;
+        if (rank < kc) slot[rank] = it;
+      }
+    }
+  }
+  v4_cluster_arrive_release();
+  v4_cluster_wait();
+  if (c != 0) return;
+
+  // ---- CTA 0: merge the cluster's partials and items (every warp computes lse and the bound itself).
+  float* lp_out = top_lp + int64_t(row) * k;
+  int32_t* id_out = top_id + int64_t(row) * k;
+  const int ksel = min(k, vocab);
+  const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
+  const bool bad = __any_sync(0xffffffffu, p.y != p.y);
+  if (bad) {
+    const float qnan = __int_as_float(0x7fc00000);
+    for (int r = tid; r < k; r += THREADS) {
+      lp_out[r] = qnan;
+      id_out[r] = -1;
+    }
+    if (tid == 0) {
+      lse[row] = qnan;
+      raise_flag(flags, 0x1);
+    }
+    return;
+  }
+  // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e), in fp64: sum_x 2^(x fl(log2 e) - ref) is what
+  // the CTAs summed, and x fl(log2 e) is exact inside the FMA.
+  const float big = warp_max(p.y != 0.f ? p.x : -INFINITY);
+  double sd = p.y != 0.f ? double(p.y) * exp2(double(p.x) - double(big)) : 0.0;
+  sd = warp_sum(sd);
+  const double lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + log2(sd)) / double(kV4Log2e);
+  // Bound: the best of the ksel-th items of the CTAs that hold at least ksel logits.
+  const int step = pv * VN;
+  const int nv_lane = min(step, vocab - lane * step);
+  uint64_t tb = 0ull;
+  if (lane < cluster && min(k, nv_lane) >= ksel) tb = sm.slot[lane][ksel - 1];
+  tb = warp_max_u64(tb);
+  for (int q = tid; q < cluster * k; q += THREADS) {
+    const int cc = q / k, r = q - cc * k;
+    if (r < min(k, min(step, vocab - cc * step))) {
+      const uint64_t it = sm.slot[cc][r];
+      if (it >= tb) sm.cbuf[atomicAdd(&sm.cnt2, 1)] = it;
+    }
+  }
+  __syncthreads();
+  const int n2 = sm.cnt2;
+  for (int q = tid; q < n2; q += THREADS) {
+    const uint64_t it = sm.cbuf[q];
+    int rank = 0;
+    for (int u = 0; u < n2; ++u) rank += sm.cbuf[u] > it;
+    if (rank < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[rank] = item_id(it);
+    }
+  }
+  for (int r = ksel + tid; r < k; r += THREADS) {
+    lp_out[r] = -INFINITY;
+    id_out[r] = -1;
+  }
+  if (tid == 0) lse[row] = float(lse_d);
+#endif
+}
+
+}  // namespace kernels
+}  // namespace ddtree

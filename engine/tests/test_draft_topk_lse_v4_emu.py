@@ -1,0 +1,145 @@
+"""The real draft_topk_lse v4 CUDA kernel source, executed on the CPU, against the reference (CI, no GPU).
+
+tests/topk_emu/topk_v4_emu.cpp compiles include/ddtree/kernels/draft_topk_lse_v4.cuh with g++ and the
+cluster emulator tests/topk_emu/cluster_emu.h (one POSIX thread per CUDA thread, every CTA of a cluster
+running at once with its own shared memory, block/warp/cluster barriers, shuffles, ballots, redux, and
+distributed shared memory as stores into another CTA's buffer), launches one cluster per row split as the
+library's launcher splits it, and compares with the reference: ids exactly, log-probs and lse within the
+GPU tests' tolerances. The emulator's exp2 is exact, so this checks the logic (split, bounds, candidates,
+ranks, radix fallback, -inf and NaN rows, the cluster merge), not the GPU's rounding; the GPU tests
+(test_draft_topk_lse.py) run the same comparisons on the device."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddtree_engine.reference import draft_topk_lse as ref_topk
+from topk_inputs import make_logits
+
+ENGINE = Path(__file__).resolve().parents[1]
+EMU = ENGINE / "tests" / "topk_emu"
+INF = float("inf")
+
+
+@pytest.fixture(scope="module")
+def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found: the CPU emulation of the kernel needs a C++20 compiler")
+    out = tmp_path_factory.mktemp("topk_v4_emu") / "topk_v4_emu"
+    cmd = [gxx, "-std=c++20", "-O2", "-pthread", f"-I{ENGINE / 'include'}", f"-I{EMU / 'fake_cuda_v4'}",
+           str(EMU / "topk_v4_emu.cpp"), "-o", str(out)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return out
+
+
+def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
+    """(top_lp, top_id, lse, events) of the emulated kernel on logits x [B, L, V] (fp32 or bf16)."""
+    batch, positions, vocab = x.shape
+    rows = batch * positions
+    header = f"{rows} {vocab} {k} {1 if x.dtype == torch.bfloat16 else 0} {threads}\n".encode()
+    payload = header + x.float().contiguous().numpy().astype("<f4").tobytes()
+    proc = subprocess.run([str(binary)], input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    lse, lp, ids = [], [], []
+    for line in proc.stdout.decode().strip().splitlines():
+        a, b, c = line.split("|")
+        lse.append(float.fromhex(a.strip()))
+        lp.append([float.fromhex(t) for t in b.split()])
+        ids.append([int(t) for t in c.split()])
+    events = {}
+    for tok in proc.stderr.decode().split()[1:]:
+        name, value = tok.split("=")
+        events[name] = int(value)
+    return (torch.tensor(lp, dtype=torch.float32).reshape(batch, positions, k),
+            torch.tensor(ids, dtype=torch.int32).reshape(batch, positions, k),
+            torch.tensor(lse, dtype=torch.float32).reshape(batch, positions), events)
+
+
+def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512) -> dict[str, int]:
+    lp, ids, lse, events = run_emu(binary, x, k, threads)
+    want_lp, want_ids, want_lse = ref_topk(x, k)
+    tol = 4e-6 if x.shape[-1] > 100_000 else 2e-6
+    assert torch.equal(ids, want_ids), f"ids differ at {(ids != want_ids).nonzero()[:5].tolist()}"
+    assert torch.equal(torch.isnan(lp), torch.isnan(want_lp))
+    assert torch.equal(torch.isfinite(lp), torch.isfinite(want_lp))
+    assert torch.equal(lp[torch.isinf(want_lp)], want_lp[torch.isinf(want_lp)])
+    finite = torch.isfinite(want_lp)
+    torch.testing.assert_close(lp[finite], want_lp[finite], atol=tol, rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=tol, rtol=0, equal_nan=True)
+    return events
+
+
+def logits(shape: tuple[int, int, int], kind: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    return make_logits(shape, kind, torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("k", [1, 2, 16, 17, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_v4_emulated_random_rows(emu_binary: Path, k: int, dtype: torch.dtype) -> None:
+    # 20011 logits: a cluster of several CTAs (128 threads: bf16 3, fp32 5) with a partial last vector
+    # and unaligned rows (element-wise loads). Normal logits never need the radix fallback.
+    events = compare(emu_binary, logits((1, 3, 20011), "normal", dtype, seed=k), k, threads=128)
+    assert events["cluster"] > 1 and events.get("cta_radix", 0) == 0
+    events = compare(emu_binary, logits((1, 2, 20000), "normal", dtype, seed=50 + k), k, threads=128)  # aligned
+    assert events.get("cta_radix", 0) == 0
+
+
+@pytest.mark.parametrize("kind", ["ties", "dyadic", "neginf"])
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_v4_emulated_tie_heavy_rows(emu_binary: Path, kind: str, k: int) -> None:
+    # 512 threads: 3 CTAs of 3,000 fp32 logits; 128 threads: 8 CTAs of ~1,100.
+    events = compare(emu_binary, logits((2, 1, 9000), kind, torch.float32, seed=100 + k), k)
+    if kind == "ties":
+        # 4 distinct values: ~750 logits tie at the top of each CTA. k = 1 keeps one item by atomicMax;
+        # larger k overflow the 512 candidates and take the radix select.
+        assert (events.get("cta_radix", 0) > 0) == (k > 1)
+    compare(emu_binary, logits((2, 1, 9000), kind, torch.float32, seed=150 + k), k, threads=128)
+    compare(emu_binary, logits((1, 2, 997), kind, torch.bfloat16, seed=200 + k), k, threads=128)
+
+
+@pytest.mark.parametrize("k", [1, 16])
+def test_v4_emulated_full_vocab_row_library_shape(emu_binary: Path, k: int) -> None:
+    # The library's configuration: 512 threads, a cluster of 8 CTAs, 5 vectors per thread, one round.
+    events = compare(emu_binary, logits((1, 1, 163840), "normal", torch.bfloat16, seed=5 + k), k)
+    assert events["cluster"] == 8 and events.get("cta_radix", 0) == 0
+
+
+def test_v4_emulated_fp32_two_rounds(emu_binary: Path) -> None:
+    # fp32 at 163,840: 10 vectors per thread = two register rounds (rescaled sums, re-read candidates).
+    events = compare(emu_binary, logits((1, 1, 163840), "normal", torch.float32, seed=8), 16)
+    assert events["cluster"] == 8 and events.get("cta_radix", 0) == 0
+
+
+def test_v4_emulated_small_vocab_and_edges(emu_binary: Path) -> None:
+    compare(emu_binary, logits((2, 1, 5), "normal", torch.float32, seed=1), 16)  # V < k: padded ranks
+    compare(emu_binary, logits((1, 1, 1), "normal", torch.bfloat16, seed=2), 1)
+    x = torch.full((1, 2, 5000), -INF)
+    x[0, 1, 4321] = 0.5  # one finite logit in a row of -inf
+    compare(emu_binary, x, 8, threads=128)  # row 0 all -inf: lse -inf, lp -inf, ids 0..7
+    # Whole CTAs of -inf after a few finite logits (a padded vocab): their best items are their lowest ids.
+    y = torch.full((1, 1, 9000), -INF)
+    y[0, 0, :40] = torch.randn(40, generator=torch.Generator().manual_seed(4))
+    events = compare(emu_binary, y, 64, threads=128)
+    assert events.get("cta_radix", 0) == 0
+    z = torch.zeros(1, 1, 3000)
+    z[0, 0, 1000:] = -0.0  # signed zeros tie: lower id first, -0 == +0
+    compare(emu_binary, z, 16, threads=128)
+
+
+def test_v4_emulated_nan_row(emu_binary: Path) -> None:
+    x = logits((1, 3, 9000), "normal", torch.float32, seed=3)
+    x[0, 1, 4444] = float("nan")
+    x[0, 2, 17] = INF  # +inf is treated like NaN
+    lp, ids, lse, events = run_emu(emu_binary, x, 16, threads=128)
+    assert events["flags"] == 1
+    for r in (1, 2):
+        assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
+    compare(emu_binary, x[:, :1], 16, threads=128)

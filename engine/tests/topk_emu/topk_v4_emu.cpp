@@ -1,0 +1,78 @@
+// Runs the real draft_topk_lse v4 kernel source (include/ddtree/kernels/draft_topk_lse_v4.cuh) on the CPU
+// through cluster_emu.h: one cluster per row, its CTAs concurrently, as the launcher configures them.
+// stdin: a text header "rows vocab k dtype threads" (dtype 0 = fp32, 1 = bf16; threads 128 or 512 = the
+// kernel's CTA size: the library runs 512, 128 splits small rows over more CTAs) and a newline, then
+// rows*vocab little-endian float32 logits (bf16 inputs must already be bf16-exact). stdout: per row one
+// line "lse_hex | lp_hex... | id...". stderr: "events flags=F barriers=B cluster=C [cta_radix=N]".
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+static std::map<std::string, int> g_events;
+static std::mutex g_events_mu;
+#define DDTREE_TOPK_V4_EVENT(name)                    \
+  do {                                                \
+    std::lock_guard<std::mutex> lock_(g_events_mu);   \
+    ++g_events[#name];                                \
+  } while (0)
+
+#include "ddtree/kernels/draft_topk_lse_v4.cuh"
+
+namespace k = ddtree::kernels;
+
+template <typename T, int THREADS>
+static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp, std::vector<int>& id,
+               std::vector<float>& lse, int& flags) {
+  const auto split = k::v4_split<T, THREADS>(vocab);
+  // As the launcher: 16-byte loads only when every row starts 16-byte aligned (rows are contiguous here).
+  const bool vec = vocab % (16 / int(sizeof(T))) == 0;
+  emu4::launch_clusters(split.cluster, rows, THREADS, [&] {
+    if (vec)
+      k::draft_topk_lse_v4_kernel<T, true, THREADS>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+                                                    split.cluster, split.pv, lp.data(), id.data(), lse.data(),
+                                                    &flags);
+    else
+      k::draft_topk_lse_v4_kernel<T, false, THREADS>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+                                                     split.cluster, split.pv, lp.data(), id.data(), lse.data(),
+                                                     &flags);
+  });
+  return split.cluster;
+}
+
+template <typename T>
+static int run_threads(int threads, const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp,
+                       std::vector<int>& id, std::vector<float>& lse, int& flags) {
+  if (threads == 128) return run<T, 128>(x, rows, vocab, kk, lp, id, lse, flags);
+  return run<T, k::kV4Threads>(x, rows, vocab, kk, lp, id, lse, flags);
+}
+
+int main() {
+  int rows = 0, vocab = 0, kk = 0, dtype = 0, threads = 0;
+  if (std::scanf("%d %d %d %d %d", &rows, &vocab, &kk, &dtype, &threads) != 5) return 2;
+  if (threads != 128 && threads != k::kV4Threads) return 4;
+  std::getchar();  // the newline before the binary payload
+  std::vector<float> xf(size_t(rows) * vocab);
+  if (std::fread(xf.data(), 4, xf.size(), stdin) != xf.size()) return 3;
+  std::vector<float> lp(size_t(rows) * kk, 12345.f), lse(rows, 12345.f);  // poisoned
+  std::vector<int> id(size_t(rows) * kk, 0x5A5A5A5A);
+  int flags = 0, cluster = 0;
+  if (dtype == 1) {
+    std::vector<__nv_bfloat16> xb(xf.begin(), xf.end());
+    cluster = run_threads(threads, xb, rows, vocab, kk, lp, id, lse, flags);
+  } else {
+    cluster = run_threads(threads, xf, rows, vocab, kk, lp, id, lse, flags);
+  }
+  for (int r = 0; r < rows; ++r) {
+    std::printf("%a |", double(lse[r]));
+    for (int j = 0; j < kk; ++j) std::printf(" %a", double(lp[size_t(r) * kk + j]));
+    std::printf(" |");
+    for (int j = 0; j < kk; ++j) std::printf(" %d", id[size_t(r) * kk + j]);
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "events flags=%d barriers=%ld cluster=%d", flags, emu4::barrier_count.load(), cluster);
+  for (const auto& [name, count] : g_events) std::fprintf(stderr, " %s=%d", name.c_str(), count);
+  std::fprintf(stderr, "\n");
+  return 0;
+}
