@@ -34,11 +34,11 @@ fi
 if has sanitize; then
   stamp memcheck
   timeout 90 compute-sanitizer --tool memcheck --leak-check no "$build/ddtree-selftest" build_tree_golden \
-    build_tree_fallback > "$OUT/memcheck.log" 2>&1
+    build_tree_fallback build_tree_medium > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; tail -3 "$OUT/memcheck.log"
   stamp racecheck
   timeout 90 compute-sanitizer --tool racecheck "$build/ddtree-selftest" build_tree_golden \
-    > "$OUT/racecheck.log" 2>&1
+    build_tree_medium > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; tail -3 "$OUT/racecheck.log"
 fi
 

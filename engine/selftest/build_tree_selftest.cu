@@ -258,6 +258,39 @@ DDTREE_SELFTEST(build_tree_random_vs_host_heap) {
   }
 }
 
+// One mid-size batch that runs every parallel phase at once (chain bound, block levels, pool raises,
+// the tighten, the packed sort's shared-memory stages and its tie runs): small enough for
+// compute-sanitizer racecheck, which the device script runs on it.
+DDTREE_SELFTEST(build_tree_medium_all_phases) {
+  const int L = 15, K = 64, n_max = 257;
+  st::Rng rng(777);
+  std::vector<Request> reqs;
+  for (int kind = 0; kind < 3; ++kind) {  // draft-like, dyadic ties, flat
+    std::vector<float> lp(size_t(L) * K);
+    for (int d = 0; d < L; ++d) {
+      std::vector<float> logits(256);
+      for (auto& x : logits) x = (kind == 2 ? 0.3f : 3.f) * rng.normal();
+      float mx = -INFINITY;
+      for (float x : logits) mx = std::max(mx, x);
+      double sum = 0;
+      for (float x : logits) sum += std::exp(double(x - mx));
+      const float lse = mx + float(std::log(sum));
+      std::sort(logits.begin(), logits.end(), [](float a, float b) { return a > b; });
+      for (int k = 0; k < K; ++k) lp[size_t(d) * K + k] = kind == 1 ? -float(rng.below(9)) * 0.25f : logits[k] - lse;
+      if (kind == 1) std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float b) { return a > b; });
+    }
+    Request r = make_request(L, K, lp, 256, rng.below(160000), rng.below(70000));
+    for (auto& id : r.ids) id = rng.below(160000);
+    reqs.push_back(r);
+  }
+  auto got = device_build(reqs, L, K, n_max);
+  for (size_t b = 0; b < reqs.size(); ++b) {
+    std::string what = st::format("medium kind=%d", int(b));
+    expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
+    expect_invariants(got[b], reqs[b], L, K, n_max);
+  }
+}
+
 // Inputs that the parallel path must hand to the exact serial fallback.
 DDTREE_SELFTEST(build_tree_fallback_inputs) {
   const int L = 15, K = 64, n_max = 1025;

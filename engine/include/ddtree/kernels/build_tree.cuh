@@ -31,6 +31,14 @@
 #ifndef DDTREE_BUILD_TREE_EVENT
 #define DDTREE_BUILD_TREE_EVENT(name) ((void)0)
 #endif
+// L1 prefetch (a hint; nothing on the CPU emulation).
+#ifndef DDTREE_PREFETCH_L1
+#ifdef __CUDA_ARCH__
+#define DDTREE_PREFETCH_L1(ptr) asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr))
+#else
+#define DDTREE_PREFETCH_L1(ptr) ((void)(ptr))
+#endif
+#endif
 // Profiling hook (bench/profile/build_tree_profile.cu records clock64 at these points); no-op here.
 #ifndef DDTREE_BUILD_TREE_MARK
 #define DDTREE_BUILD_TREE_MARK(tag) ((void)0)
@@ -45,6 +53,8 @@ constexpr int kCap = 2560;  // candidate pool capacity (root included)
 constexpr int kPerThread = (kCap + kThreads - 1) / kThreads;
 constexpr int kSort = 4096;  // power of two >= kCap
 constexpr int kBuckets = 256;
+constexpr int kSelBins = 512;  // fast_select: bins per round
+constexpr int kSelRounds = 3;  // nested rounds: 512^3 score buckets at most
 constexpr int kMaxNodes = 1025;
 constexpr int kMaxDepth = 63;
 constexpr int kMaxK = 32768;
@@ -97,6 +107,7 @@ struct Smem {
   };
   uint16_t sidx[kSort];     // sort permutation
   uint32_t hist[kBuckets];
+  uint32_t fhist[kSelBins];  // fast_select's bins: zero outside fast_select (its scan clears them)
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
   double chain[kMaxDepth + 1];  // kappa of the greedy chain 0^d (chain[0] = 0, the root)
   uint32_t warp_sum[kWarps];
@@ -108,6 +119,13 @@ struct Smem {
   int cut_k;
   unsigned cut_before;
   unsigned long long cut_lo, cut_hi;
+  // fast_select state (written by warp 0 between barriers)
+  int sel_digit[kSelRounds];
+  int sel_above, sel_cnt, sel_small;
+  unsigned long long sel_min, pool_min;
+  int fam;                  // size of the chain-bound family
+  double fam_lo, fam_hi;    // its smallest and largest score
+  int tie;                  // the packed sort found two equal keys
 };
 static_assert(sizeof(Nodes) <= sizeof(uint64_t) * kCap, "node arrays must fit in the lex array");
 
@@ -356,6 +374,134 @@ __device__ double cutoff_select(Smem& S, Each each, double t, int need, int targ
   }
 }
 
+// ---- fast_select: the need-th best score of a flat set in 1-3 histogram rounds ----------------------
+//
+// Nested buckets: q0 = (hi - x) * kSelBins / (hi - lo), digit 0 = floor(q0) clamped to the last bin,
+// q1 = (q0 - digit 0) * kSelBins, digit 1 = floor(q1) clamped, and so on. Every step is a monotone fp
+// function, so the digit tuple is lexicographically non-decreasing as x decreases: all elements of an
+// earlier bucket score >= every element of a later one, and equal scores share a bucket.
+// Returns digit `round` of x if its digits 0..round-1 equal S.sel_digit, else -1.
+__device__ __forceinline__ int sel_digit_of(const Smem& S, double x, double hi, double inv, int round) {
+  double q = __dmul_rn(__dsub_rn(hi, x), inv);
+  for (int i = 0;; ++i) {
+    const int b = q >= static_cast<double>(kSelBins - 1) ? kSelBins - 1 : static_cast<int>(q);
+    if (i == round) return b;
+    if (b != S.sel_digit[i]) return -1;
+    q = __dmul_rn(__dsub_rn(q, static_cast<double>(b)), static_cast<double>(kSelBins));
+  }
+}
+
+// Over the elements `each(f)` enumerates (every one in [lo, hi], lo and hi finite), finds the finest
+// bucket where the running count from the top reaches `need` and returns a score t' at or below every
+// element of that bucket and the ones before it, so #(x >= t') >= need; *cnt gets the count of those
+// buckets (elements within ~1e-12 below the bucket may add to it). A round costs one pass, one barrier,
+// one warp-0 scan of the bins and one barrier; further rounds (inside the crossing bucket) run only
+// while the count exceeds `target`. Leaves S.fhist zeroed.
+template <typename Each>
+__device__ double fast_select(Smem& S, Each each, double lo, double hi, int need, int target, int* cnt) {
+  const int lane = threadIdx.x & 31;
+  double inv = 0.0;
+  if (hi > lo) {
+    inv = __ddiv_rn(static_cast<double>(kSelBins), __dsub_rn(hi, lo));
+    if (!(inv < 1e300)) inv = 0.0;  // a subnormal range: one bucket
+  }
+  int round = 0;
+  for (;; ++round) {
+    each([&](double x) {
+      const int b = sel_digit_of(S, x, hi, inv, round);
+      if (b >= 0) atomicAdd(&S.fhist[b], 1u);
+    });
+    __syncthreads();
+    if (threadIdx.x < 32) {  // warp 0: running count over the bins, crossing bin, clear the bins
+      constexpr int per = kSelBins / 32;
+      unsigned v[per];
+      unsigned local = 0;
+#pragma unroll
+      for (int q = 0; q < per; ++q) {
+        v[q] = S.fhist[lane * per + q];
+        local += v[q];
+      }
+#pragma unroll
+      for (int q = 0; q < per; ++q) S.fhist[lane * per + q] = 0u;
+      unsigned inc = local;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      const unsigned above = round > 0 ? static_cast<unsigned>(S.sel_above) : 0u;
+      const unsigned k = static_cast<unsigned>(need) > above ? static_cast<unsigned>(need) - above : 1u;
+      const unsigned ballot = __ballot_sync(0xffffffffu, inc >= k);
+      const int src = ballot ? __ffs(ballot) - 1 : 31;  // callers guarantee >= need elements
+      __syncwarp();
+      if (lane == src) {
+        unsigned run = inc - local, here = 0;
+        int b = lane * per + per - 1;
+        bool found = false;
+#pragma unroll
+        for (int q = 0; q < per; ++q) {
+          if (!found && (run + v[q] >= k || q == per - 1)) {
+            b = lane * per + q;
+            here = v[q];
+            found = true;
+          } else if (!found) {
+            run += v[q];
+          }
+        }
+        S.sel_digit[round] = b;
+        S.sel_above = static_cast<int>(above + run);
+        S.sel_cnt = static_cast<int>(above + run + here);
+        S.sel_small = here <= 1;
+      }
+    }
+    __syncthreads();
+    if (S.sel_cnt <= target || S.sel_small || round == kSelRounds - 1 || inv == 0.0) break;
+    if (threadIdx.x == 0) DDTREE_BUILD_TREE_EVENT(refine);
+  }
+  *cnt = S.sel_cnt;
+  if (inv == 0.0) return lo;  // one bucket: everything
+  // A score edge below the crossing bucket instead of its minimum (saves a pass and a barrier): an
+  // element of a bucket at or before the crossing one has q0 < c = d0 + d1/B + ... + (dr + 1)/B^r
+  // (q_{i+1} = (q_i - d_i) * B is exact), so x > hi - c * (hi - lo) / B up to a few ulps; the margins
+  // (1e-12 relative, far above the rounding) keep every such element at or above the edge.
+  double c = 1.0, scale = 1.0;
+  for (int i = 0; i <= round; ++i) {
+    c = i == 0 ? static_cast<double>(S.sel_digit[0]) : c + scale * static_cast<double>(S.sel_digit[i]);
+    if (i < round) scale *= 1.0 / kSelBins;
+  }
+  c += scale;  // + 1 in the last round's digit
+  const double width = __dmul_rn(__dsub_rn(hi, lo), 1.0 / kSelBins);
+  const double margin = 1e-12 * (fabs(hi) + fabs(lo));
+  const double edge = __dsub_rn(__dsub_rn(hi, __dmul_rn(__dmul_rn(c, width), 1.0 + 1e-12)), margin);
+  return edge > lo ? edge : lo;  // S.sel_* are rewritten only after the next select's first barrier
+}
+
+// Smallest score among pool entries [0, size) (all live: used while t is still -inf).
+__device__ double pool_min_score(Smem& S, int size) {
+  if (threadIdx.x == 0) S.pool_min = ~0ull;
+  __syncthreads();
+  unsigned long long mn = ~0ull;
+  for (int e = threadIdx.x; e < size; e += kThreads) {
+    const unsigned long long o = ord_asc(S.score[e]);
+    mn = o < mn ? o : mn;
+  }
+  mn = warp_min_u64(mn);
+  if ((threadIdx.x & 31) == 0 && mn != ~0ull) atomicMin(&S.pool_min, mn);
+  __syncthreads();
+  return from_ord(S.pool_min);
+}
+
+// Raises t over the flat pool: live entries (kappa >= t) of [0, size), the root included.
+__device__ double pool_select(Smem& S, int size, double t, int need, int target, int* cnt) {
+  const double lo = t == kNegInf ? pool_min_score(S, size) : t;
+  return fast_select(S, [&](auto f) {
+    for (int e = threadIdx.x; e < size; e += kThreads) {
+      const double x = S.score[e];
+      if (x >= t) f(x);
+    }
+  }, lo, 0.0, need, target, cnt);
+}
+
 // The pool selection: live entries and the virtual children of the current level.
 __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
                                   double t, int need, int target, int* cnt) {
@@ -367,17 +513,16 @@ __device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int
 // A starting threshold before any level is built: the score at which `need` candidates of the family
 // F = { (0,..,0,r) } (the greedy chain with one deviation at its end, all distinct real candidates) are
 // reached is a lower bound of the M-th best score, so it prunes without losing any of the top-M.
-// S.chain[d] = kappa(0^d), computed with the same additions the pool uses.
+// S.chain[d] = kappa(0^d), computed with the same additions the pool uses; S.fam_lo / S.fam_hi bound
+// the family's scores (its last and first members).
 __device__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
   const int R = min(K, M);
-  return cutoff_select(S, [&](double lo, double hi, auto f) {
+  return fast_select(S, [&](auto f) {
     for (int idx = threadIdx.x; idx < leff * R; idx += kThreads) {
       const int d = idx / R, r = idx - d * R;
-      if (r >= S.nvalid[d]) continue;
-      const double x = child_score(S.chain[d], lp + static_cast<size_t>(d) * K, r);
-      if (x >= lo && x <= hi) f(x);
+      if (r < S.nvalid[d]) f(child_score(S.chain[d], lp + static_cast<size_t>(d) * K, r));
     }
-  }, kNegInf, need, need + max(32, need / 8), cnt);
+  }, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
 }
 
 // Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
@@ -617,6 +762,132 @@ __device__ __noinline__ void sort_survivors(Smem& S, int n_live) {  // own regis
   __syncthreads();
 }
 
+// Packed sort of the non-root survivors S.sidx[1, 1 + ns) (pool indices, any order), ns <= kThreads * E,
+// into S.sidx[1, 1 + ns) by score desc; S.sidx[0] = 0 (the root). Key: a 32-bit order-preserving image
+// of the score, key32(x) = floor((0 - x) * scale) (monotone: a smaller key means a score at least as
+// large), packed with the pool index into one u64, so a compare-exchange moves one register pair and
+// never re-reads the pool. Only distinct keys prove the order: returns true (S.tie) when two
+// neighbours share a key, and the caller re-sorts with the full (score, tuple code) keys. Element i
+// lives in thread i % kThreads, slot i / kThreads; stages with j < 32 use shuffles, j >= kThreads
+// registers, the rest an exchange of pool indices through S.sidx with the keys cached in S.scr.
+template <int E>
+__device__ __noinline__ bool sort_packed(Smem& S, int ns, double lo) {
+  const int tid = threadIdx.x;
+  const double scale = lo < 0.0 ? __ddiv_rn(4294967295.0, __dsub_rn(0.0, lo)) : 0.0;
+  int P = 1;
+  while (P < ns) P <<= 1;
+  unsigned long long v[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    v[e] = ~0ull;
+    if (i < ns) {
+      const int pe = S.sidx[1 + i];
+      double q = __dmul_rn(__dsub_rn(0.0, S.score[pe]), scale);
+      q = q < 4294967295.0 ? q : 4294967295.0;
+      const unsigned key = static_cast<unsigned>(q);
+      S.scr[pe] = key;
+      v[e] = (static_cast<unsigned long long>(key) << 16) | static_cast<unsigned long long>(pe);
+    }
+  }
+  if (tid == 0) S.tie = 0;
+  __syncthreads();  // S.sidx is the exchange buffer from here on; S.scr holds the keys
+  // Warps whose elements all lie at or past P hold sentinels only and never meet a real element
+  // (partners i ^ j stay inside [0, P)): they skip the work and only keep the barriers.
+  const bool active = (tid & ~31) < P;
+  for (int k = 2; k <= P; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      if (j >= kThreads) {
+        const int je = j / kThreads;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+#pragma unroll
+          for (int f = e + 1; f < E; ++f) {
+            if (f == (e ^ je)) {
+              const bool asc = ((tid + kThreads * e) & k) == 0;
+              const unsigned long long a = v[e], b = v[f];
+              const bool sw = asc ? b < a : a < b;
+              v[e] = sw ? b : a;
+              v[f] = sw ? a : b;
+            }
+          }
+        }
+      } else if (j >= 32) {
+        if (active) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) S.sidx[tid + kThreads * e] = static_cast<uint16_t>(v[e] & 0xFFFFu);
+        }
+        __syncthreads();
+        if (active) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const int i = tid + kThreads * e;
+            const int pe = S.sidx[i ^ j];
+            const unsigned long long pv = pe == 0xFFFF ? ~0ull
+                                                       : (static_cast<unsigned long long>(S.scr[pe]) << 16) |
+                                                             static_cast<unsigned long long>(pe);
+            const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+            v[e] = keep_min ? (pv < v[e] ? pv : v[e]) : (pv > v[e] ? pv : v[e]);
+          }
+        }
+        __syncthreads();
+      } else if (active) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int i = tid + kThreads * e;
+          const unsigned long long pv = __shfl_xor_sync(0xffffffffu, v[e], j);
+          const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+          v[e] = keep_min ? (pv < v[e] ? pv : v[e]) : (pv > v[e] ? pv : v[e]);
+        }
+      }
+    }
+  }
+  __syncthreads();  // the last exchange reads are done before S.sidx takes the result
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    if (i < ns) S.sidx[1 + i] = static_cast<uint16_t>(v[e] & 0xFFFFu);
+  }
+  if (tid == 0) S.sidx[0] = 0;
+  __syncthreads();
+  // Equal keys are contiguous now. Each run of equal keys (two scores within 2^-32 of the key range,
+  // or a real tie) is re-sorted by its first thread with the full (score, tuple code) order; runs
+  // longer than 32 (massive ties) go to the full sort instead. Runs are found before the barrier and
+  // sorted after it, so no thread reads a slot another one is rewriting.
+  int run_len[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    const uint32_t my = static_cast<uint32_t>(v[e] >> 16);
+    run_len[e] = 0;
+    if (i + 1 < ns && (i == 0 || S.scr[S.sidx[i]] != my) && S.scr[S.sidx[2 + i]] == my) {
+      int j = i + 2;
+      while (j < ns && j - i <= 32 && S.scr[S.sidx[1 + j]] == my) ++j;
+      run_len[e] = j - i;
+      if (j - i > 32) S.tie = 1;
+    }
+  }
+  __syncthreads();
+  if (S.tie == 0) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (run_len[e] == 0) continue;
+      uint16_t* r = S.sidx + 1 + tid + kThreads * e;
+      for (int x = 1; x < run_len[e]; ++x) {  // insertion sort of the run
+        const uint16_t cur = r[x];
+        int y = x - 1;
+        while (y >= 0 && sorts_before(S, cur, r[y])) {
+          r[y + 1] = r[y];
+          --y;
+        }
+        r[y + 1] = cur;
+      }
+    }
+  }
+  __syncthreads();
+  return S.tie != 0;
+}
+
 // ---- the exact serial fallback -----------------------------------------------------------------
 
 // Lexicographic order of the rank tuples path(pa)+(ra) (length da) and path(pb)+(rb) (length db); pa/pb
@@ -704,10 +975,11 @@ __device__ __noinline__ int serial_heap(Smem& S, Nodes& N, const float* lp, int 
 // ---- the parallel selection ----------------------------------------------------------------------
 
 // Returns the node count with the node arrays filled, or -1 when the serial heap must decide.
-__device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M) {
+__device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M, int n_max) {
   const int tid = threadIdx.x;
   const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
   for (int d = tid; d < L; d += kThreads) S.nvalid[d] = R;
+  for (int i = tid; i < kSelBins; i += kThreads) S.fhist[i] = 0u;
   if (tid == 0) S.bad = 0;
   __syncthreads();
   {
@@ -740,21 +1012,56 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(1);
-  if (tid == 0) {
-    int leff = L;
-    for (int d = 0; d < L; ++d) {
-      S.nvalid[d] = min(S.nvalid[d], min(K, M));
-      if (S.nvalid[d] == 0) { leff = d; break; }
-    }
-    S.leff = leff;
+  if (tid < 32) {
+    // Warp 0: clamp the rank counts, find the effective depth (first depth without a candidate), the
+    // greedy chain kappa(0^d) (sequential fp64 additions, every lane in step, the row heads broadcast
+    // by shuffles) and the chain-bound family's size and score range.
+    const int lane = tid;
+    const int rm = min(K, M);
+    int leff = L, fam = 0;
     double a = 0.0;
-    for (int d = 0; d < leff; ++d) {
-      S.chain[d] = a;
-      a = child_score(a, lp + static_cast<size_t>(d) * K, 0);
+    unsigned long long fam_lo = ~0ull;
+    for (int base = 0; base < L; base += 32) {
+      const int dd = base + lane;
+      int nv = 0;
+      if (dd < L) {
+        nv = min(S.nvalid[dd], rm);
+        S.nvalid[dd] = nv;
+      }
+      const unsigned empty = __ballot_sync(0xffffffffu, dd < L && nv == 0);
+      const int lim = empty ? __ffs(empty) - 1 : min(32, L - base);
+      const float x0 = lane < lim ? __ldg(lp + static_cast<size_t>(dd) * K) : 0.f;
+      const float xl = lane < lim ? __ldg(lp + static_cast<size_t>(dd) * K + nv - 1) : 0.f;
+      double mine = 0.0;
+#pragma unroll 4
+      for (int i = 0; i < lim; ++i) {
+        const double xi = static_cast<double>(__shfl_sync(0xffffffffu, x0, i));
+        if (lane == i) mine = a;
+        a = __dadd_rn(a, xi);
+      }
+      if (lane < lim) {
+        S.chain[dd] = mine;
+        fam += nv;
+        const unsigned long long o = ord_asc(__dadd_rn(mine, static_cast<double>(xl)));
+        fam_lo = o < fam_lo ? o : fam_lo;
+      }
+      if (empty) {
+        leff = base + lim;
+        break;
+      }
     }
-    const int log2m = 31 - __clz(static_cast<unsigned>(M));
-    if (2 * leff + 2 * log2m > 64) S.bad = 1;  // the tuple code would not fit 64 bits
-    S.score[0] = 0.0; S.lex[0] = 0; S.info0[0] = 0; S.info1[0] = 1u;  // the root: pi 1, depth 0
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) fam += __shfl_xor_sync(0xffffffffu, fam, o);
+    fam_lo = warp_min_u64(fam_lo);
+    if (lane == 0) {
+      S.leff = leff;
+      S.fam = fam;
+      S.fam_lo = fam_lo != ~0ull ? from_ord(fam_lo) : 0.0;
+      S.fam_hi = leff > 0 ? static_cast<double>(__ldg(lp)) : 0.0;  // chain[1] >= every member
+      const int log2m = 31 - __clz(static_cast<unsigned>(M));
+      if (2 * leff + 2 * log2m > 64) S.bad = 1;  // the tuple code would not fit 64 bits
+      S.score[0] = 0.0; S.lex[0] = 0; S.info0[0] = 0; S.info1[0] = 1u;  // the root: pi 1, depth 0
+    }
   }
   __syncthreads();
   if (S.bad) {
@@ -763,19 +1070,15 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   }
   const int leff = S.leff;
   const int need = M + 1;
-  // Raise early: the cost of a raise grows with the elements it scans (virtual children included).
+  // The pool may grow to `soft` live entries before a raise (fast_select over the flat pool).
   const int soft = min(kCap, max(256, 2 * need));
   const int raise_target = need + max(32, need / 8);
   int size = 1, pa = 0, pb = 1, live = 1;
   double t = kNegInf;
-  {
-    int family = 0;
-    for (int d = 0; d < leff; ++d) family += S.nvalid[d];
-    if (family > M) {  // enough distinct candidates to bound the M-th best score
-      int cnt = 0;
-      t = chain_bound(S, lp, K, leff, M, M, &cnt);
-      if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
-    }
+  if (S.fam > M) {  // enough distinct candidates to bound the M-th best score
+    int cnt = 0;
+    t = chain_bound(S, lp, K, leff, M, M, &cnt);
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
   }
   DDTREE_BUILD_TREE_MARK(2);
   int d = 1;
@@ -798,26 +1101,30 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     const int nv = S.nvalid[d - 1];
     int np = pb - pa;
     int total = count_children(S, row, nv, M, pa, np, t);
-    if (live + total > soft) {
-      int cnt = 0;
-      DDTREE_BUILD_TREE_MARK(90);
-      const double t2 = raise_threshold(S, row, pa, np, total, size, t, need, raise_target, &cnt);
-      DDTREE_BUILD_TREE_MARK(91);
-      if (tid == 0) DDTREE_BUILD_TREE_EVENT(raise);
-      if (t2 > t) {
-        t = t2;
-        total = count_children(S, row, nv, M, pa, np, t);
-        live = cnt - total;
+    if (size + total > kCap) {
+      // The level does not fit the pool: raise over the pool and the level's virtual children first
+      // (no materialization needed), then drop dead entries.
+      if (live + total > soft) {
+        int cnt = 0;
+        DDTREE_BUILD_TREE_MARK(90);
+        const double t2 = raise_threshold(S, row, pa, np, total, size, t, need, raise_target, &cnt);
+        DDTREE_BUILD_TREE_MARK(91);
+        if (tid == 0) DDTREE_BUILD_TREE_EVENT(raise);
+        if (t2 > t) {
+          t = t2;
+          total = count_children(S, row, nv, M, pa, np, t);
+          live = cnt - total;
+        }
       }
-    }
-    if (size + total > kCap) {  // drop the entries that earlier raises left dead
-      if (tid == 0) DDTREE_BUILD_TREE_EVENT(compact);
-      size = compact_pool(S, size, t, &pa);
-      np = size - pa;
-      total = count_children(S, row, nv, M, pa, np, t);
-      if (size + total > kCap) {  // massive score ties: let the serial heap decide
-        if (tid == 0) DDTREE_BUILD_TREE_EVENT(overflow);
-        return -1;
+      if (size + total > kCap) {  // drop the entries that earlier raises left dead
+        if (tid == 0) DDTREE_BUILD_TREE_EVENT(compact);
+        size = compact_pool(S, size, t, &pa);
+        np = size - pa;
+        total = count_children(S, row, nv, M, pa, np, t);
+        if (size + total > kCap) {  // massive score ties: let the serial heap decide
+          if (tid == 0) DDTREE_BUILD_TREE_EVENT(overflow);
+          return -1;
+        }
       }
     }
     materialize(S, row, pa, np, total, size, d);
@@ -826,42 +1133,85 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     pb = size;
     live += total;
     __syncthreads();
+    if (live > soft) {  // raise t to (about) the need-th best score of the pool, all in place
+      int cnt = 0;
+      DDTREE_BUILD_TREE_MARK(92);
+      const double t2 = pool_select(S, size, t, need, raise_target, &cnt);
+      DDTREE_BUILD_TREE_MARK(93);
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(raise);
+      if (t2 > t) t = t2;
+      live = cnt;
+    }
     DDTREE_BUILD_TREE_MARK(10 + d);
     ++d;
   }
   int n_live = live;
-  if (live > need) {
-    if (tid == 0) DDTREE_BUILD_TREE_EVENT(tighten);
-    const int target = need + max(16, need / 16);
-    t = raise_threshold(S, nullptr, 0, 0, 0, size, t, need, target, &n_live);
+  {
+    int pmin = 1;
+    while (pmin < M) pmin <<= 1;
+    if (n_live - 1 > pmin) {  // the sort would double: cut the survivors to (about) exactly M first
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(tighten);
+      t = pool_select(S, size, t, need, need, &n_live);
+    }
   }
   DDTREE_BUILD_TREE_MARK(80);
-  // Survivors (kappa >= t; n_live of them) into the sort buffer, padded to a power of two.
-  if (tid == 0) S.count = 0;
+  // Survivors (kappa >= t; n_live of them): the root in S.sidx[0], the others after it in any order.
+  if (tid == 0) {
+    S.count = 1;
+    S.sidx[0] = 0;
+    S.pool_min = ~0ull;
+  }
   __syncthreads();
-  for (int e = tid; e < size; e += kThreads)
-    if (S.score[e] >= t) S.sidx[atomicAdd(&S.count, 1)] = static_cast<uint16_t>(e);
+  {
+    unsigned long long mn = ~0ull;
+    for (int e = 1 + tid; e < size; e += kThreads) {
+      const double x = S.score[e];
+      if (x >= t) {
+        S.sidx[atomicAdd(&S.count, 1)] = static_cast<uint16_t>(e);
+        const unsigned long long o = ord_asc(x);
+        mn = o < mn ? o : mn;
+      }
+    }
+    if (t == kNegInf) {  // no threshold yet: the packed keys need the survivors' smallest score
+      mn = warp_min_u64(mn);
+      if ((tid & 31) == 0 && mn != ~0ull) atomicMin(&S.pool_min, mn);
+    }
+  }
   __syncthreads();
   n_live = S.count;
+  const double key_lo = t != kNegInf ? t : (S.pool_min != ~0ull ? from_ord(S.pool_min) : 0.0);
   DDTREE_BUILD_TREE_MARK(81);
-  if (n_live <= kThreads) {
-    sort_survivors<1>(S, n_live);
-  } else if (n_live <= 2 * kThreads) {
-    sort_survivors<2>(S, n_live);
-  } else if (n_live <= 4 * kThreads) {
-    sort_survivors<4>(S, n_live);
-  } else {  // only with heavy score ties near the cutoff
-    int P = 1;
-    while (P < n_live) P <<= 1;
-    for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
-    __syncthreads();
-    bitonic_sort(S, P);
+  const int ns = n_live - 1;
+  bool tie = true;
+  if (ns <= kThreads) {
+    tie = sort_packed<1>(S, ns, key_lo);
+  } else if (ns <= 2 * kThreads) {
+    tie = sort_packed<2>(S, ns, key_lo);
+  } else if (ns <= 4 * kThreads) {
+    tie = sort_packed<4>(S, ns, key_lo);
+  }
+  if (tie) {  // equal packed keys (real score ties, or scores too close for 32 bits): full keys
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(full_sort);
+    if (n_live <= kThreads) {
+      sort_survivors<1>(S, n_live);
+    } else if (n_live <= 2 * kThreads) {
+      sort_survivors<2>(S, n_live);
+    } else if (n_live <= 4 * kThreads) {
+      sort_survivors<4>(S, n_live);
+    } else {  // only with heavy score ties near the cutoff
+      int P = 1;
+      while (P < n_live) P <<= 1;
+      for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
+      __syncthreads();
+      bitonic_sort(S, P);
+    }
   }
   DDTREE_BUILD_TREE_MARK(82);
   const int n = min(need, n_live);
   for (int i = tid; i < n; i += kThreads) S.scr[S.sidx[i]] = static_cast<uint32_t>(i);
+  // From here `lex` is dead (the sorts ended with a barrier): its storage holds the node arrays.
+  for (int i = tid; i < n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
   __syncthreads();
-  // From here `lex` is dead: its storage holds the node arrays.
   int bad = 0;
   for (int i = tid; i < n; i += kThreads) {
     if (i == 0) { N.par[0] = -1; N.rank[0] = 0; N.dep[0] = 0; N.prev[0] = -1; continue; }
@@ -871,7 +1221,12 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     N.par[i] = static_cast<int16_t>(S.scr[ep]);
     N.rank[i] = static_cast<uint16_t>(r);
     N.dep[i] = static_cast<uint8_t>(dep);
-    N.prev[i] = r > 0 ? static_cast<int16_t>(S.scr[e - 1]) : int16_t(-1);
+    // Sibling lists: pool entry e - 1 is the previous sibling (rank r - 1), selected before i (the
+    // top-M is prefix-closed), so every node writes one slot of its own.
+    const int16_t prev = r > 0 ? static_cast<int16_t>(S.scr[e - 1]) : int16_t(-1);
+    N.prev[i] = prev;
+    if (r == 0) N.fc[N.par[i]] = static_cast<int16_t>(i);
+    else N.ns[prev] = static_cast<int16_t>(i);
     // The heap scores the next sibling from this node's score: fl(fl(s - lp[r]) + lp[r+1]). It equals
     // kappa(sibling) = fl(kappa(parent) + lp[r+1]) when fl(s - lp[r]) gives the parent's score back.
     if (r + 1 < K) {
@@ -898,9 +1253,20 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   const int M = min(max(__ldg(p.budget + b), 0), p.n_max - 1);
   DDTREE_BUILD_TREE_MARK(0);
 
+  // Warm L1 with the token rows the output gathers (ranks < min(K, M + 1)): the gather then waits on
+  // an L1 hit instead of L2 at the very end of the kernel.
+  {
+    const int R = min(K, M + 1), chunks = (R + 31) / 32;
+    for (int c = tid; c < L * chunks; c += kThreads) {
+      const int d = c / chunks;
+      DDTREE_PREFETCH_L1(p.ids + (static_cast<size_t>(b) * L + d) * K + (c - d * chunks) * 32);
+    }
+  }
   int n = 1;
+  bool lists = false;  // sibling lists already built (the parallel path)
   if (M > 0 && L > 0) {
-    n = parallel_select(S, N, lp, L, K, M);
+    n = parallel_select(S, N, lp, L, K, M, p.n_max);
+    lists = n >= 0;
 #ifdef DDTREE_BUILD_TREE_TRACE
     if (tid == 0) DDTREE_BUILD_TREE_TRACE(b, n < 0);  // test hook: which path decided
 #endif
@@ -915,13 +1281,15 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   __syncthreads();
 
   // Sibling lists: children of a node are popped in rank order (rank r+1 is pushed when r pops).
-  for (int i = tid; i < p.n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
-  __syncthreads();
-  for (int i = 1 + tid; i < n; i += kThreads) {
-    if (N.rank[i] == 0) N.fc[N.par[i]] = static_cast<int16_t>(i);
-    else N.ns[N.prev[i]] = static_cast<int16_t>(i);
+  if (!lists) {
+    for (int i = tid; i < p.n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
+    __syncthreads();
+    for (int i = 1 + tid; i < n; i += kThreads) {
+      if (N.rank[i] == 0) N.fc[N.par[i]] = static_cast<int16_t>(i);
+      else N.ns[N.prev[i]] = static_cast<int16_t>(i);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   DDTREE_BUILD_TREE_MARK(84);
 
   const int ctx = __ldg(p.ctx_len + b);
