@@ -89,14 +89,27 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = ddtree::detail::pdl_enabled() ? 2 : 1;
-  const cudaError_t err =
-      vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, k::kV4Threads>, logits, int(positions),
-                               int(vocab), batch_stride, row_stride, int(topk), split.cluster, split.pv, top_lp,
-                               top_id, lse, error_flags)
-          : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, k::kV4Threads>, logits, int(positions),
-                               int(vocab), batch_stride, row_stride, int(topk), split.cluster, split.pv, top_lp,
-                               top_id, lse, error_flags);
+  auto go = [&](unsigned num_attrs) {
+    cfg.numAttrs = num_attrs;
+    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, k::kV4Threads>, logits,
+                                    int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
+                                    split.pv, top_lp, top_id, lse, error_flags)
+               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, k::kV4Threads>, logits,
+                                    int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
+                                    split.pv, top_lp, top_id, lse, error_flags);
+  };
+  // Cluster dims together with programmatic serialization: should a driver refuse the pair (a
+  // configuration error, returned at once and not sticky), launch without PDL from then on.
+  static bool pdl_refused = false;
+  cudaError_t err = cudaErrorInvalidValue;
+  if (ddtree::detail::pdl_enabled() && !pdl_refused) {
+    err = go(2);
+    if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported || err == cudaErrorInvalidConfiguration) {
+      (void)cudaGetLastError();
+      pdl_refused = true;
+    }
+  }
+  if (!ddtree::detail::pdl_enabled() || pdl_refused) err = go(1);
   if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "draft_topk_lse_v4_kernel");
   return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
 }
