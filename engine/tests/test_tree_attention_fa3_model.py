@@ -3,11 +3,13 @@
 Nobody could run that kernel before it was committed, so two of its parts are modelled here line for
 line and checked on the CPU:
 
-* the synchronization protocol: a producer filling a 3-stage ring (full/empty mbarriers with parity
-  waits, the "publish the landed tile before blocking" rule) and two consumer warpgroups ping-ponging
-  on two named barriers, stepped in random interleavings. Every run must terminate (no deadlock), a
-  stage must never be refilled while a consumer still reads it, a consumer must only read a stage that
-  holds the tile it expects and was published, and every named-barrier arrival must be matched;
+* the synchronization protocol: a producer filling a K ring and a V ring of 3 stages each (full/empty
+  mbarriers with parity waits; K of tile j, then V of tile j-1; the copies land asynchronously, in
+  issue order, and arrive on the full barrier then) and two consumer warpgroups ping-ponging on two
+  named barriers, releasing K_j once S_j is done and V_j once P_j V_j is done, stepped in random
+  interleavings. Every run must terminate (no deadlock), a stage must never be refilled while a
+  consumer still reads it, a consumer must only read a stage that holds the tile it expects and was
+  published, and every named-barrier arrival must be matched;
 * the arithmetic order: the CTA-wide tree-tile mask (the same bit manipulation as the kernel), the
   tile sequence, masking, and the online softmax whose O rescale is deferred by one tile (tile j's
   correction is applied just before P_j V_j is added, while S_{j+1} is in flight), plus the fixed-order
@@ -58,53 +60,60 @@ class NamedBarrier:  # bar.sync / bar.arrive with 256 threads = two warpgroups
 
 
 def simulate(n_tiles: int, rng: random.Random) -> None:
-    full = [MBarrier(1) for _ in range(STAGES)]   # one "arrive" models the 128 producer threads
-    empty = [MBarrier(2) for _ in range(STAGES)]  # one "arrive" per consumer warpgroup (128 threads each)
+    # One "arrive" on a full barrier models the 128 producer threads' cp.async.mbarrier.arrive; one on
+    # an empty barrier models the 4 warps of a consumer warpgroup.
+    full = {r: [MBarrier(1) for _ in range(STAGES)] for r in "KV"}
+    empty = {r: [MBarrier(2) for _ in range(STAGES)] for r in "KV"}
     bars = {1: NamedBarrier(), 2: NamedBarrier()}
-    stage_tile = [-1] * STAGES
-    published = [False] * STAGES
-    readers = [set() for _ in range(STAGES)]  # consumers still reading the stage's current tile
+    stage_tile = {r: [-1] * STAGES for r in "KV"}
+    published = {r: [False] * STAGES for r in "KV"}
+    readers = {r: [set() for _ in range(STAGES)] for r in "KV"}  # consumers still reading the stage
+    in_flight: list[tuple[str, int]] = []  # issued copies; they land (and arrive) in issue order
+
+    def fill(ring: str, tile: int):
+        s = tile % STAGES
+        if tile >= STAGES:
+            par = (tile // STAGES - 1) & 1
+            while not empty[ring][s].ready(par):
+                yield
+        assert not readers[ring][s], f"{ring} stage {s} refilled with tile {tile} while {readers[ring][s]} read it"
+        stage_tile[ring][s], published[ring][s] = tile, False
+        in_flight.append((ring, tile))  # cp.async issued, then cp.async.mbarrier.arrive.noinc
 
     def producer():
-        pending = False
-        it = 0
-        for it in range(n_tiles):
-            s = it % STAGES
-            if it >= STAGES:
-                par = (it // STAGES - 1) & 1
-                if pending and not empty[s].ready(par):
-                    publish(it - 1)
-                    pending = False
-                while not empty[s].ready(par):
-                    yield
-            assert not readers[s], f"stage {s} refilled with tile {it} while {readers[s]} read tile {stage_tile[s]}"
-            stage_tile[s], published[s] = it, False
-            yield  # cp.async in flight
-            if pending:
-                publish(it - 1)
-            pending = True
-        if pending:
-            publish(n_tiles - 1)
+        for j in range(n_tiles):
+            yield  # the block-table rows of tile j go through shared memory (producer-only barrier)
+            yield from fill("K", j)
+            if j >= 1:
+                yield from fill("V", j - 1)
+        if n_tiles:
+            yield from fill("V", n_tiles - 1)
 
-    def publish(tile: int) -> None:
-        s = tile % STAGES
-        assert stage_tile[s] == tile
-        published[s] = True
-        full[s].arrive()
+    def landing():  # the copies complete asynchronously, in order, at random times
+        while True:
+            if in_flight and rng.random() < 0.5:
+                ring, tile = in_flight.pop(0)
+                s = tile % STAGES
+                assert stage_tile[ring][s] == tile
+                published[ring][s] = True
+                full[ring][s].arrive()
+            yield
 
     def consumer(c: int):
-        def acquire(tile: int) -> None:
+        def wait_full(ring: str, tile: int):
             s = tile % STAGES
-            assert stage_tile[s] == tile and published[s], f"consumer {c} reads tile {tile} from stage {s}"
-            readers[s].add(c)
+            while not full[ring][s].ready((tile // STAGES) & 1):
+                yield
+            assert stage_tile[ring][s] == tile and published[ring][s], f"consumer {c} reads {ring}{tile}"
+            readers[ring][s].add(c)
 
-        def use(tile: int) -> None:  # a wgmma reads the stage: it must still hold the tile, held by us
+        def use(ring: str, tile: int) -> None:  # a wgmma reads the stage: it must still hold the tile
             s = tile % STAGES
-            assert stage_tile[s] == tile and c in readers[s], f"consumer {c} uses tile {tile} after release"
+            assert stage_tile[ring][s] == tile and c in readers[ring][s], f"consumer {c} uses {ring}{tile} after release"
 
-        def release(tile: int) -> None:
-            readers[tile % STAGES].discard(c)
-            empty[tile % STAGES].arrive()
+        def release(ring: str, tile: int) -> None:
+            readers[ring][tile % STAGES].discard(c)
+            empty[ring][tile % STAGES].arrive()
 
         def sync(bar_id: int):
             gen = bars[bar_id].arrive()
@@ -117,38 +126,42 @@ def simulate(n_tiles: int, rng: random.Random) -> None:
             bars[1].arrive()
         for it in range(n_tiles):
             last = it == n_tiles - 1
-            s = it % STAGES
-            while not full[s].ready((it // STAGES) & 1):
-                yield
-            acquire(it)
-            if it >= 2:  # wait_group 0 at the top of the iteration: P V of tile it-2 is done
-                release(it - 2)
-            yield from sync(1 + c)
-            use(it)  # S_it reads K of tile it
+            yield from wait_full("K", it)
             if it >= 1:
-                use(it - 1)  # P_{it-1} V_{it-1} reads V of tile it-1
+                yield from wait_full("V", it - 1)
+            if it >= 2:  # wait_group 0 at the top of the iteration: P V of tile it-2 is done
+                release("V", it - 2)
+            yield from sync(1 + c)
+            use("K", it)  # S_it reads K of tile it
+            if it >= 1:
+                use("V", it - 1)  # P_{it-1} V_{it-1} reads V of tile it-1
             yield  # both products in flight
             if not (c == 1 and last):
                 bars[2 - c].arrive()
+            yield  # wait_group 1: S_it is done
+            release("K", it)
             yield  # softmax overlaps the other warpgroup's GEMMs and this one's P V
+        yield from wait_full("V", n_tiles - 1)
         if n_tiles >= 2:
-            release(n_tiles - 2)
-        use(n_tiles - 1)
+            release("V", n_tiles - 2)
+        use("V", n_tiles - 1)
         yield  # last P V in flight
-        release(n_tiles - 1)
+        release("V", n_tiles - 1)
 
     actors = [producer(), consumer(0), consumer(1)]
+    land = landing()
     steps = 0
     while actors:
-        a = rng.choice(actors)
+        a = rng.choice(actors + [land])
         try:
             next(a)
         except StopIteration:
             actors.remove(a)
         steps += 1
         assert steps < 100000, f"deadlock with {n_tiles} tiles"
+    assert not in_flight, "copies issued but never waited for"
     assert bars[1].arrived == 0 and bars[2].arrived == 0, "unmatched named-barrier arrival"
-    assert all(not r for r in readers)
+    assert all(not r for ring in "KV" for r in readers[ring])
 
 
 @pytest.mark.parametrize("n_tiles", [0, 1, 2, 3, 4, 5, 7, 12, 31])
@@ -290,3 +303,56 @@ def test_fa3_arithmetic_order_matches_reference(shape: tuple[int, int, int, int,
     assert torch.all(o[pad] == 0)
     torch.testing.assert_close(o[~pad], o_ref[~pad], atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(lse[~pad], lse_ref[~pad], atol=2e-5, rtol=2e-5)
+
+
+# ---- per-tile visibility words (tile_visibility in the kernel) ---------------------------------------
+def tile_visibility(anc_row: list[int] | None, live: bool, node: int, kt: int, ctx: int, n_b: int) -> list[int]:
+    """Line-for-line transcription of tile_visibility(): 4 words, bit c of word c // 32 = key kt + c."""
+    m32 = 0xFFFFFFFF
+    j0 = kt - ctx
+    if not live:
+        return [0, 0, 0, 0]
+    if anc_row is None:
+        nc = min(max(node - j0 + 1, 0), 128)
+        return [m32 if (m := min(max(nc - 32 * k, 0), 32)) >= 32 else (1 << m) - 1 for k in range(4)]
+    wlo = int((j0 if j0 >= 0 else j0 - 31) / 32)  # C++ division truncates toward zero
+    sh = j0 - 32 * wlo
+    assert 0 <= sh < 32 and wlo >= -4
+    nbw = (n_b + 31) // 32
+    wv = []
+    for k in range(5):
+        w = wlo + k
+        x = anc_row[min(max(w, 0), nbw - 1)] & m32
+        rem = n_b - 32 * w
+        keep = 0 if (w < 0 or rem <= 0) else (m32 if rem >= 32 else (1 << rem) - 1)
+        wv.append(x & keep)
+    nc = min(max(-j0, 0), 128)
+    out = []
+    for k in range(4):
+        m = min(max(nc - 32 * k, 0), 32)
+        funnel = ((wv[k + 1] << 32 | wv[k]) >> sh) & m32  # __funnelshift_r(lo, hi, sh)
+        out.append(funnel | (m32 if m >= 32 else (1 << m) - 1))
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_tile_visibility_words_match_reference(seed: int, causal: bool) -> None:
+    rng = random.Random(seed)
+    n_b = rng.choice([1, 2, 31, 32, 33, 64, 100, 130, 257])
+    n_max = n_b + rng.choice([0, 5, 40])
+    ctx = rng.choice([0, 1, 31, 127, 128, 129, 1000, 4096])
+    parents = [-1] + [rng.randrange(max(0, i - 7), i) for i in range(1, n_b)] + [-1] * (n_max - n_b)
+    anc = ref.anc_from_parents(torch.tensor([parents]))[0]
+    vis = ref.visibility(0, n_b, None if causal else anc)  # [n_b, n_b] tree part
+    tb0 = (ctx // BN) * BN
+    for node in range(n_b):
+        row = None if causal else anc[node].tolist()
+        for kt in range(tb0, ctx + n_b, BN):
+            words = tile_visibility(row, True, node, kt, ctx, n_b)
+            for col in range(BN):
+                j = kt + col - ctx
+                want = j < 0 or (j < n_b and bool(vis[node, j]))
+                got = bool((words[col // 32] >> (col % 32)) & 1)
+                assert got == want, (node, kt, col, ctx, n_b)
+    assert tile_visibility(None, False, 0, tb0, ctx, n_b) == [0, 0, 0, 0]

@@ -5,19 +5,25 @@
 // Why: the plain wgmma kernel runs S -> softmax -> P.V in lockstep in both warpgroups with one
 // __syncthreads per tile, so the tensor cores idle during every softmax (~340 TFLOP/s measured of
 // ~800). Here:
-// * warpgroup 0 is a producer: its 128 threads gather the paged K/V tiles with cp.async into a
-//   3-stage ring (one full and one empty mbarrier per stage) and give back registers (setmaxnreg);
+// * warpgroup 0 is a producer: its 128 threads gather the paged K/V tiles with cp.async into a K ring
+//   and a V ring of 3 stages each (one full and one empty mbarrier per stage) and give back registers
+//   (setmaxnreg). Each thread looks up ONE block-table entry per tile (a key row), one tile ahead, and
+//   the rows reach the other producer threads through shared memory, so no block-table load sits
+//   between two copies. Completion is signalled by cp.async.mbarrier.arrive.noinc, so the producer
+//   never blocks on its own copies: it issues K of tile j, then V of tile j-1 (the two that the
+//   consumers need together), and runs up to two tiles ahead of the consumers;
 // * warpgroups 1 and 2 are consumers of 64 rows each (Q resident in shared memory). They ping-pong:
 //   a named barrier pair lets only one of them issue its GEMMs at a time, so one's softmax overlaps
 //   the other's GEMMs;
 // * inside a consumer, tile j's S = Q K^T is issued together with tile j-1's O += P V, and tile j's
-//   mask + softmax run while P V is still in flight (FA3's intra-warpgroup overlap).
+//   mask + softmax run while P V is still in flight (FA3's intra-warpgroup overlap). K of tile j is
+//   released as soon as S_j is done, V of tile j once P_j V_j is done.
 // No __syncthreads in the main loop.
 //
-// Ordering: cp.async writes are made visible to the tensor cores (async proxy) by the WRITING thread:
-// cp.async.wait_group, fence.proxy.async, then mbarrier.arrive (release) on the stage's full barrier;
-// consumers wait on it (acquire) and fence once more. A consumer arrives on the stage's empty barrier
-// only after wgmma.wait_group says the products that read the stage are complete.
+// Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
+// arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
+// their wgmma (async proxy) reads the stage. A consumer warp arrives on a stage's empty barrier only
+// after wgmma.wait_group says the products that read the stage are complete.
 //
 // Exactness: tile boundaries, the tile sequence (skipped tree tiles come from a CTA-wide mask that
 // both roles compute identically), chunk boundaries and merge order depend only on positions and
@@ -38,13 +44,25 @@ struct Fa3Config {
   static constexpr int CPR = D / 8;
   static constexpr int Q_BYTES = BM * D * 2;             // 32 KB
   static constexpr int KV_BYTES = BN * D * 2;            // 32 KB (K or V tile)
-  static constexpr int STAGE_BYTES = 2 * KV_BYTES;       // K then V
-  static constexpr int SMEM = Q_BYTES + STAGES * STAGE_BYTES + 1024;  // 225 KB incl. swizzle alignment
+  // Everything lives in dynamic shared memory (no static __shared__): Q, the K ring, the V ring, then
+  // a small region with the mbarriers, the producer's key-row table, the tile mask and row flags.
+  static constexpr int K_OFF = Q_BYTES, V_OFF = K_OFF + STAGES * KV_BYTES;
+  static constexpr int SMALL_OFF = V_OFF + STAGES * KV_BYTES;  // 224 KB
+  static constexpr int BAR_FULL_K = 0, BAR_FULL_V = 8 * STAGES, BAR_EMPTY_K = 16 * STAGES,
+                       BAR_EMPTY_V = 24 * STAGES;                 // byte offsets in the small region
+  static constexpr int ROWS_OFF = 32 * STAGES;                     // int rows[3][BN]
+  static constexpr int MASK_OFF = ROWS_OFF + 3 * BN * 4;           // u64 tile mask
+  static constexpr int VALID_OFF = MASK_OFF + 8;                   // u8 row_valid[BM]
+  static constexpr int SMALL_BYTES = VALID_OFF + BM;
+  // + 1 KB so the base can be aligned to the 1024-byte swizzle atom.
+  static constexpr int SMEM = SMALL_OFF + SMALL_BYTES + 1024;
   static constexpr int NT8 = BN / 8, DT8 = D / 8, VW = BN / 64;
-  // 40 x 128 + 232 x 256 = 64512 <= 65536 registers.
-  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+  // 32 x 128 + 232 x 256 = 63488 <= 65536 registers.
+  static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = 232;
+  static constexpr int EMPTY_ARRIVALS = 8;  // one per consumer warp
 };
-static_assert(Fa3Config::SMEM + 512 <= 227 * 1024, "sm_90 allows 227 KB of shared memory per block");
+static_assert(Fa3Config::SMEM <= 227 * 1024, "sm_90 allows 227 KB of shared memory per block");
+static_assert(Fa3Config::ROWS_OFF % 16 == 0 && Fa3Config::MASK_OFF % 8 == 0, "small-region alignment");
 
 // ---- sm_90 synchronization helpers ------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -57,17 +75,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 #endif
 }
-// Non-blocking: true iff the phase of parity `parity` has completed.
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok = 1;
+// Arrive on `bar` once every cp.async this thread issued so far has landed (counts as one of the
+// barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 #if DDTREE_TA_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #endif
-  return ok != 0;
 }
 // Blocking wait with a watchdog: a pipeline bug would otherwise hang the GPU (and every test after it)
 // forever. try_wait suspends the thread for a while per attempt, so 2^26 failed attempts are far
@@ -132,6 +145,47 @@ __device__ __forceinline__ void pin(float (&a)[2], float (&b)[2], float (&c)[2])
   asm volatile("" : "+f"(a[0]), "+f"(a[1]), "+f"(b[0]), "+f"(b[1]), "+f"(c[0]), "+f"(c[1])::"memory");
 }
 
+// Visibility of the 128 keys kt .. kt+127 to one query row, as 4 words (bit c of word c/32 = key
+// kt + c): a committed key (j = kt + c - ctx < 0), or tree node j < n_b whose bit is set in the row
+// (causal, anc_row == nullptr: j <= node). The same bits as visible_bits(), but the (at most five)
+// words of the row are loaded together, without a loop, so their latencies overlap.
+__device__ __forceinline__ void tile_visibility(uint32_t (&win)[4], const uint32_t* anc_row, bool live, int node,
+                                                int kt, int ctx, int n_b) {
+  const int j0 = kt - ctx;  // > -BN: only tiles that reach past ctx are masked
+  if (!live) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) win[k] = 0u;
+    return;
+  }
+  if (anc_row == nullptr) {  // causal: keys with j <= node, i.e. columns c < node - j0 + 1
+    const int nc = min(max(node - j0 + 1, 0), 128);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int m = min(max(nc - 32 * k, 0), 32);
+      win[k] = m >= 32 ? ~0u : ((1u << m) - 1u);
+    }
+    return;
+  }
+  const int wlo = (j0 >= 0 ? j0 : j0 - 31) / 32;  // floor(j0 / 32), >= -4
+  const int sh = j0 - 32 * wlo;                   // 0..31
+  const int nbw = (n_b + 31) / 32;                // words holding nodes < n_b (>= 1)
+  uint32_t wv[5];
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const int w = wlo + k;
+    const uint32_t x = __ldg(anc_row + min(max(w, 0), nbw - 1));
+    const int rem = n_b - 32 * w;  // nodes of word w that exist
+    const uint32_t keep = (w < 0 || rem <= 0) ? 0u : (rem >= 32 ? ~0u : ((1u << rem) - 1u));
+    wv[k] = x & keep;
+  }
+  const int nc = min(max(-j0, 0), 128);  // committed columns c < -j0
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int m = min(max(nc - 32 * k, 0), 32);
+    win[k] = __funnelshift_r(wv[k], wv[k + 1], sh) | (m >= 32 ? ~0u : ((1u << m) - 1u));
+  }
+}
+
 __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(const Params p) {
 #if defined(__CUDA_ARCH__)
 #if !DDTREE_TA_HAVE_WGMMA
@@ -140,9 +194,14 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   using C = Fa3Config;
   constexpr int D = C::D, BN = C::BN, BM = C::BM, CPR = C::CPR, ST = C::STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ unsigned long long s_tile_mask;
-  __shared__ unsigned char s_row_valid[BM];
-  __shared__ __align__(8) unsigned long long s_full[ST], s_empty[ST];
+  const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  unsigned char* small = smem_raw + (q_s - smem_u32(smem_raw)) + C::SMALL_OFF;
+  const uint32_t small_s = q_s + C::SMALL_OFF;
+  unsigned long long* s_tile_mask = reinterpret_cast<unsigned long long*>(small + C::MASK_OFF);
+  unsigned char* s_row_valid = small + C::VALID_OFF;
+  int* s_rows = reinterpret_cast<int*>(small + C::ROWS_OFF);
+  const uint32_t full_k = small_s + C::BAR_FULL_K, full_v = small_s + C::BAR_FULL_V;
+  const uint32_t empty_k = small_s + C::BAR_EMPTY_K, empty_v = small_s + C::BAR_EMPTY_V;
 
   const int tid = threadIdx.x;
   const int b = blockIdx.z, h = blockIdx.y;
@@ -165,11 +224,13 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 
   // ---- per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel) ----------
   if (tid == 0) {
-    s_tile_mask = 0ull;
+    *s_tile_mask = 0ull;
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
-      mbar_init(smem_u32(&s_full[s]), 128);   // every producer thread arrives once per fill
-      mbar_init(smem_u32(&s_empty[s]), 256);  // every consumer thread arrives once per use
+      mbar_init(full_k + 8 * s, 128);  // every producer thread's copies land once per fill
+      mbar_init(full_v + 8 * s, 128);
+      mbar_init(empty_k + 8 * s, C::EMPTY_ARRIVALS);  // every consumer warp once per use
+      mbar_init(empty_v + 8 * s, C::EMPTY_ARRIVALS);
     }
   }
   __syncthreads();
@@ -187,88 +248,109 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         }
       } else {
         const uint32_t* row = anc_b + static_cast<int64_t>(node) * p.words;
-        for (int w = 0; w * 32 < n_b; ++w) {
-          uint32_t word = __ldg(row + w);
-          const int rem = n_b - w * 32;
-          if (rem < 32) word &= (1u << rem) - 1u;
-          if (!word) continue;
-          valid = true;
-          const int ta = (ctx + w * 32 - tb0) / BN;
-          const int split_bit = (ta + 1) * BN + tb0 - ctx - w * 32;
-          const uint32_t low = split_bit >= 32 ? word : (word & ((1u << split_bit) - 1u));
-          if (low) tiles |= 1ull << ta;
-          if (word & ~low) tiles |= 1ull << (ta + 1);
+        for (int w0 = 0; w0 * 32 < n_b; w0 += 4) {
+          uint32_t wd[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;  // 4 in flight
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int w = w0 + u;
+            uint32_t word = wd[u];
+            const int rem = n_b - w * 32;
+            if (rem < 32) word &= rem > 0 ? (1u << rem) - 1u : 0u;
+            if (!word) continue;
+            valid = true;
+            const int ta = (ctx + w * 32 - tb0) / BN;
+            const int split_bit = (ta + 1) * BN + tb0 - ctx - w * 32;
+            const uint32_t low = split_bit >= 32 ? word : (word & ((1u << split_bit) - 1u));
+            if (low) tiles |= 1ull << ta;
+            if (word & ~low) tiles |= 1ull << (ta + 1);
+          }
         }
       }
     }
     s_row_valid[tid] = valid;
-    if (tiles) atomicOr(&s_tile_mask, tiles);
+    if (tiles) atomicOr(s_tile_mask, tiles);
   }
   __syncthreads();
-  const unsigned long long tile_mask = s_tile_mask;
+  const unsigned long long tile_mask = *s_tile_mask;
   auto next_tile = [&](int k0) {
     while (k0 < c_end && k0 >= ctx && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 += BN;
     return k0;
   };
 
-  const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t kv_s = q_s + C::Q_BYTES;  // stage s: K at kv_s + s*STAGE_BYTES, V at + KV_BYTES
-  const uint32_t full0 = smem_u32(&s_full[0]), empty0 = smem_u32(&s_empty[0]);
+  const uint32_t k_ring = q_s + C::K_OFF, v_ring = q_s + C::V_OFF;
   const int wg = tid >> 7;
 
   if (wg == 0) {
     // =================================== producer ===================================================
     regs_dealloc<C::PRODUCER_REGS>();
-    const int ld_c = tid % CPR, ld_r0 = tid / CPR;  // 16-byte chunk ld_c of rows ld_r0 + 8*i
+    // Thread tid copies 16-byte chunk ld_c of key rows ld_r0 + 8*i (i < 16) of every K and V tile, and
+    // looks up the cache row of key tid of every tile (one block-table load, issued a tile ahead).
+    // s_rows[buf] holds the rows of a tile as [ld_r0][i], so each thread reads its 16 as 4 x 16 bytes.
+    const int ld_c = tid % CPR, ld_r0 = tid / CPR;
     const int64_t head_off = static_cast<int64_t>(h) * D + ld_c * 8;
-    int it = 0;
-    bool pending = false;  // tile it-1 issued but its full barrier not yet signalled
-    for (int kt = next_tile(c_begin); kt < c_end; kt = next_tile(kt + BN), ++it) {
-      const int s = it % ST;
-      if (it >= ST) {
-        const uint32_t par = static_cast<uint32_t>((it / ST) - 1) & 1u;
-        // About to block on a busy stage: publish the tile already in flight first, so that the
-        // consumers never wait on data that has landed.
-        if (pending && !mbar_test(empty0 + 8 * s, par)) {
-          cp_async_wait<0>();
-          fence_proxy_async();
-          mbar_arrive(full0 + 8 * ((it - 1) % ST));
-          pending = false;
+    const int64_t row_stride = static_cast<int64_t>(p.hkv) * D;
+    const int rows_slot = (tid % 8) * 16 + tid / 8;  // where key tid goes in s_rows[buf]
+    auto page_of = [&](int slot) {  // block-table entry of a key slot (slot < kv_len)
+      return __ldg(bt + (p.page_shift >= 0 ? (slot >> p.page_shift) : slot / p.page_size));
+    };
+    auto cache_row = [&](int slot, int page) {  // cache row of a key slot, -1 past the length (zero fill)
+      if (slot >= kv_len) return -1;
+      const int off = p.page_shift >= 0 ? (slot & (p.page_size - 1)) : slot - (slot / p.page_size) * p.page_size;
+      return page * p.page_size + off;
+    };
+    // Issues the 16 copies of one tile (K or V) from the rows in s_rows[buf].
+    // Row ld_r0 + 8*i has row % 8 == ld_r0, so its swizzled chunk sits at swz(ld_r0, ld_c) + i * 1024.
+    const uint32_t swz0 = swz<BN>(ld_r0, ld_c);
+    auto issue = [&](uint32_t dst, const __nv_bfloat16* src, int buf) {
+      const int4* rows4 = reinterpret_cast<const int4*>(s_rows + buf * BN + ld_r0 * 16);
+      dst += swz0;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int4 r4 = rows4[q4];
+        const int rr[4] = {r4.x, r4.y, r4.z, r4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = q4 * 4 + u;
+          const bool ok = rr[u] >= 0;
+          cp_async16(dst + i * 1024, ok ? src + rr[u] * row_stride + head_off : src, ok);
         }
-        mbar_wait(empty0 + 8 * s, par);
       }
-      const uint32_t ks = kv_s + s * C::STAGE_BYTES, vs = ks + C::KV_BYTES;
-#pragma unroll 4
-      for (int i = 0; i < BN / 8; ++i) {
-        const int r = ld_r0 + i * 8;
-        const int slot = kt + r;
-        const bool ok = slot < kv_len;
-        const int sl = ok ? slot : kv_len - 1;
-        int page, off;
-        if (p.page_shift >= 0) {
-          page = __ldg(bt + (sl >> p.page_shift));
-          off = sl & (p.page_size - 1);
-        } else {
-          page = __ldg(bt + sl / p.page_size);
-          off = sl - (sl / p.page_size) * p.page_size;
-        }
-        const int64_t goff = (static_cast<int64_t>(page) * p.page_size + off) * p.hkv * D + head_off;
-        cp_async16(ks + swz<BN>(r, ld_c), p.k + goff, ok);
-        cp_async16(vs + swz<BN>(r, ld_c), p.v + goff, ok);
+    };
+    int kt = next_tile(c_begin);
+    int page_next = 0;
+    if (kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
+    int j = 0;
+    for (; kt < c_end; ++j) {
+      const int kn = next_tile(kt + BN);
+      const int row = cache_row(kt + tid, page_next);
+      if (kn < c_end && kn + tid < kv_len) page_next = page_of(kn + tid);  // consumed next tile
+      const int buf = j % 3;
+      s_rows[buf * BN + rows_slot] = row;
+      named_sync(5, 128);  // rows of tile j visible to every producer thread
+      // K of tile j: its stage last held K of tile j-3, released once both consumers finished S_{j-3}.
+      const int sk = j % ST;
+      if (j >= ST) mbar_wait(empty_k + 8 * sk, static_cast<uint32_t>(j / ST - 1) & 1u);
+      issue(k_ring + sk * C::KV_BYTES, p.k, buf);
+      cp_async_mbar_arrive(full_k + 8 * sk);
+      // V of tile j-1 (needed together with K_j: iteration j issues S_j and P_{j-1} V_{j-1}).
+      if (j >= 1) {
+        const int jv = j - 1, sv = jv % ST;
+        if (jv >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(jv / ST - 1) & 1u);
+        issue(v_ring + sv * C::KV_BYTES, p.v, jv % 3);
+        cp_async_mbar_arrive(full_v + 8 * sv);
       }
-      cp_async_commit();
-      if (pending) {  // tile it-1 (the group before this one) has landed: publish it
-        cp_async_wait<1>();
-        fence_proxy_async();
-        mbar_arrive(full0 + 8 * ((it - 1) % ST));
-      }
-      pending = true;
+      kt = kn;
     }
-    if (pending) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      mbar_arrive(full0 + 8 * ((it - 1) % ST));
+    if (j >= 1) {  // V of the last tile
+      const int jv = j - 1, sv = jv % ST;
+      if (jv >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(jv / ST - 1) & 1u);
+      issue(v_ring + sv * C::KV_BYTES, p.v, jv % 3);
+      cp_async_mbar_arrive(full_v + 8 * sv);
     }
+    // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else {
     // =================================== consumers ==================================================
     regs_alloc<C::CONSUMER_REGS>();
@@ -293,7 +375,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     named_sync(3 + c, 128);
     const uint32_t q_wg = q_s + c * 64 * 128;
 
-    // Ancestor rows of this thread's two rows (nullptr: causal or padding beyond rows_b).
+    // Ancestor rows of this thread's two rows (nullptr: causal).
     const uint32_t* rowp[2];
     int node_of[2];
     bool live[2];
@@ -328,22 +410,31 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wg_pv(acc, pa[kk], wg_desc(vs + kk * 16 * 128, BN * 128));
     };
-    // Mask (tiles reaching past ctx) and online softmax of s in place; sets corr.
+    // One arrival per warp on an empty barrier (after the wgmma wait that retired the reads).
+    auto release = [&](uint32_t bar) {
+      if (lane == 0) mbar_arrive(bar);
+    };
+    // Mask (tiles reaching past ctx) and online softmax of s in place; sets corr. The visibility words
+    // are loaded before the wait for S (see the loop), so their latency hides behind the GEMMs.
+    uint32_t vis[2][4];
+    auto load_vis = [&](int kt) {
+      if (kt + BN > ctx) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) tile_visibility(vis[hf], rowp[hf], live[hf], node_of[hf], kt, ctx, n_b);
+      }
+    };
     auto softmax = [&](int kt) {
       if (kt + BN > ctx) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          uint64_t vis[C::VW];
+          uint32_t wt[4];
 #pragma unroll
-          for (int w = 0; w < C::VW; ++w)
-            vis[w] = live[hf] ? visible_bits(rowp[hf], node_of[hf], kt + 64 * w, ctx, n_b) : 0ull;
+          for (int k = 0; k < 4; ++k) wt[k] = vis[hf][k] >> (2 * t4);  // column 8*jj + 2*t4 + e -> bit 8*jj + e
 #pragma unroll
-          for (int j = 0; j < C::NT8; ++j)
+          for (int jj = 0; jj < C::NT8; ++jj)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int bit = j * 8 + 2 * t4 + e;
-              if (!((vis[bit >> 6] >> (bit & 63)) & 1ull)) s[j][2 * hf + e] = -INFINITY;
-            }
+            for (int e = 0; e < 2; ++e)
+              if (!((wt[jj >> 2] >> (8 * (jj & 3) + e)) & 1u)) s[jj][2 * hf + e] = -INFINITY;
         }
       }
 #pragma unroll
@@ -404,72 +495,79 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       int it = 0;
       int kn = next_tile(kt + BN);
       // ---- tile 0: S only ----
-      mbar_wait(full0, 0u);
-      fence_proxy_async();
+      mbar_wait(full_k, 0u);
+      fence_proxy_async();  // the stage was written through the generic proxy (cp.async)
       named_sync(1 + c, 256);
       pin(s);
       wg_fence();
-      issue_s(kv_s);
+      issue_s(k_ring);
       wg_commit();
       if (!(c == 1 && kn >= c_end)) named_arrive(2 - c, 256);
+      load_vis(kt);
       wg_wait0();
       pin(s);
+      release(empty_k);  // S_0 no longer reads K_0
       softmax(kt);
       kt = kn;
       ++it;
       // ---- steady state: S of tile it with P.V of tile it-1 ----
       // The wait for P.V of tile it-2 sits at the top of the iteration, behind the (looping) full-
-      // barrier wait: ptxas schedules wgmma.wait_group at the top of its basic block, so this keeps
+      // barrier waits: ptxas schedules wgmma.wait_group at the top of its basic block, so this keeps
       // tile it-1's softmax (end of the previous iteration) overlapped with that P.V.
       while (kt < c_end) {
         kn = next_tile(kt + BN);
-        const int st = it % ST, sp = (it - 1) % ST;
-        mbar_wait(full0 + 8 * st, static_cast<uint32_t>(it / ST) & 1u);
+        const int sk = it % ST, sv = (it - 1) % ST;
+        mbar_wait(full_k + 8 * sk, static_cast<uint32_t>(it / ST) & 1u);
+        mbar_wait(full_v + 8 * sv, static_cast<uint32_t>((it - 1) / ST) & 1u);
         pin(s);
         pin(m_run, l_run, corr);
         wg_wait0();
         pin(acc);
         pin(pa);
-        if (it >= 2) mbar_arrive(empty0 + 8 * ((it - 2) % ST));  // tile it-2's K and V are no longer read
+        if (it >= 2) release(empty_v + 8 * ((it - 2) % ST));  // P_{it-2} V_{it-2} is done
         pack_p();  // P of tile it-1
         fence_proxy_async();
         named_sync(1 + c, 256);
         pin(s);
         wg_fence();
-        issue_s(kv_s + st * C::STAGE_BYTES);
+        issue_s(k_ring + sk * C::KV_BYTES);
         wg_commit();
         rescale();  // by tile it-1's correction, before its P.V is added
         pin(acc);
         pin(pa);
         wg_fence();
-        issue_pv(kv_s + sp * C::STAGE_BYTES + C::KV_BYTES);
+        issue_pv(v_ring + sv * C::KV_BYTES);
         wg_commit();
         if (!(c == 1 && kn >= c_end)) named_arrive(2 - c, 256);
+        load_vis(kt);
         wg_wait1();  // S of tile it done; P.V of tile it-1 may still run
         pin(s);
+        release(empty_k + 8 * sk);
         softmax(kt);
         kt = kn;
         ++it;
       }
       // ---- last P.V ----
+      const int sv = (it - 1) % ST;
+      mbar_wait(full_v + 8 * sv, static_cast<uint32_t>((it - 1) / ST) & 1u);
       pin(s);
       pin(m_run, l_run, corr);
       wg_wait0();
       pin(acc);
       pin(pa);
-      if (it >= 2) mbar_arrive(empty0 + 8 * ((it - 2) % ST));
+      if (it >= 2) release(empty_v + 8 * ((it - 2) % ST));
       pack_p();
-      const int sp = (it - 1) % ST;
+      fence_proxy_async();
       rescale();
       pin(acc);
       pin(pa);
       wg_fence();
-      issue_pv(kv_s + sp * C::STAGE_BYTES + C::KV_BYTES);
+      issue_pv(v_ring + sv * C::KV_BYTES);
       wg_commit();
       wg_wait0();
       pin(acc);
       pin(pa);
-      mbar_arrive(empty0 + 8 * sp);
+      release(empty_v + 8 * sv);
     }
 
     // ---- epilogue (as tree_attention_kernel with MT = 1) -------------------------------------------
