@@ -152,7 +152,7 @@ class MuxTransport:
                              stderr=outcome.stderr, duration_s=time.monotonic() - started)
         if outcome.timed_out:
             control.debug("%s: no session within %.1f s; closing the master", self.host_name,
-                      start_by - started)
+                          start_by - started)
             control.close_master(self.control_path)
         elif outcome.code != 255:
             # The login shell itself refused (e.g. nologin) before our marker: its answer.
@@ -162,7 +162,8 @@ class MuxTransport:
             classified = self._classify(outcome.stderr)
             if classified is not None:
                 raise connect_error(self.host, self._where, *classified)
-            control.debug("%s: ssh failed (%s); asking Paramiko", self.host_name, outcome.stderr.strip())
+            control.debug("%s: ssh failed (%s); asking Paramiko", self.host_name,
+                          outcome.stderr.strip())
         remaining = max(1.0, limit - (time.monotonic() - started))
         return self._paramiko().run(command, timeout=remaining, stdin=stdin, on_line=on_line)
 
