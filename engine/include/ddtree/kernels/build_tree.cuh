@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 // Test hook (the CPU emulation counts how often each path runs); compiled out on the GPU.
@@ -52,9 +53,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kCap = 2560;  // candidate pool capacity (root included)
 constexpr int kPerThread = (kCap + kThreads - 1) / kThreads;
 constexpr int kSort = 4096;  // power of two >= kCap
-constexpr int kBuckets = 256;
 constexpr int kSelBins = 512;  // fast_select: bins per round
-constexpr int kSelRounds = 3;  // nested rounds: 512^3 score buckets at most
+constexpr int kSelRounds = 3;
+constexpr int kLps = 4096;     // shared copy of the rows: L = 15 keeps ranks < 273 (all of M <= 256)  // nested rounds: 512^3 score buckets at most
 constexpr int kMaxNodes = 1025;
 constexpr int kMaxDepth = 63;
 constexpr int kMaxK = 32768;
@@ -86,6 +87,7 @@ struct LevelState {
 
 // Per-node arrays of the finished tree (alias the pool's `lex` array once sorting is done).
 struct Nodes {
+  int32_t tok[kMaxNodes];   // token of each node (the parallel path gathers it with the node arrays)
   int16_t par[kMaxNodes];
   uint16_t rank[kMaxNodes];
   int16_t prev[kMaxNodes];  // previous sibling (node index) or -1
@@ -95,19 +97,19 @@ struct Nodes {
 };
 
 struct Smem {
-  double score[kCap];       // kappa; the serial heap's entry scores
   uint64_t lex[kCap];       // order-preserving tuple code, left-aligned; later: Nodes
+  double score[kCap];       // kappa; the serial heap's entry scores (then, with the union, the output stage)
   union {
-    struct {
+    struct {  // after the sort's node arrays, score + these words hold the output stage
       uint32_t info0[kCap];  // parent pool index (12 bits) | rank << 12; the serial heap's entry meta
       uint32_t info1[kCap];  // pi = prod(r_i+1) (11 bits) | code length << 11 (7 bits) | depth << 18
       uint32_t scr[kCap];    // per-parent child offsets / compaction prefix / pool index -> node index
     };
-    uint32_t stage[3 * kCap];  // the output stage: anc rows staged for coalesced stores
   };
   uint16_t sidx[kSort];     // sort permutation
-  uint32_t hist[kBuckets];
   uint32_t fhist[kSelBins];  // fast_select's bins: zero outside fast_select (its scan clears them)
+  float lps[kLps];           // lp[d][r] for r < rs (rs = min(K, M + 1, kLps / L)), row stride rs
+  int rs;
   int nvalid[kMaxDepth + 1];  // candidate ranks per depth (first -inf rank, capped at min(K, M))
   double chain[kMaxDepth + 1];  // kappa of the greedy chain 0^d (chain[0] = 0, the root)
   uint32_t warp_sum[kWarps];
@@ -134,6 +136,14 @@ static_assert(kSmemBytes <= 99 * 1024, "must fit sm_120's 99 KB per block");
 
 constexpr double kNegInf = -__builtin_huge_val();
 
+__device__ __forceinline__ int popc32(unsigned v) {
+#ifdef __CUDA_ARCH__
+  return __popc(v);
+#else
+  return __builtin_popcount(v);  // the CPU emulation
+#endif
+}
+
 __device__ __forceinline__ unsigned long long ord_asc(double x) {
   // Unsigned order == numeric order; -0.0 is folded into +0.0 (the heap compares them equal).
   unsigned long long u = static_cast<unsigned long long>(__double_as_longlong(__dadd_rn(x, 0.0)));
@@ -144,8 +154,21 @@ __device__ __forceinline__ double from_ord(unsigned long long k) {
   return __longlong_as_double(static_cast<long long>(u));
 }
 
-__device__ __forceinline__ double child_score(double parent, const float* row, int r) {
-  return __dadd_rn(parent, static_cast<double>(__ldg(row + r)));
+// One depth's log-prob row: ranks < rs from the shared-memory copy made while validating the rows
+// (a dependent global load costs ~200+ cycles on the H200 even when L1/L2 hold the line; shared
+// memory ~30), the rest from global memory.
+struct Row {
+  const float* g;
+  const float* s;
+  int rs;
+  __device__ __forceinline__ float at(int r) const { return r < rs ? s[r] : __ldg(g + r); }
+};
+__device__ __forceinline__ Row row_of(const Smem& S, const float* lp, int K, int d) {
+  return Row{lp + static_cast<size_t>(d) * K, S.lps + d * S.rs, S.rs};
+}
+
+__device__ __forceinline__ double child_score(double parent, const Row& row, int r) {
+  return __dadd_rn(parent, static_cast<double>(row.at(r)));
 }
 
 // Exclusive block scan of one value per thread; returns the prefix, *total gets the sum. One barrier:
@@ -173,7 +196,7 @@ __device__ __forceinline__ unsigned block_exclusive_scan(Smem& S, unsigned v, un
 }
 
 // Number of children p.r of pool entry e with kappa >= t (a prefix of ranks: the row is sorted).
-__device__ __forceinline__ unsigned count_one(const Smem& S, const float* row, int nv, int M, int e, double t) {
+__device__ __forceinline__ unsigned count_one(const Smem& S, const Row& row, int nv, int M, int e, double t) {
   const double sp = S.score[e];
   const int pi = static_cast<int>(S.info1[e] & 0x7FFu);
   int hi = min(nv, M / pi);  // prod(r_i + 1) <= M, else M better candidates exist
@@ -200,7 +223,7 @@ __device__ __forceinline__ unsigned count_one(const Smem& S, const float* row, i
 // Children of parents [pa, pa+np) with kappa >= t: S.scr[j] = exclusive offset of parent j; returns
 // the total. Up to 32 parents (the common case past the first levels): warp 0 alone, one barrier.
 // Otherwise each thread scans a contiguous chunk of parents and a block scan joins them.
-__device__ int count_children(Smem& S, const float* row, int nv, int M, int pa, int np, double t) {
+__device__ int count_children(Smem& S, const Row& row, int nv, int M, int pa, int np, double t) {
   if (np <= 32) {
     if (threadIdx.x < 32) {
       const int j = threadIdx.x;
@@ -250,7 +273,7 @@ __device__ __forceinline__ int slot_parent(const Smem& S, int np, int j) {
 // counted by count_children (offsets in S.scr over np parents from pa, `total` slots), that lie in
 // [lo, hi]. Virtual children already satisfy kappa >= t.
 template <typename F>
-__device__ __forceinline__ void for_each_element(const Smem& S, const float* row, int pa, int np, int total,
+__device__ __forceinline__ void for_each_element(const Smem& S, const Row& row, int pa, int np, int total,
                                                  int size, double t, double lo, double hi, F f) {
   for (int e = threadIdx.x; e < size; e += kThreads) {
     const double x = S.score[e];
@@ -272,106 +295,6 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) { const unsigned long long y = __shfl_xor_sync(0xffffffffu, v, o); v = y > v ? y : v; }
   return v;
-}
-
-// Bucket of x in [lo, hi]: a non-increasing function of x (each fp step is monotone), so a bucket
-// index strictly below another's means a strictly larger score.
-__device__ __forceinline__ int bucket_of(double x, double hi, double inv_w) {
-  const double q = __dmul_rn(__dsub_rn(hi, x), inv_w);
-  return q >= static_cast<double>(kBuckets - 1) ? kBuckets - 1 : static_cast<int>(q);
-}
-
-// Raises the score threshold: over the selection (see for_each_element), finds the score t' of the
-// element whose inclusion first makes `need` elements >= t', refining inside the crossing bucket until
-// at most `target` elements are >= t' (or the bucket holds one value). Returns t'; *cnt = #(>= t').
-// Counting uses 32-bit shared atomics only; the crossing bucket's min/max come from a second pass with
-// warp reductions (one 64-bit atomic per warp), so piles of equal buckets never serialize.
-// `each(lo, hi, f)` calls f(x) for every element of the selection whose score lies in [lo, hi].
-template <typename Each>
-__device__ double cutoff_select(Smem& S, Each each, double t, int need, int target, int* cnt) {
-  const int lane = threadIdx.x & 31;
-  double hi = 0.0;  // the root (score 0) is always an element and nothing scores above it
-  double lo = t;
-  if (t == kNegInf) {
-    if (threadIdx.x == 0) S.cut_lo = ~0ull;
-    __syncthreads();
-    unsigned long long mn = ~0ull;
-    each(kNegInf, 0.0, [&](double x) {
-      const unsigned long long o = ord_asc(x);
-      mn = o < mn ? o : mn;
-    });
-    mn = warp_min_u64(mn);
-    if (lane == 0 && mn != ~0ull) atomicMin(&S.cut_lo, mn);
-    __syncthreads();
-    lo = from_ord(S.cut_lo);
-  }
-  unsigned above = 0;
-  for (int round = 0;; ++round) {
-    const double w = __dmul_rn(__dsub_rn(hi, lo), 1.0 / kBuckets);
-    double inv_w = w > 0.0 ? __drcp_rn(w) : 0.0;
-    if (!(inv_w < 1e300)) inv_w = 0.0;  // a subnormal width: one bucket (the refinement then stops)
-    for (int k = threadIdx.x; k < kBuckets; k += kThreads) S.hist[k] = 0;
-    __syncthreads();
-    each(lo, hi, [&](double x) { atomicAdd(&S.hist[bucket_of(x, hi, inv_w)], 1u); });
-    __syncthreads();
-    if (threadIdx.x < 32) {  // warp 0 finds the bucket where the running count reaches `need`
-      constexpr int per = kBuckets / 32;
-      unsigned local = 0;
-#pragma unroll
-      for (int q = 0; q < per; ++q) local += S.hist[lane * per + q];
-      unsigned inc = local;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-      }
-      const unsigned ballot = __ballot_sync(0xffffffffu, above + inc >= static_cast<unsigned>(need));
-      // `need` <= number of elements, so some lane reaches it; fall back to the last lane otherwise.
-      const int src = ballot ? __ffs(ballot) - 1 : 31;
-      if (lane == src) {
-        unsigned run = above + inc - local;
-        int k = lane * per;
-        for (int q = 0; q < per; ++q) {
-          k = lane * per + q;
-          if (run + S.hist[k] >= static_cast<unsigned>(need) || q == per - 1) break;
-          run += S.hist[k];
-        }
-        S.cut_k = k;
-        S.cut_before = run;
-        S.count = static_cast<int>(run + S.hist[k]);
-        S.cut_lo = ~0ull;
-        S.cut_hi = 0ull;
-      }
-    }
-    __syncthreads();
-    const int kcut = S.cut_k;
-    {
-      unsigned long long mn = ~0ull, mx = 0ull;
-      each(lo, hi, [&](double x) {
-        if (bucket_of(x, hi, inv_w) == kcut) {
-          const unsigned long long o = ord_asc(x);
-          mn = o < mn ? o : mn;
-          mx = o > mx ? o : mx;
-        }
-      });
-      mn = warp_min_u64(mn);
-      mx = warp_max_u64(mx);
-      if (lane == 0 && mn != ~0ull) { atomicMin(&S.cut_lo, mn); atomicMax(&S.cut_hi, mx); }
-    }
-    __syncthreads();
-    const int c = S.count;
-    const unsigned before = S.cut_before;
-    const unsigned long long klo = S.cut_lo, khi = S.cut_hi;
-    __syncthreads();
-    if (threadIdx.x == 0 && round > 0) DDTREE_BUILD_TREE_EVENT(refine);
-    if (c <= target || klo == khi || round == 6) {
-      *cnt = c;
-      return from_ord(klo);
-    }
-    above = before;
-    lo = from_ord(klo);
-    hi = from_ord(khi);
-  }
 }
 
 // ---- fast_select: the need-th best score of a flat set in 1-3 histogram rounds ----------------------
@@ -502,12 +425,26 @@ __device__ double pool_select(Smem& S, int size, double t, int need, int target,
   }, lo, 0.0, need, target, cnt);
 }
 
-// The pool selection: live entries and the virtual children of the current level.
-__device__ double raise_threshold(Smem& S, const float* row, int pa, int np, int total, int size,
+// The pool selection when a level does not fit the pool: live entries and the virtual children of the
+// current level (found by a binary search over the parents' offsets), through fast_select.
+__device__ double raise_threshold(Smem& S, const Row& row, int pa, int np, int total, int size,
                                   double t, int need, int target, int* cnt) {
-  return cutoff_select(S, [&](double lo, double hi, auto f) {
-    for_each_element(S, row, pa, np, total, size, t, lo, hi, f);
-  }, t, need, target, cnt);
+  auto each = [&](auto f) { for_each_element(S, row, pa, np, total, size, t, kNegInf, 0.0, f); };
+  double lo = t;
+  if (t == kNegInf) {  // no threshold yet: the smallest element bounds the buckets
+    if (threadIdx.x == 0) S.pool_min = ~0ull;
+    __syncthreads();
+    unsigned long long mn = ~0ull;
+    each([&](double x) {
+      const unsigned long long o = ord_asc(x);
+      mn = o < mn ? o : mn;
+    });
+    mn = warp_min_u64(mn);
+    if ((threadIdx.x & 31) == 0 && mn != ~0ull) atomicMin(&S.pool_min, mn);
+    __syncthreads();
+    lo = from_ord(S.pool_min);
+  }
+  return fast_select(S, each, lo, 0.0, need, target, cnt);
 }
 
 // A starting threshold before any level is built: the score at which `need` candidates of the family
@@ -520,7 +457,7 @@ __device__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, 
   return fast_select(S, [&](auto f) {
     for (int idx = threadIdx.x; idx < leff * R; idx += kThreads) {
       const int d = idx / R, r = idx - d * R;
-      if (r < S.nvalid[d]) f(child_score(S.chain[d], lp + static_cast<size_t>(d) * K, r));
+      if (r < S.nvalid[d]) f(child_score(S.chain[d], row_of(S, lp, K, d), r));
     }
   }, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
 }
@@ -593,7 +530,7 @@ __device__ int compact_pool(Smem& S, int size, double t, int* pa) {
 // Writes the `total` children counted by count_children into the pool at [size, size + total).
 // Writes child slot j (of the children counted by count_children: offsets in S.scr over np parents
 // from pa) into the pool at size + j.
-__device__ __forceinline__ void materialize_one(Smem& S, const float* row, int pa, int np, int size, int depth, int j) {
+__device__ __forceinline__ void materialize_one(Smem& S, const Row& row, int pa, int np, int size, int depth, int j) {
   const int p = slot_parent(S, np, j);
   const int r = j - static_cast<int>(S.scr[p]);
   const int e_par = pa + p;
@@ -613,7 +550,7 @@ __device__ __forceinline__ void materialize_one(Smem& S, const float* row, int p
   S.info1[e] = pi | (static_cast<uint32_t>(len_p + n) << 11) | (static_cast<uint32_t>(depth) << 18);
 }
 
-__device__ void materialize(Smem& S, const float* row, int pa, int np, int total, int size, int depth) {
+__device__ void materialize(Smem& S, const Row& row, int pa, int np, int total, int size, int depth) {
   for (int j = threadIdx.x; j < total; j += kThreads) materialize_one(S, row, pa, np, size, depth, j);
 }
 
@@ -625,7 +562,7 @@ constexpr int kWarpMaxChildren = 256;
 __device__ void warp_levels(Smem& S, const float* lp, int K, int M, int leff, int soft, double t, LevelState& st) {
   const int lane = threadIdx.x & 31;
   while (st.d <= leff && st.pb > st.pa && st.pb - st.pa <= 32) {
-    const float* row = lp + static_cast<size_t>(st.d - 1) * K;
+    const Row row = row_of(S, lp, K, st.d - 1);
     const int nv = S.nvalid[st.d - 1];
     const int np = st.pb - st.pa;
     const unsigned c = lane < np ? count_one(S, row, nv, M, st.pa + lane, t) : 0u;
@@ -762,6 +699,142 @@ __device__ __noinline__ void sort_survivors(Smem& S, int n_live) {  // own regis
   __syncthreads();
 }
 
+// After a packed sort: S.sidx[1, 1 + ns) in key order, S.scr[pool index] = key32. Equal keys are
+// contiguous. Each run of equal keys (two scores within 2^-32 of the key range, or a real tie) is
+// re-sorted by its first thread with the full (score, tuple code) order; a run longer than 32
+// (massive ties) sets S.tie and the caller runs the full sort. Runs are found before a barrier and
+// sorted after it, so no thread reads a slot another one is rewriting. Starts after a barrier.
+__device__ bool fix_tie_runs(Smem& S, int ns) {
+  const int tid = threadIdx.x;
+  constexpr int E = (kSort + kThreads - 1) / kThreads;
+  int run_len[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = tid + kThreads * e;
+    run_len[e] = 0;
+    if (i + 1 >= ns) continue;
+    const uint32_t my = S.scr[S.sidx[1 + i]];
+    if ((i == 0 || S.scr[S.sidx[i]] != my) && S.scr[S.sidx[2 + i]] == my) {
+      int j = i + 2;
+      while (j < ns && j - i <= 32 && S.scr[S.sidx[1 + j]] == my) ++j;
+      run_len[e] = j - i;
+      if (j - i > 32) S.tie = 1;
+    }
+  }
+  __syncthreads();
+  if (S.tie == 0) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (run_len[e] == 0) continue;
+      uint16_t* r = S.sidx + 1 + tid + kThreads * e;
+      for (int x = 1; x < run_len[e]; ++x) {  // insertion sort of the run
+        const uint16_t cur = r[x];
+        int y = x - 1;
+        while (y >= 0 && sorts_before(S, cur, r[y])) {
+          r[y + 1] = r[y];
+          --y;
+        }
+        r[y + 1] = cur;
+      }
+    }
+  }
+  __syncthreads();
+  return S.tie != 0;
+}
+
+// key32 of a survivor: floor((0 - x) * scale), monotone (a smaller key means a score at least as large).
+__device__ __forceinline__ unsigned key32_of(double x, double scale) {
+  double q = __dmul_rn(__dsub_rn(0.0, x), scale);
+  q = q < 4294967295.0 ? q : 4294967295.0;
+  return static_cast<unsigned>(q);
+}
+
+// Small sort (ns <= 16 * 32E non-root survivors in S.sidx[1, 1 + ns)), same contract as sort_packed.
+// Each warp sorts a chunk of C = 32E packed keys in registers (shuffles for j < 32, register pairs
+// above; no barrier); then every element's final position is its position in its chunk plus, for each
+// other chunk, the number of keys below it there (a binary search in shared memory; the searches are
+// independent and unrolled, so their loads overlap). Six barriers in all, instead of a bitonic
+// network's two per shared-memory stage. The u64 chunk keys live in S.sidx (16 * C * 8 bytes <= 8 KB).
+template <int E>
+__device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
+  constexpr int C = 32 * E;
+  static_assert(kWarps * C * 8 <= kSort * 2, "chunk keys must fit S.sidx");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const double scale = lo < 0.0 ? __ddiv_rn(4294967295.0, __dsub_rn(0.0, lo)) : 0.0;
+  const int nch = (ns + C - 1) / C;
+  unsigned long long v[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int i = warp * C + lane + 32 * e;
+    v[e] = ~0ull;
+    if (i < ns) {
+      const int pe = S.sidx[1 + i];
+      const unsigned key = key32_of(S.score[pe], scale);
+      S.scr[pe] = key;
+      v[e] = (static_cast<unsigned long long>(key) << 16) | static_cast<unsigned long long>(pe);
+    }
+  }
+  if (tid == 0) S.tie = 0;
+  if (warp < nch) {
+#pragma unroll
+    for (int k = 2; k <= C; k <<= 1) {
+#pragma unroll
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        if (j >= 32) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const int f = e ^ (j >> 5);
+            if (f > e) {
+              const bool asc = ((lane + 32 * e) & k) == 0;
+              const unsigned long long x = v[e], y = v[f];
+              const bool sw = asc ? y < x : x < y;
+              v[e] = sw ? y : x;
+              v[f] = sw ? x : y;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const int q = lane + 32 * e;
+            const unsigned long long pv = __shfl_xor_sync(0xffffffffu, v[e], j);
+            const bool keep_min = ((q & j) == 0) == ((q & k) == 0);
+            v[e] = keep_min ? (pv < v[e] ? pv : v[e]) : (pv > v[e] ? pv : v[e]);
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();  // S.sidx was read above; from here it holds the sorted chunks as u64 keys
+  unsigned long long* keys = reinterpret_cast<unsigned long long*>(S.sidx);
+  if (warp < nch) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) keys[warp * C + lane + 32 * e] = v[e];
+  }
+  __syncthreads();
+  int rank[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    rank[e] = lane + 32 * e;
+    if (warp * C + lane + 32 * e >= ns) continue;
+#pragma unroll 4
+    for (int c = 0; c < nch; ++c) {  // independent searches: unrolled so that their loads overlap
+      const unsigned long long* ch = keys + C * c;
+      int pos = 0;
+#pragma unroll
+      for (int step = C / 2; step > 0; step >>= 1)
+        if (ch[pos + step - 1] < v[e]) pos += step;
+      rank[e] += c == warp ? 0 : pos + (ch[pos] < v[e] ? 1 : 0);
+    }
+  }
+  __syncthreads();  // every search is done before S.sidx takes the result
+#pragma unroll
+  for (int e = 0; e < E; ++e)
+    if (warp * C + lane + 32 * e < ns) S.sidx[1 + rank[e]] = static_cast<uint16_t>(v[e] & 0xFFFFu);
+  if (tid == 0) S.sidx[0] = 0;
+  __syncthreads();
+  return fix_tie_runs(S, ns);
+}
+
 // Packed sort of the non-root survivors S.sidx[1, 1 + ns) (pool indices, any order), ns <= kThreads * E,
 // into S.sidx[1, 1 + ns) by score desc; S.sidx[0] = 0 (the root). Key: a 32-bit order-preserving image
 // of the score, key32(x) = floor((0 - x) * scale) (monotone: a smaller key means a score at least as
@@ -850,42 +923,7 @@ __device__ __noinline__ bool sort_packed(Smem& S, int ns, double lo) {
   }
   if (tid == 0) S.sidx[0] = 0;
   __syncthreads();
-  // Equal keys are contiguous now. Each run of equal keys (two scores within 2^-32 of the key range,
-  // or a real tie) is re-sorted by its first thread with the full (score, tuple code) order; runs
-  // longer than 32 (massive ties) go to the full sort instead. Runs are found before the barrier and
-  // sorted after it, so no thread reads a slot another one is rewriting.
-  int run_len[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int i = tid + kThreads * e;
-    const uint32_t my = static_cast<uint32_t>(v[e] >> 16);
-    run_len[e] = 0;
-    if (i + 1 < ns && (i == 0 || S.scr[S.sidx[i]] != my) && S.scr[S.sidx[2 + i]] == my) {
-      int j = i + 2;
-      while (j < ns && j - i <= 32 && S.scr[S.sidx[1 + j]] == my) ++j;
-      run_len[e] = j - i;
-      if (j - i > 32) S.tie = 1;
-    }
-  }
-  __syncthreads();
-  if (S.tie == 0) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      if (run_len[e] == 0) continue;
-      uint16_t* r = S.sidx + 1 + tid + kThreads * e;
-      for (int x = 1; x < run_len[e]; ++x) {  // insertion sort of the run
-        const uint16_t cur = r[x];
-        int y = x - 1;
-        while (y >= 0 && sorts_before(S, cur, r[y])) {
-          r[y + 1] = r[y];
-          --y;
-        }
-        r[y + 1] = cur;
-      }
-    }
-  }
-  __syncthreads();
-  return S.tie != 0;
+  return fix_tie_runs(S, ns);
 }
 
 // ---- the exact serial fallback -----------------------------------------------------------------
@@ -975,12 +1013,17 @@ __device__ __noinline__ int serial_heap(Smem& S, Nodes& N, const float* lp, int 
 // ---- the parallel selection ----------------------------------------------------------------------
 
 // Returns the node count with the node arrays filled, or -1 when the serial heap must decide.
-__device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M, int n_max) {
+__device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t* ids, int L, int K, int M,
+                               int n_max) {
   const int tid = threadIdx.x;
   const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
+  const int rs = min(R, kLps / L);
   for (int d = tid; d < L; d += kThreads) S.nvalid[d] = R;
   for (int i = tid; i < kSelBins; i += kThreads) S.fhist[i] = 0u;
-  if (tid == 0) S.bad = 0;
+  if (tid == 0) {
+    S.bad = 0;
+    S.rs = rs;
+  }
   __syncthreads();
   {
     // Four elements per thread per step, all loads issued before any check (first touches of the
@@ -1003,6 +1046,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         if (base + u * kThreads >= L * R) continue;
+        if (rr[u] < rs) S.lps[dd[u] * rs + rr[u]] = x[u];
         if (!(x[u] <= 0.f)) bad = 1;                 // positive or NaN
         if (rr[u] > 0 && x[u] > y[u]) bad = 1;       // not sorted descending
         if (x[u] == -__builtin_huge_valf()) atomicMin(&S.nvalid[dd[u]], rr[u]);
@@ -1030,8 +1074,8 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
       }
       const unsigned empty = __ballot_sync(0xffffffffu, dd < L && nv == 0);
       const int lim = empty ? __ffs(empty) - 1 : min(32, L - base);
-      const float x0 = lane < lim ? __ldg(lp + static_cast<size_t>(dd) * K) : 0.f;
-      const float xl = lane < lim ? __ldg(lp + static_cast<size_t>(dd) * K + nv - 1) : 0.f;
+      const float x0 = lane < lim ? row_of(S, lp, K, dd).at(0) : 0.f;
+      const float xl = lane < lim ? row_of(S, lp, K, dd).at(nv - 1) : 0.f;
       double mine = 0.0;
 #pragma unroll 4
       for (int i = 0; i < lim; ++i) {
@@ -1057,7 +1101,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
       S.leff = leff;
       S.fam = fam;
       S.fam_lo = fam_lo != ~0ull ? from_ord(fam_lo) : 0.0;
-      S.fam_hi = leff > 0 ? static_cast<double>(__ldg(lp)) : 0.0;  // chain[1] >= every member
+      S.fam_hi = leff > 0 ? static_cast<double>(row_of(S, lp, K, 0).at(0)) : 0.0;  // chain[1] >= every member
       const int log2m = 31 - __clz(static_cast<unsigned>(M));
       if (2 * leff + 2 * log2m > 64) S.bad = 1;  // the tuple code would not fit 64 bits
       S.score[0] = 0.0; S.lex[0] = 0; S.info0[0] = 0; S.info1[0] = 1u;  // the root: pi 1, depth 0
@@ -1097,14 +1141,20 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
       continue;
     }
     warp_tried = false;
-    const float* row = lp + static_cast<size_t>(d - 1) * K;
+    const Row row = row_of(S, lp, K, d - 1);
     const int nv = S.nvalid[d - 1];
     int np = pb - pa;
     int total = count_children(S, row, nv, M, pa, np, t);
     if (size + total > kCap) {
-      // The level does not fit the pool: raise over the pool and the level's virtual children first
-      // (no materialization needed), then drop dead entries.
-      if (live + total > soft) {
+      // The level does not fit the pool: drop the entries that earlier raises left dead first (no
+      // selection needed); only if it still does not fit, raise over the pool and the level's virtual
+      // children (nothing materialized) and compact again.
+      if (tid == 0) DDTREE_BUILD_TREE_EVENT(compact);
+      size = compact_pool(S, size, t, &pa);
+      live = size;
+      np = size - pa;
+      total = count_children(S, row, nv, M, pa, np, t);
+      if (size + total > kCap && live + total > soft) {
         int cnt = 0;
         DDTREE_BUILD_TREE_MARK(90);
         const double t2 = raise_threshold(S, row, pa, np, total, size, t, need, raise_target, &cnt);
@@ -1114,17 +1164,16 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
           t = t2;
           total = count_children(S, row, nv, M, pa, np, t);
           live = cnt - total;
+          if (size + total > kCap) {
+            size = compact_pool(S, size, t, &pa);
+            np = size - pa;
+            total = count_children(S, row, nv, M, pa, np, t);
+          }
         }
       }
-      if (size + total > kCap) {  // drop the entries that earlier raises left dead
-        if (tid == 0) DDTREE_BUILD_TREE_EVENT(compact);
-        size = compact_pool(S, size, t, &pa);
-        np = size - pa;
-        total = count_children(S, row, nv, M, pa, np, t);
-        if (size + total > kCap) {  // massive score ties: let the serial heap decide
-          if (tid == 0) DDTREE_BUILD_TREE_EVENT(overflow);
-          return -1;
-        }
+      if (size + total > kCap) {  // massive score ties: let the serial heap decide
+        if (tid == 0) DDTREE_BUILD_TREE_EVENT(overflow);
+        return -1;
       }
     }
     materialize(S, row, pa, np, total, size, d);
@@ -1163,11 +1212,19 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   }
   __syncthreads();
   {
+    // One shared atomic per warp and step (a single counter hit by every survivor serializes).
+    const int lane = tid & 31;
     unsigned long long mn = ~0ull;
-    for (int e = 1 + tid; e < size; e += kThreads) {
-      const double x = S.score[e];
-      if (x >= t) {
-        S.sidx[atomicAdd(&S.count, 1)] = static_cast<uint16_t>(e);
+    for (int base = 0; base < size; base += kThreads) {
+      const int e = base + tid;
+      const double x = e >= 1 && e < size ? S.score[e] : kNegInf;
+      const bool keep = e >= 1 && e < size && x >= t;
+      const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+      int off = 0;
+      if (lane == 0 && ballot) off = atomicAdd(&S.count, popc32(ballot));
+      off = __shfl_sync(0xffffffffu, off, 0);
+      if (keep) {
+        S.sidx[off + popc32(ballot & ((1u << lane) - 1u))] = static_cast<uint16_t>(e);
         const unsigned long long o = ord_asc(x);
         mn = o < mn ? o : mn;
       }
@@ -1184,9 +1241,9 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
   const int ns = n_live - 1;
   bool tie = true;
   if (ns <= kThreads) {
-    tie = sort_packed<1>(S, ns, key_lo);
+    tie = sort_merge<1>(S, ns, key_lo);
   } else if (ns <= 2 * kThreads) {
-    tie = sort_packed<2>(S, ns, key_lo);
+    tie = sort_merge<2>(S, ns, key_lo);
   } else if (ns <= 4 * kThreads) {
     tie = sort_packed<4>(S, ns, key_lo);
   }
@@ -1221,6 +1278,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     N.par[i] = static_cast<int16_t>(S.scr[ep]);
     N.rank[i] = static_cast<uint16_t>(r);
     N.dep[i] = static_cast<uint8_t>(dep);
+    N.tok[i] = __ldg(ids + static_cast<size_t>(dep - 1) * K + r);  // overlaps the checks below
     // Sibling lists: pool entry e - 1 is the previous sibling (rank r - 1), selected before i (the
     // top-M is prefix-closed), so every node writes one slot of its own.
     const int16_t prev = r > 0 ? static_cast<int16_t>(S.scr[e - 1]) : int16_t(-1);
@@ -1230,7 +1288,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, int L, int K,
     // The heap scores the next sibling from this node's score: fl(fl(s - lp[r]) + lp[r+1]). It equals
     // kappa(sibling) = fl(kappa(parent) + lp[r+1]) when fl(s - lp[r]) gives the parent's score back.
     if (r + 1 < K) {
-      const double back = __dsub_rn(S.score[e], static_cast<double>(__ldg(lp + static_cast<size_t>(dep - 1) * K + r)));
+      const double back = __dsub_rn(S.score[e], static_cast<double>(row_of(S, lp, K, dep - 1).at(r)));
       if (back != S.score[ep]) bad = 1;
     }
   }
@@ -1251,6 +1309,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   const int L = p.depth, K = p.k;
   const float* lp = p.lp + static_cast<size_t>(b) * L * K;
   const int M = min(max(__ldg(p.budget + b), 0), p.n_max - 1);
+  const int ctx = __ldg(p.ctx_len + b), root = __ldg(p.root_token + b);  // loaded now, used at the end
   DDTREE_BUILD_TREE_MARK(0);
 
   // Warm L1 with the token rows the output gathers (ranks < min(K, M + 1)): the gather then waits on
@@ -1265,7 +1324,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   int n = 1;
   bool lists = false;  // sibling lists already built (the parallel path)
   if (M > 0 && L > 0) {
-    n = parallel_select(S, N, lp, L, K, M, p.n_max);
+    n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max);
     lists = n >= 0;
 #ifdef DDTREE_BUILD_TREE_TRACE
     if (tid == 0) DDTREE_BUILD_TREE_TRACE(b, n < 0);  // test hook: which path decided
@@ -1292,7 +1351,6 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   }
   DDTREE_BUILD_TREE_MARK(84);
 
-  const int ctx = __ldg(p.ctx_len + b);
   const size_t row0 = static_cast<size_t>(b) * p.n_max;
   for (int i = tid; i < p.n_max; i += kThreads) {
     int tok = -1, par = -1, dep = 0, fc = -1, ns = -1;
@@ -1301,8 +1359,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
       par = N.par[i];
       fc = N.fc[i];
       ns = N.ns[i];
-      tok = i == 0 ? __ldg(p.root_token + b)
-                   : __ldg(p.ids + (static_cast<size_t>(b) * L + (dep - 1)) * K + N.rank[i]);
+      tok = i == 0 ? root : lists ? N.tok[i] : __ldg(p.ids + (static_cast<size_t>(b) * L + (dep - 1)) * K + N.rank[i]);
     }
     p.node_token[row0 + i] = tok;
     p.node_parent[row0 + i] = par;
@@ -1316,12 +1373,15 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   // emits each u32 word when the walk leaves it; words above i's and between visited words are zero.
   const int W = p.words;
   uint32_t* anc = p.anc + row0 * W;
-  const int rows_per = min(kThreads, (3 * kCap) / W);
+  // The output stage: `score` and the union behind it (both dead by now), 5 * kCap words.
+  uint32_t* stage = reinterpret_cast<uint32_t*>(S.score);
+  static_assert(offsetof(Smem, info0) == offsetof(Smem, score) + sizeof(double) * kCap, "stage is contiguous");
+  const int rows_per = min(2 * kThreads, (5 * kCap) / W);
   for (int r0 = 0; r0 < p.n_max; r0 += rows_per) {
     const int rows = min(rows_per, p.n_max - r0);
     for (int q = tid; q < rows; q += kThreads) {
       const int i = r0 + q;
-      uint32_t* out = S.stage + q * W;
+      uint32_t* out = stage + q * W;
       if (i >= n) {
         for (int w = 0; w < W; ++w) out[w] = 0u;
         continue;
@@ -1342,7 +1402,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
       out[cw] = bits;  // the root's word (0)
     }
     __syncthreads();
-    for (int idx = tid; idx < rows * W; idx += kThreads) anc[static_cast<size_t>(r0) * W + idx] = S.stage[idx];
+    for (int idx = tid; idx < rows * W; idx += kThreads) anc[static_cast<size_t>(r0) * W + idx] = stage[idx];
     __syncthreads();
   }
   if (tid == 0) p.num_nodes[b] = n;
