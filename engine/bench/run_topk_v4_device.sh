@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device call for draft_topk_lse v4: build only that op for sm_90a, self-test, compute-sanitizer
 # (memcheck + racecheck) on the sized self-test, the GPU pytest (v4, the default, graphs, streams), the
-# bench (v2/v3/v4 vs torch f32/bf16; then k = 1, 16 again without PDL), optionally Nsight Compute on v4.
-# STAGES (default "build selftest sanitize pytest bench") picks stages; add "ncu" for the profile.
+# bench (v2/v3/v4 vs torch f32/bf16; then k = 1, 16 again without PDL; then v4's CTA-size/cluster sweep),
+# Nsight Compute on v4 (K = 1, 16: sections + hottest SASS lines).
+# STAGES (default "build selftest sanitize pytest bench ncu") picks stages.
 # Logs go to $OUT (the device tool's folder, at most 8 files come back) or /tmp/v4out.
 # Usage, from the repository root: bash engine/bench/run_topk_v4_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/v4out}; mkdir -p "$OUT"
-STAGES=${STAGES:-"build selftest sanitize pytest bench"}
+STAGES=${STAGES:-"build selftest sanitize pytest bench ncu"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 cd "$(dirname "$0")/../.."
@@ -47,16 +48,23 @@ if has bench; then
   echo "bench rc=$?"
   DDTREE_DISABLE_PDL=1 timeout 60 python3 engine/bench/bench_draft_topk_lse.py --quick >> "$OUT/bench.log" 2>&1
   echo "bench (no PDL) rc=$?"
-  grep -v "^\[" "$OUT/bench.log" | tail -32
+  timeout 150 python3 engine/bench/bench_topk_v4_variants.py >> "$OUT/bench.log" 2>&1
+  echo "v4 shape sweep rc=$?"
+  grep -v "^\[" "$OUT/bench.log" | tail -40
 fi
 if has ncu; then
-  stamp ncu
-  sec="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats"
+  # Nsight Compute on v4 (1 x 15 x 163840 bf16, K = 1 and 16): launch, occupancy, warp states, and the
+  # hottest SASS lines (bench/profile/sass_hot.py) into one file.
+  sec="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters"
   for c in topk1v4 topk16v4; do
-    timeout 60 ncu --clock-control none --launch-skip 4 --launch-count 1 $sec \
-      python3 engine/bench/profile/profile_ops.py $c >> "$OUT/ncu.txt" 2>&1
+    stamp "ncu $c"
+    timeout 90 ncu --clock-control none -k regex:draft_topk_lse_v4 --launch-skip 3 --launch-count 1 $sec -f -o /tmp/ncu_$c \
+      python3 engine/bench/profile/profile_ops.py $c > /tmp/ncu_$c.log 2>&1
     echo "ncu $c rc=$?"
+    { echo "=== $c"; ncu -i /tmp/ncu_$c.ncu-rep 2>&1 | grep -vE "^\s*$|----"; \
+      ncu -i /tmp/ncu_$c.ncu-rep --page source --csv --print-source sass > /tmp/src_$c.csv 2>/dev/null && \
+      python3 engine/bench/profile/sass_hot.py /tmp/src_$c.csv --top 40; } >> "$OUT/ncu.txt" 2>&1
   done
-  grep -E "^  [a-z_].*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issued Warp|Eligible" "$OUT/ncu.txt" | head -30
+  grep -E "^===|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Cluster|Issued Warp|Eligible|No Eligible|SM Busy|Memory Throughput|DRAM Throughput" "$OUT/ncu.txt" | head -40
 fi
 stamp done

@@ -6,6 +6,7 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -65,20 +66,39 @@ bool cluster_launch() {
   return cache[dev] == 2;
 }
 
+// v4's CTA size and largest cluster: 512 threads, 8 CTAs unless DDTREE_TOPK_V4_CONFIG="threads,cluster"
+// (threads 256, 512 or 1024; cluster 1-8; read once per process) asks for another shape, for the bench's
+// variant sweep (engine/bench/NOTES.md, v4).
+struct V4Config {
+  int threads, cluster;
+};
+V4Config v4_config() {
+  static const V4Config cfg = [] {
+    V4Config c{k::kV4Threads, k::kV4MaxCluster};
+    const char* e = std::getenv("DDTREE_TOPK_V4_CONFIG");
+    int t = 0, cl = 0;
+    if (e != nullptr && std::sscanf(e, "%d,%d", &t, &cl) == 2 && (t == 256 || t == 512 || t == 1024) && cl >= 1 &&
+        cl <= k::kV4MaxCluster)
+      c = V4Config{t, cl};
+    return c;
+  }();
+  return cfg;
+}
+
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
 // programmatic dependent launch when enabled (the kernel waits before its first global access).
-template <typename T>
+template <typename T, int THREADS>
 ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
                        int32_t* error_flags, cudaStream_t stream) {
   const int64_t rows = int64_t(batch) * positions;
-  const auto split = k::v4_split<T>(vocab);
+  const auto split = k::v4_split<T, THREADS>(vocab, v4_config().cluster);
   constexpr int VN = 16 / int(sizeof(T));
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
                    (batch <= 1 || batch_stride % VN == 0);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(split.cluster), unsigned(rows), 1u);
-  cfg.blockDim = dim3(k::kV4Threads);
+  cfg.blockDim = dim3(THREADS);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
@@ -91,10 +111,10 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   cfg.attrs = attr;
   auto go = [&](unsigned num_attrs) {
     cfg.numAttrs = num_attrs;
-    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, k::kV4Threads>, logits,
+    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags)
-               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, k::kV4Threads>, logits,
+               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags);
   };
@@ -239,12 +259,27 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
   const int32_t which = ddtree_draft_topk_lse_resolve_impl(k, impl);
   if (which == DDTREE_TOPK_IMPL_V4) {
+    const int threads = v4_config().threads;
     if (dtype == DDTREE_DTYPE_FLOAT32) {
-      return run_v4(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k, top_lp,
-                    top_id, lse, error_flags, stream);
+      const auto* x = static_cast<const float*>(logits);
+      if (threads == 256)
+        return run_v4<float, 256>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                                  error_flags, stream);
+      if (threads == 1024)
+        return run_v4<float, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                                   error_flags, stream);
+      return run_v4<float, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                                error_flags, stream);
     }
-    return run_v4(static_cast<const __nv_bfloat16*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
-                  top_lp, top_id, lse, error_flags, stream);
+    const auto* x = static_cast<const __nv_bfloat16*>(logits);
+    if (threads == 256)
+      return run_v4<__nv_bfloat16, 256>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                                        error_flags, stream);
+    if (threads == 1024)
+      return run_v4<__nv_bfloat16, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                         lse, error_flags, stream);
+    return run_v4<__nv_bfloat16, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                                      error_flags, stream);
   }
   if (which == DDTREE_TOPK_IMPL_V3) {
     if (dtype == DDTREE_DTYPE_FLOAT32) {

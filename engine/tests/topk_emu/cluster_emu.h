@@ -222,3 +222,4 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
   }
   return old;
 }
+inline int __ffs(int v) { return __builtin_ffs(v); }

@@ -113,6 +113,7 @@ struct V4Smem {
   float wref[THREADS / 32], wsum[THREADS / 32];  // per warp (log2-domain reference, sum)
   uint32_t red_t[kV4Groups / 32];
   unsigned long long best;  // k = 1: the best item (atomicMax)
+  double lse_d;             // CTA 0: the row's lse
   int cnt, cnt2, bad;
 };
 
@@ -122,11 +123,11 @@ struct V4Split {
   int cluster, pv;
 };
 template <typename T, int THREADS = kV4Threads>
-__host__ __device__ inline V4Split<T> v4_split(int vocab) {
+__host__ __device__ inline V4Split<T> v4_split(int vocab, int max_cluster = kV4MaxCluster) {
   constexpr int VN = 16 / int(sizeof(T));
   const int nvec = (vocab + VN - 1) / VN;
   int cs = (nvec + 2 * THREADS - 1) / (2 * THREADS);  // at least ~2 vectors per thread before splitting
-  cs = cs < 1 ? 1 : (cs > kV4MaxCluster ? kV4MaxCluster : cs);
+  cs = cs < 1 ? 1 : (cs > max_cluster ? max_cluster : cs);
   const int pv = (nvec + cs - 1) / cs;
   return V4Split<T>{(nvec + pv - 1) / pv, pv};  // every CTA gets at least one vector
 }
@@ -198,8 +199,9 @@ __device__ __forceinline__ void v4_set_elem(uint4& v, int q, uint32_t e) {
 
 // grid = (cluster, rows), cluster dims (cluster, 1, 1), block = THREADS. pv = vectors per CTA
 // (v4_split). Outputs as draft_topk_lse.h; flags gets DDTREE_FLAG_NAN_INPUT (bit 0) for NaN/+inf rows.
+// <= 64 registers at any CTA size (1024 threads: 1 CTA/SM, 512: 2, 256: 4).
 template <typename T, bool VEC, int THREADS>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     draft_topk_lse_v4_kernel(const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride,
                              int64_t row_stride, int k, int cluster, int pv, float* __restrict__ top_lp,
                              int32_t* __restrict__ top_id, float* __restrict__ lse, int32_t* __restrict__ flags) {
@@ -291,14 +293,17 @@ __global__ void __launch_bounds__(THREADS, 2)
   if (tid < kV4Groups) {
     // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it.
     const uint32_t mine = sm.gmax[tid];
-    int ge = 0;
+    int ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;  // four independent chains
     const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax);
-#pragma unroll 8
+#pragma unroll
     for (int i = 0; i < kV4Groups / 4; ++i) {
       const uint4 v = g4[i];
-      ge += int(v.x >= mine) + int(v.y >= mine) + int(v.z >= mine) + int(v.w >= mine);
+      ge0 += int(v.x >= mine);
+      ge1 += int(v.y >= mine);
+      ge2 += int(v.z >= mine);
+      ge3 += int(v.w >= mine);
     }
-    const uint32_t q = __reduce_max_sync(0xffffffffu, ge >= k ? mine : 0u);
+    const uint32_t q = __reduce_max_sync(0xffffffffu, ge0 + ge1 + ge2 + ge3 >= k ? mine : 0u);
     if (lane == 0) sm.red_t[warp] = q;
   }
   if (warp == WARPS - 1) {
@@ -329,23 +334,36 @@ __global__ void __launch_bounds__(THREADS, 2)
       const uint32_t key = ordered_key(f);
       return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
     };
-    unsigned long long best = 0ull;  // k = 1: the thread's best admitted item, merged by atomicMax
-    if (key_hi >= thr) {
+    // Warp-cooperative: a warp looks at a vector only when one of its lanes' vector maximum reaches thr
+    // (a few vectors per CTA), then all 32 lanes test their 8 (bf16) logits in step and append the
+    // admitted ones with one ballot and one atomic per warp. (A lane walking its 40 logits alone, as the
+    // first v4 did, is a ~1,000-instruction dependent chain in the critical path of every CTA.)
+    unsigned long long best = 0ull;  // k = 1: the lane's best admitted item, merged by atomicMax
+    if (__any_sync(0xffffffffu, key_hi >= thr)) {
       for (int r = 0; r < rounds; ++r) {
 #pragma unroll
         for (int j = 0; j < kV4Vecs; ++j) {
           const int lv = (r * kV4Vecs + j) * THREADS + tid;
-          if (lv >= nv_cta) continue;
-          const uint4 v = rounds == 1 ? raw[j] : load(lv);
+          const bool valid = lv < nv_cta;
+          const uint4 v = rounds == 1 ? raw[j] : (valid && key_hi >= thr ? load(lv) : v4_neg_inf_vec<T>());
+          const float vm = v4_vec_max<T>(v);
+          const uint32_t vk = valid ? ordered_key(vm == 0.f ? 0.f : vm) : 0u;  // upper bound: +0 for zeros
+          if (!__any_sync(0xffffffffu, vk >= thr)) continue;
           const int base = (v0 + lv) * VN;
 #pragma unroll
           for (int q = 0; q < VN; ++q) {
-            const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
+            const uint64_t it = valid && base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
             if (k == 1) {
               best = it > best ? it : best;
-            } else if (it != 0ull) {
-              const int pos = atomicAdd(&sm.cnt, 1);
-              if (pos < kV4Cap) sm.cbuf[pos] = it;
+            } else {
+              const unsigned bal = __ballot_sync(0xffffffffu, it != 0ull);
+              if (bal != 0u) {
+                const int first = __ffs(int(bal)) - 1;
+                int pos = 0;
+                if (lane == first) pos = atomicAdd(&sm.cnt, __popc(bal));
+                pos = __shfl_sync(0xffffffffu, pos, first) + __popc(bal & ((1u << lane) - 1u));
+                if (it != 0ull && pos < kV4Cap) sm.cbuf[pos] = it;
+              }
             }
           }
         }
@@ -392,13 +410,49 @@ __global__ void __launch_bounds__(THREADS, 2)
   v4_cluster_wait();
   if (c != 0) return;
 
-  // ---- CTA 0: merge the cluster's partials and items (every warp computes lse and the bound itself).
+  // ---- CTA 0: merge the cluster's partials and items. Warp 0 does the fp64 lse (its exp2/log2/div are
+  // ~100 double instructions: 16 warps doing it redundantly cost ~0.4 µs of fp64 issue in the tail) while
+  // warp 1 finds the bound and gathers the items above it; then every thread ranks.
   float* lp_out = top_lp + int64_t(row) * k;
   int32_t* id_out = top_id + int64_t(row) * k;
   const int ksel = min(k, vocab);
-  const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
-  const bool bad = __any_sync(0xffffffffu, p.y != p.y);
-  if (bad) {
+  if (warp == 0) {
+    const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
+    const bool bad = __any_sync(0xffffffffu, p.y != p.y);
+    // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e), in fp64: sum_x 2^(x fl(log2 e) - ref) is what
+    // the CTAs summed, and x fl(log2 e) is exact inside the FMA.
+    const float big = warp_max(p.y != 0.f ? p.x : -INFINITY);
+    double sd = p.y != 0.f ? double(p.y) * exp2(double(p.x) - double(big)) : 0.0;
+    sd = warp_sum(sd);
+    if (lane == 0) {
+      sm.bad = bad;
+      sm.lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + log2(sd)) / double(kV4Log2e);
+    }
+  } else if (warp == 1) {
+    // Bound: the best of the ksel-th items of the CTAs that hold at least ksel logits; gather the items
+    // >= it (k..2k) into cbuf. (Meaningless for a NaN row, which warp 0 flags.)
+    const int step = pv * VN;
+    uint64_t tb = 0ull;
+    if (lane < cluster && min(k, min(step, vocab - lane * step)) >= ksel) tb = sm.slot[lane][ksel - 1];
+    tb = warp_max_u64(tb);
+    int n2 = 0;
+    for (int q0 = 0; q0 < cluster * k; q0 += 32) {
+      const int q = q0 + lane;
+      const int cc = q / k, r = q - cc * k;
+      uint64_t it = 0ull;
+      if (q < cluster * k && r < min(k, min(step, vocab - cc * step))) {
+        it = sm.slot[cc][r];
+        it = it >= tb ? it : 0ull;
+      }
+      const unsigned bal = __ballot_sync(0xffffffffu, it != 0ull);
+      if (it != 0ull) sm.cbuf[n2 + __popc(bal & ((1u << lane) - 1u))] = it;
+      n2 += __popc(bal);
+    }
+    if (lane == 0) sm.cnt2 = n2;
+  }
+  __syncthreads();
+  const int n2 = sm.cnt2;
+  if (sm.bad) {  // NaN or +inf in the row
     const float qnan = __int_as_float(0x7fc00000);
     for (int r = tid; r < k; r += THREADS) {
       lp_out[r] = qnan;
@@ -410,27 +464,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
     return;
   }
-  // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e), in fp64: sum_x 2^(x fl(log2 e) - ref) is what
-  // the CTAs summed, and x fl(log2 e) is exact inside the FMA.
-  const float big = warp_max(p.y != 0.f ? p.x : -INFINITY);
-  double sd = p.y != 0.f ? double(p.y) * exp2(double(p.x) - double(big)) : 0.0;
-  sd = warp_sum(sd);
-  const double lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + log2(sd)) / double(kV4Log2e);
-  // Bound: the best of the ksel-th items of the CTAs that hold at least ksel logits.
-  const int step = pv * VN;
-  const int nv_lane = min(step, vocab - lane * step);
-  uint64_t tb = 0ull;
-  if (lane < cluster && min(k, nv_lane) >= ksel) tb = sm.slot[lane][ksel - 1];
-  tb = warp_max_u64(tb);
-  for (int q = tid; q < cluster * k; q += THREADS) {
-    const int cc = q / k, r = q - cc * k;
-    if (r < min(k, min(step, vocab - cc * step))) {
-      const uint64_t it = sm.slot[cc][r];
-      if (it >= tb) sm.cbuf[atomicAdd(&sm.cnt2, 1)] = it;
-    }
-  }
-  __syncthreads();
-  const int n2 = sm.cnt2;
+  const double lse_d = sm.lse_d;
   for (int q = tid; q < n2; q += THREADS) {
     const uint64_t it = sm.cbuf[q];
     int rank = 0;
