@@ -65,8 +65,9 @@ def status(
     else $XDG_RUNTIME_DIR/ddtreectl/cm, else ~/.cache/ddtreectl/cm, 0700),
     so the next status skips the connection set-up. The pinned host key
     is still checked on every run (a changed key closes the master and is
-    refused as on a new connection). --no-reuse or DDTREECTL_SSH_REUSE=0
-    opens a fresh connection per host instead. Jump hosts are not reused.
+    refused as on a new connection). --no-reuse, DDTREECTL_SSH_REUSE=0 or
+    `ssh_reuse: false` in the inventory (per host or in defaults:) opens a
+    fresh connection per host instead. Jump hosts are not reused.
 
     Exit codes: 0 every targeted host answered; 6 some did not
     (unreachable, no answer by the deadline, probe failed); 4 a host's key

@@ -86,6 +86,18 @@ def seconds() -> Converter:
     return convert
 
 
+def flag() -> Converter:
+    """true or false (YAML booleans only: a quoted "false" is a string, and refused)."""
+
+    def convert(node: Node, path: str, problems: Problems) -> Any:
+        if not isinstance(node, ScalarNode) or kind(node) != "bool":
+            problems.add(node, path, f"expected true or false, got {describe(node)}", "use true or false")
+            return INVALID
+        return bool(construct(node))
+
+    return convert
+
+
 def choice(options: Iterable[str]) -> Converter:
     allowed = tuple(options)
     hint = "use one of: " + ", ".join(allowed)

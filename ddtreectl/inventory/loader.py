@@ -21,6 +21,7 @@ from ddtreectl.inventory.fields import (
     INVALID,
     Converter,
     choice,
+    flag,
     integer,
     nullable,
     seconds,
@@ -53,6 +54,7 @@ HOST_FIELDS: dict[str, Converter] = {
     "keep_releases": integer(2, hint="keep at least the current and the previous release"),
     "connect_timeout": seconds(),
     "command_timeout": seconds(),
+    "ssh_reuse": flag(),
     "build": lambda node, path, problems: _build(node, path, problems),
 }
 # Facts that identify ONE machine can never come from defaults.

@@ -91,6 +91,7 @@ class Host:
     build: BuildSettings = field(default_factory=BuildSettings)
     connect_timeout: float = 5.0
     command_timeout: float = 60.0
+    ssh_reuse: bool = True  # status may keep an OpenSSH master to the host warm (transport/mux.py)
     line: int = 0  # line of the host's entry in the inventory file (for messages)
 
 
