@@ -6,7 +6,8 @@
 # reference (parametrized over the back ends), bench table with every back end's time side by side,
 # torch SDPA and flex.
 # Logs go to $OUT. STAGES (default "build selftest sanitize pytest bench"; "ncu" on request) picks
-# stages; PYTEST_K narrows pytest (-k), BENCH_ARGS is passed to the bench (e.g. "--impls fa3 --no-flex").
+# stages; PYTEST_K narrows pytest (-k), BENCH_ARGS is passed to the bench (e.g. "--impls fa3 --no-flex"),
+# SAN_BACKENDS=fa3 sanitizes only the fa3 selftest, NCU_CASE picks the profile_ops.py case (ta8x512).
 # Run from the repository root:  bash engine/bench/run_tree_attention_device.sh
 set -u
 OUT=${OUT:-/tmp/tree_attention_out}
@@ -38,27 +39,30 @@ fi
 if has sanitize; then
   # The selftest loops over mma and wgmma itself; fa3 has its own test, tree_attention_zz_fa3_backend. The fa3 back end synchronizes with mbarriers and
   # named barriers: read a racecheck hazard on it against that before calling it a bug.
-  stamp "memcheck + racecheck (all back ends)"
-  timeout 150 compute-sanitizer --tool memcheck --leak-check no \
-    "$build/ddtree-selftest" tree_attention_star > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|FAIL|PASS" "$OUT/memcheck.log" | tail -4
-  timeout 150 compute-sanitizer --tool racecheck \
-    "$build/ddtree-selftest" tree_attention_chain > "$OUT/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|FAIL|PASS" "$OUT/racecheck.log" | tail -4
+  if [[ "${SAN_BACKENDS:-all}" == all ]]; then
+    stamp "memcheck + racecheck (all back ends)"
+    timeout 150 compute-sanitizer --tool memcheck --leak-check no \
+      "$build/ddtree-selftest" tree_attention_star > "$OUT/memcheck.log" 2>&1
+    echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|FAIL|PASS" "$OUT/memcheck.log" | tail -4
+    timeout 150 compute-sanitizer --tool racecheck \
+      "$build/ddtree-selftest" tree_attention_chain > "$OUT/racecheck.log" 2>&1
+    echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|FAIL|PASS" "$OUT/racecheck.log" | tail -4
+  fi
+  stamp "memcheck + racecheck + synccheck (fa3)"
   # fa3 runs in its own selftest (registered last): memcheck, racecheck and synccheck it.
   for tool in memcheck racecheck synccheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$build/ddtree-selftest" tree_attention_zz_fa3 > "$OUT/san_${tool}_fa3.log" 2>&1
     echo "$tool fa3 rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAIL|PASS" "$OUT/san_${tool}_fa3.log" | tail -3 | tr '\n' ' ')"
   done
 fi
 
 if has ncu; then
-  # Source-level evidence on the fa3 kernel (8/1 heads x 512 nodes x 4k context): the full section set
+  # Source-level evidence on the fa3 kernel (default 8/1 heads x 512 nodes x 4k context): the full set
   # with SASS source, condensed here to the stall totals and the hottest lines (few files come back).
-  stamp "ncu fa3 (ta8x512, full set, source)"
+  stamp "ncu fa3 (${NCU_CASE:-ta8x512}, full set, source)"
   timeout 150 ncu --clock-control none --set full --import-source yes -k regex:tree_attention_fa3 \
-    --launch-skip 6 --launch-count 1 -o /tmp/fa3 -f python3 engine/bench/profile/profile_ops.py ta8x512 \
+    --launch-skip 6 --launch-count 1 -o /tmp/fa3 -f python3 engine/bench/profile/profile_ops.py ${NCU_CASE:-ta8x512} \
     > "$OUT/ncu_run.log" 2>&1
   echo "ncu rc=$?"
   ncu -i /tmp/fa3.ncu-rep --page details > "$OUT/ncu_details.txt" 2>&1

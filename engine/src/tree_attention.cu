@@ -208,17 +208,24 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   return DDTREE_STATUS_SUCCESS;
 }
 
-void launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
+// The merge kernel follows the fa3 kernel with programmatic dependent launch: its launch overlaps the
+// fa3 kernel's tail (it waits for the partials with griddepcontrol.wait). DDTREE_DISABLE_PDL=1 turns
+// that off.
+ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
   using F = ta::Fa3Config;
   static_assert(F::BM == ta::WgmmaConfig128::BM, "fa3 shares the wgmma plan and merge kernel");
   dim3 grid(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
             static_cast<unsigned>(batch));
   ta::tree_attention_fa3_kernel<<<grid, F::NT, F::SMEM, stream>>>(params);
   if (plan.num_splits > 1) {
+    ddtree_status_t st = ddtree::detail::check_launch("tree_attention fa3 kernel");
+    if (st != DDTREE_STATUS_SUCCESS) return st;
     dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
                static_cast<unsigned>(batch));
-    ta::tree_attention_merge_kernel<F::D, F::BM><<<mgrid, 128, 0, stream>>>(params);
+    return ddtree::detail::launch("tree_attention merge kernel", &ta::tree_attention_merge_kernel<F::D, F::BM>,
+                                  mgrid, dim3(128), stream, /*pdl=*/true, params);
   }
+  return ddtree::detail::check_launch("tree_attention fa3 kernel");
 }
 
 template <class C>
@@ -328,7 +335,7 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
 
   auto s = static_cast<cudaStream_t>(stream);
   if (plan.impl == DDTREE_TA_IMPL_FA3) {
-    launch_fa3(params, batch, num_kv_heads, plan, s);
+    return launch_fa3(params, batch, num_kv_heads, plan, s);
   } else if (plan.impl == DDTREE_TA_IMPL_WGMMA) {
     launch<ta::WgmmaConfig128>(params, batch, num_kv_heads, plan, s);
   } else {

@@ -26,6 +26,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "ddtree/kernels/common.cuh"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DDTREE_TA_HAVE_WGMMA 1
 #else
@@ -601,6 +603,9 @@ __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params 
   const int nact = (kv_len + p.chunk - 1) / p.chunk;
   if (nact <= 1) return;
   const int rt = row / BM, lr = row % BM;
+  // Launched with programmatic dependent launch after the fa3 kernel (a no-op otherwise): the partials
+  // are that kernel's output, so wait for its completion and memory before reading them.
+  ddtree::kernels::pdl_wait();
   const int64_t slot0 = ((static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt) * p.num_splits;
   const float* ml = p.part_ml + slot0 * BM * 2 + lr * 2;
   const float* po = p.part_o + slot0 * BM * D + lr * D;

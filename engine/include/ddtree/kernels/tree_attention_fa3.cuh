@@ -222,9 +222,64 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int* bt = p.block_table + static_cast<int64_t>(b) * p.max_pages;
   const uint32_t* anc_b = p.anc ? p.anc + static_cast<int64_t>(b) * p.n_max * p.words : nullptr;
 
-  // ---- per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel) ----------
+  const uint32_t k_ring = q_s + C::K_OFF, v_ring = q_s + C::V_OFF;
+  const int wg = tid >> 7;
+
+  // ---- prologue: three things overlap before the tile mask is published ----------------------------
+  // consumers start loading Q; the producer looks up (then, after the barrier init, issues) the first
+  // K tile when it is a context tile, which the mask cannot skip; warpgroup 1 computes the mask.
+  if (wg != 0) {  // Q: each consumer its 64 rows (rows past rows_b are zero), resident for the whole loop
+    const int c = wg - 1, wtid = tid & 127;
+    for (int idx = wtid; idx < 64 * CPR; idx += 128) {
+      const int r = c * 64 + idx / CPR, cc = idx % CPR;
+      const int gr = row0 + r;
+      const bool ok = gr < rows_b;
+      const int node = ok ? gr / G : 0, g = ok ? gr % G : 0;
+      const __nv_bfloat16* src =
+          p.q + (static_cast<int64_t>(t0 + node) * p.hq + static_cast<int64_t>(h) * G + g) * D + cc * 8;
+      cp_async16(q_s + swz<BM>(r, cc), ok ? src : p.q, ok);
+    }
+    cp_async_commit();
+  }
+  // Producer helpers. Thread tid copies 16-byte chunk ld_c of key rows ld_r0 + 8*i (i < 16) of every K
+  // and V tile, and looks up the cache row of key tid of every tile (one block-table load, issued a
+  // tile ahead). s_rows[buf] holds the rows of a tile as [ld_r0][i], so each thread reads its 16 as
+  // 4 x 16 bytes.
+  const int ld_c = tid % CPR, ld_r0 = (tid & 127) / CPR;
+  const int rows_slot = (tid % 8) * 16 + (tid & 127) / 8;  // where key tid goes in s_rows[buf]
+  auto page_of = [&](int slot) {  // block-table entry of a key slot (slot < kv_len)
+    return __ldg(bt + (p.page_shift >= 0 ? (slot >> p.page_shift) : slot / p.page_size));
+  };
+  auto cache_row = [&](int slot, int page) {  // cache row of a key slot, -1 past the length (zero fill)
+    if (slot >= kv_len) return -1;
+    const int off = p.page_shift >= 0 ? (slot & (p.page_size - 1)) : slot - (slot / p.page_size) * p.page_size;
+    return page * p.page_size + off;
+  };
+  // Issues the 16 copies of one tile (K or V) from the rows in s_rows[buf]. Row ld_r0 + 8*i has
+  // row % 8 == ld_r0, so its swizzled chunk sits at swz(ld_r0, ld_c) + i * 1024.
+  auto issue = [&](uint32_t dst, const __nv_bfloat16* src, int buf) {
+    const int4* rows4 = reinterpret_cast<const int4*>(s_rows + buf * BN + ld_r0 * 16);
+    const int64_t row_stride = static_cast<int64_t>(p.hkv) * D;
+    src += static_cast<int64_t>(h) * D + ld_c * 8;
+    dst += swz<BN>(ld_r0, ld_c);
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const int4 r4 = rows4[q4];
+      const int rr[4] = {r4.x, r4.y, r4.z, r4.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const bool ok = rr[u] >= 0;
+        cp_async16(dst + (q4 * 4 + u) * 1024, ok ? src + rr[u] * row_stride : p.k, ok);
+      }
+    }
+  };
+  // Context tiles are never skipped, so a chunk that starts inside the context starts at c_begin.
+  const bool first_is_ctx = c_begin < ctx;
+  int page0 = 0;
+  if (wg == 0 && c_begin + tid < kv_len) page0 = page_of(c_begin + tid);
+
   if (tid == 0) {
-    *s_tile_mask = 0ull;
+    s_tile_mask[0] = 0ull;
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       mbar_init(full_k + 8 * s, 128);  // every producer thread's copies land once per fill
@@ -234,8 +289,14 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
   }
   __syncthreads();
-  if (tid < BM) {
-    const int r = row0 + tid;
+  if (wg == 0 && first_is_ctx) {  // K of tile 0 (step 0 of the producer loop below, without its V)
+    s_rows[rows_slot] = cache_row(c_begin + tid, page0);
+    named_sync(5, 128);
+    issue(k_ring, p.k, 0);
+    cp_async_mbar_arrive(full_k);
+  }
+  if (wg == 1) {  // per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel)
+    const int lr = tid - 128, r = row0 + lr;
     bool valid = false;
     unsigned long long tiles = 0ull;
     if (r < rows_b) {
@@ -248,12 +309,12 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         }
       } else {
         const uint32_t* row = anc_b + static_cast<int64_t>(node) * p.words;
-        for (int w0 = 0; w0 * 32 < n_b; w0 += 4) {
-          uint32_t wd[4];
+        for (int w0 = 0; w0 * 32 < n_b; w0 += 8) {
+          uint32_t wd[8];
 #pragma unroll
-          for (int u = 0; u < 4; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;  // 4 in flight
+          for (int u = 0; u < 8; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;  // 8 in flight
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
+          for (int u = 0; u < 8; ++u) {
             const int w = w0 + u;
             uint32_t word = wd[u];
             const int rem = n_b - w * 32;
@@ -269,8 +330,13 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         }
       }
     }
-    s_row_valid[tid] = valid;
-    if (tiles) atomicOr(s_tile_mask, tiles);
+    s_row_valid[lr] = valid;
+    // One 32-bit shared atomic per half and warp (a 64-bit atomicOr on shared memory is a CAS loop).
+    const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(tiles));
+    const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(tiles >> 32));
+    uint32_t* mask32 = reinterpret_cast<uint32_t*>(s_tile_mask);
+    if ((tid & 31) == 0 && lo) atomicOr(mask32, lo);
+    if ((tid & 31) == 0 && hi) atomicOr(mask32 + 1, hi);
   }
   __syncthreads();
   const unsigned long long tile_mask = *s_tile_mask;
@@ -279,49 +345,17 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     return k0;
   };
 
-  const uint32_t k_ring = q_s + C::K_OFF, v_ring = q_s + C::V_OFF;
-  const int wg = tid >> 7;
-
   if (wg == 0) {
     // =================================== producer ===================================================
     regs_dealloc<C::PRODUCER_REGS>();
-    // Thread tid copies 16-byte chunk ld_c of key rows ld_r0 + 8*i (i < 16) of every K and V tile, and
-    // looks up the cache row of key tid of every tile (one block-table load, issued a tile ahead).
-    // s_rows[buf] holds the rows of a tile as [ld_r0][i], so each thread reads its 16 as 4 x 16 bytes.
-    const int ld_c = tid % CPR, ld_r0 = tid / CPR;
-    const int64_t head_off = static_cast<int64_t>(h) * D + ld_c * 8;
-    const int64_t row_stride = static_cast<int64_t>(p.hkv) * D;
-    const int rows_slot = (tid % 8) * 16 + tid / 8;  // where key tid goes in s_rows[buf]
-    auto page_of = [&](int slot) {  // block-table entry of a key slot (slot < kv_len)
-      return __ldg(bt + (p.page_shift >= 0 ? (slot >> p.page_shift) : slot / p.page_size));
-    };
-    auto cache_row = [&](int slot, int page) {  // cache row of a key slot, -1 past the length (zero fill)
-      if (slot >= kv_len) return -1;
-      const int off = p.page_shift >= 0 ? (slot & (p.page_size - 1)) : slot - (slot / p.page_size) * p.page_size;
-      return page * p.page_size + off;
-    };
-    // Issues the 16 copies of one tile (K or V) from the rows in s_rows[buf].
-    // Row ld_r0 + 8*i has row % 8 == ld_r0, so its swizzled chunk sits at swz(ld_r0, ld_c) + i * 1024.
-    const uint32_t swz0 = swz<BN>(ld_r0, ld_c);
-    auto issue = [&](uint32_t dst, const __nv_bfloat16* src, int buf) {
-      const int4* rows4 = reinterpret_cast<const int4*>(s_rows + buf * BN + ld_r0 * 16);
-      dst += swz0;
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int4 r4 = rows4[q4];
-        const int rr[4] = {r4.x, r4.y, r4.z, r4.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int i = q4 * 4 + u;
-          const bool ok = rr[u] >= 0;
-          cp_async16(dst + i * 1024, ok ? src + rr[u] * row_stride + head_off : src, ok);
-        }
-      }
-    };
-    int kt = next_tile(c_begin);
+    int j = first_is_ctx ? 1 : 0;  // step 0's K is already in flight when tile 0 is a context tile
+    int kt = next_tile(first_is_ctx ? c_begin + BN : c_begin);
     int page_next = 0;
     if (kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
-    int j = 0;
+    if (j == 1 && kt >= c_end) {  // a single tile: its V
+      issue(v_ring, p.v, 0);
+      cp_async_mbar_arrive(full_v);
+    }
     for (; kt < c_end; ++j) {
       const int kn = next_tile(kt + BN);
       const int row = cache_row(kt + tid, page_next);
@@ -343,7 +377,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       }
       kt = kn;
     }
-    if (j >= 1) {  // V of the last tile
+    if (j >= 1 && !(first_is_ctx && j == 1)) {  // V of the last tile (a single tile's V went above)
       const int jv = j - 1, sv = jv % ST;
       if (jv >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(jv / ST - 1) & 1u);
       issue(v_ring + sv * C::KV_BYTES, p.v, jv % 3);
@@ -351,6 +385,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
     // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+    ddtree::kernels::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
   } else {
     // =================================== consumers ==================================================
     regs_alloc<C::CONSUMER_REGS>();
@@ -359,21 +394,14 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     const int g4 = lane >> 2, t4 = lane & 3;
     const int wrow = c * 64 + warp * 16;  // this warp's first row in the CTA tile
 
-    // Q: this warpgroup's 64 rows (rows past rows_b are zero), resident for the whole loop.
-    for (int idx = wtid; idx < 64 * CPR; idx += 128) {
-      const int r = c * 64 + idx / CPR, cc = idx % CPR;
-      const int gr = row0 + r;
-      const bool ok = gr < rows_b;
-      const int node = ok ? gr / G : 0, g = ok ? gr % G : 0;
-      const __nv_bfloat16* src =
-          p.q + (static_cast<int64_t>(t0 + node) * p.hq + static_cast<int64_t>(h) * G + g) * D + cc * 8;
-      cp_async16(q_s + swz<BM>(r, cc), ok ? src : p.q, ok);
-    }
-    cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
     named_sync(3 + c, 128);
-    const uint32_t q_wg = q_s + c * 64 * 128;
+    // Shared-memory descriptors: desc(addr + off) = desc(addr) + off / 16 (the 14-bit address field
+    // cannot carry: shared addresses stay below 256 KB), so each GEMM computes one base descriptor.
+    // The broadcast makes q_wg provably warp-uniform, so its descriptor can live in uniform registers.
+    const uint32_t q_wg = __shfl_sync(0xffffffffu, q_s + c * 64 * 128, 0);
+    const uint64_t dq0 = wg_desc(q_wg, 16);
 
     // Ancestor rows of this thread's two rows (nullptr: causal).
     const uint32_t* rowp[2];
@@ -399,16 +427,17 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     for (int j = 0; j < BN / 16; ++j) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
 
     auto issue_s = [&](uint32_t ks) {
+      const uint64_t dk0 = wg_desc(ks, 16);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t koff = (kk & 3) << 5;
-        wg_qk(s, wg_desc(q_wg + (kk >> 2) * BM * 128 + koff, 16), wg_desc(ks + (kk >> 2) * BN * 128 + koff, 16),
-              kk > 0);
+        wg_qk(s, dq0 + (((kk >> 2) * BM * 128 + koff) >> 4), dk0 + (((kk >> 2) * BN * 128 + koff) >> 4), kk > 0);
       }
     };
     auto issue_pv = [&](uint32_t vs) {
+      const uint64_t dv0 = wg_desc(vs, BN * 128);
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) wg_pv(acc, pa[kk], wg_desc(vs + kk * 16 * 128, BN * 128));
+      for (int kk = 0; kk < BN / 16; ++kk) wg_pv(acc, pa[kk], dv0 + ((kk * 16 * 128) >> 4));
     };
     // One arrival per warp on an empty barrier (after the wgmma wait that retired the reads).
     auto release = [&](uint32_t bar) {
@@ -437,29 +466,41 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
               if (!((wt[jj >> 2] >> (8 * (jj & 3) + e)) & 1u)) s[jj][2 * hf + e] = -INFINITY;
         }
       }
+      // Row max and row sum in four independent partials per row (a single accumulator makes each a
+      // 32-deep chain of dependent instructions; the max is exact in any order, the sum's order is
+      // fixed, so results still depend only on the data).
+      float mx[2];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float mx = -INFINITY;
+        float m4[4];
 #pragma unroll
-        for (int j = 0; j < C::NT8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hf], s[j][2 * hf + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        for (int q = 0; q < 4; ++q) m4[q] = fmaxf(s[q][2 * hf], s[q][2 * hf + 1]);
+#pragma unroll
+        for (int j = 4; j < C::NT8; ++j) m4[j & 3] = fmaxf(m4[j & 3], fmaxf(s[j][2 * hf], s[j][2 * hf + 1]));
+        mx[hf] = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
         const float m_old = m_run[hf];
-        const float m_new = fmaxf(m_old, mx * p.scale_log2);
+        const float m_new = fmaxf(m_old, mx[hf] * p.scale_log2);
         const float cr = m_old == -INFINITY ? 0.f : ex2(m_old - m_new);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
         m_run[hf] = m_new;
         corr[hf] = cr;
-        float rs = 0.f;
+        float r4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j = 0; j < C::NT8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float pe = ex2(fmaf(s[j][2 * hf + e], p.scale_log2, -m_use));
             s[j][2 * hf + e] = pe;
-            rs += pe;
+            r4[j & 3] += pe;
           }
-        l_run[hf] = l_run[hf] * cr + rs;
+        l_run[hf] = l_run[hf] * cr + ((r4[0] + r4[1]) + (r4[2] + r4[3]));
       }
     };
     auto pack_p = [&]() {
@@ -571,6 +612,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
 
     // ---- epilogue (as tree_attention_kernel with MT = 1) -------------------------------------------
+    ddtree::kernels::pdl_launch_dependents();
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       float l = l_run[hf];
