@@ -82,6 +82,28 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// 16-byte cp.async through L2. _zfill: when `zero`, the source is ignored (not read) and 16 zero
+// bytes are written (cp.async's ignore-src predicate; ptxas turns it into the LDGSTS predicate).
+__device__ __forceinline__ void cp_async16_full(uint32_t dst, const void* src) {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+#endif
+}
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("{\n.reg .pred z;\nsetp.ne.b32 z, %2, 0;\ncp.async.cg.shared.global [%0], [%1], 16, z;\n}\n" ::"r"(dst),
+               "l"(src), "r"(static_cast<uint32_t>(zero)));
+#endif
+}
+// base + row * pitch, exact (a 32 x 32-bit product plus a 64-bit base). Written in C++, the compiler
+// re-associated base + offset + row * pitch and added a known-zero high word: 4-5 instructions per
+// row. ptxas makes this IMAD.WIDE.U32 + IADD3 + IMAD.X (it keeps the base in two unpaired registers,
+// so the 64-bit addend form is not used; pinning the base in a pair did not change that).
+__device__ __forceinline__ const char* row_address(const char* base, uint32_t row, uint32_t pitch) {
+  uint64_t a;
+  asm("mad.wide.u32 %0, %1, %2, %3;\n" : "=l"(a) : "r"(row), "r"(pitch), "l"(reinterpret_cast<uint64_t>(base)));
+  return reinterpret_cast<const char*>(a);
+}
 // Blocking wait with a watchdog: a pipeline bug would otherwise hang the GPU (and every test after it)
 // forever. try_wait suspends the thread for a while per attempt, so 2^26 failed attempts are far
 // beyond any legitimate wait (the longest is one K/V tile load); the kernel then traps, which the
@@ -241,35 +263,60 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
     cp_async_commit();
   }
-  // Producer helpers. Thread tid copies 16-byte chunk ld_c of key rows ld_r0 + 8*i (i < 16) of every K
-  // and V tile, and looks up the cache row of key tid of every tile (one block-table load, issued a
-  // tile ahead). s_rows[buf] holds the rows of a tile as [ld_r0][i], so each thread reads its 16 as
-  // 4 x 16 bytes.
-  const int ld_c = tid % CPR, ld_r0 = (tid & 127) / CPR;
-  const int rows_slot = (tid % 8) * 16 + (tid & 127) / 8;  // where key tid goes in s_rows[buf]
+  // Producer helpers (v7 copy mapping). Thread tid copies 16-byte chunks cp_s and cp_s + 8 (one per
+  // 64-column panel) of key rows cp_g + 16*i (i < 8) of every K and V tile, cp_g = tid / 8,
+  // cp_s = tid % 8. So:
+  // * a warp instruction covers 4 rows x 128 contiguous bytes (4 whole lines, as the v6 mapping did);
+  // * row cp_g + 16*i has row % 8 == cp_g % 8, so its swizzled chunks sit at swz(cp_g, cp_s) + i * 2048
+  //   and 16 KB further: every destination is an immediate offset off one per-tile register;
+  // * every source is one 32 x 32 -> 64-bit multiply-add per row (cache row x row pitch + the thread's
+  //   64-bit base; 3 SASS instructions, see row_address), its second chunk 128 bytes further (an
+  //   immediate as well). No branch, select or 64-bit multiply per copy.
+  // Each thread also looks up the cache row of key tid of every tile (one block-table load, issued a
+  // tile ahead); s_rows[buf] holds a tile's rows as [cp_g][i], so a thread reads its 8 as 2 x 16 bytes.
+  // Rows past the length are stored as row 0 (a valid address) and their copies zero-fill through
+  // cp.async's ignore-src predicate: the source is not read.
+  const int cp_g = (tid & 127) >> 3, cp_s = tid & 7;
+  const int rows_slot = (tid & 15) * 8 + ((tid & 127) >> 4);  // where key tid goes in s_rows[buf]
   auto page_of = [&](int slot) {  // block-table entry of a key slot (slot < kv_len)
     return __ldg(bt + (p.page_shift >= 0 ? (slot >> p.page_shift) : slot / p.page_size));
   };
-  auto cache_row = [&](int slot, int page) {  // cache row of a key slot, -1 past the length (zero fill)
-    if (slot >= kv_len) return -1;
+  auto cache_row = [&](int slot, int page) {  // cache row of a key slot, 0 past the length (zero fill)
+    if (slot >= kv_len) return 0;
     const int off = p.page_shift >= 0 ? (slot & (p.page_size - 1)) : slot - (slot / p.page_size) * p.page_size;
     return page * p.page_size + off;
   };
-  // Issues the 16 copies of one tile (K or V) from the rows in s_rows[buf]. Row ld_r0 + 8*i has
-  // row % 8 == ld_r0, so its swizzled chunk sits at swz(ld_r0, ld_c) + i * 1024.
-  auto issue = [&](uint32_t dst, const __nv_bfloat16* src, int buf) {
-    const int4* rows4 = reinterpret_cast<const int4*>(s_rows + buf * BN + ld_r0 * 16);
-    const int64_t row_stride = static_cast<int64_t>(p.hkv) * D;
-    src += static_cast<int64_t>(h) * D + ld_c * 8;
-    dst += swz<BN>(ld_r0, ld_c);
+  // Bytes per cache row (every kv head's D elements).
+  const uint32_t row_pitch = static_cast<uint32_t>(p.hkv) * (D * 2);
+  // This thread's chunk of head h in cache row 0 of K / V.
+  const char* const k_src0 = reinterpret_cast<const char*>(p.k) + (h * D + cp_s * 8) * 2;
+  const char* const v_src0 = reinterpret_cast<const char*>(p.v) + (h * D + cp_s * 8) * 2;
+  const uint32_t cp_dst0 = swz<BN>(cp_g, cp_s);
+  // Issues the 16 copies of one tile (K or V, ring stage at `dst`) of key rows kt .. kt+127 from the
+  // rows in s_rows[buf]. lim = kv_len - kt - cp_g: row cp_g + 16*i exists iff 16*i < lim, so all 8
+  // exist iff lim > 112. Only a request's last tile can miss rows; every other tile (and a last tile
+  // that ends exactly at the length) takes the branch without predicates.
+  auto issue = [&](uint32_t dst, const char* src0, int buf, int lim) {
+    const int4* rows4 = reinterpret_cast<const int4*>(s_rows + buf * BN + cp_g * 8);
+    const int4 ra = rows4[0], rb = rows4[1];
+    const uint32_t rr[8] = {static_cast<uint32_t>(ra.x), static_cast<uint32_t>(ra.y), static_cast<uint32_t>(ra.z),
+                            static_cast<uint32_t>(ra.w), static_cast<uint32_t>(rb.x), static_cast<uint32_t>(rb.y),
+                            static_cast<uint32_t>(rb.z), static_cast<uint32_t>(rb.w)};
+    dst += cp_dst0;
+    if (lim > BN - 16) {
 #pragma unroll
-    for (int q4 = 0; q4 < 4; ++q4) {
-      const int4 r4 = rows4[q4];
-      const int rr[4] = {r4.x, r4.y, r4.z, r4.w};
+      for (int i = 0; i < 8; ++i) {
+        const char* src = row_address(src0, rr[i], row_pitch);
+        cp_async16_full(dst + i * 2048, src);
+        cp_async16_full(dst + i * 2048 + 16384, src + 128);
+      }
+    } else {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const bool ok = rr[u] >= 0;
-        cp_async16(dst + (q4 * 4 + u) * 1024, ok ? src + rr[u] * row_stride : p.k, ok);
+      for (int i = 0; i < 8; ++i) {
+        const char* src = row_address(src0, rr[i], row_pitch);
+        const bool zero = 16 * i >= lim;
+        cp_async16_zfill(dst + i * 2048, src, zero);
+        cp_async16_zfill(dst + i * 2048 + 16384, src + 128, zero);
       }
     }
   };
@@ -292,7 +339,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   if (wg == 0 && first_is_ctx) {  // K of tile 0 (step 0 of the producer loop below, without its V)
     s_rows[rows_slot] = cache_row(c_begin + tid, page0);
     named_sync(5, 128);
-    issue(k_ring, p.k, 0);
+    issue(k_ring, k_src0, 0, kv_len - c_begin - cp_g);
     cp_async_mbar_arrive(full_k);
   }
   if (wg == 1) {  // per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel)
@@ -348,39 +395,46 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   if (wg == 0) {
     // =================================== producer ===================================================
     regs_dealloc<C::PRODUCER_REGS>();
+    // Tile j sits in ring stage st = j % 3 (also its s_rows buffer) in round ph = (j / 3) & 1; once
+    // j >= 3 its stage's empty barrier is waited on with parity (j / 3 - 1) & 1 = ph ^ 1. sv, phv and
+    // kt_prev are the same for tile j-1, whose V goes out in step j. Counters instead of j % 3, j / 3.
     int j = first_is_ctx ? 1 : 0;  // step 0's K is already in flight when tile 0 is a context tile
+    int st = j, ph = 0, sv = 0, phv = 0, kt_prev = c_begin;
     int kt = next_tile(first_is_ctx ? c_begin + BN : c_begin);
     int page_next = 0;
     if (kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
     if (j == 1 && kt >= c_end) {  // a single tile: its V
-      issue(v_ring, p.v, 0);
+      issue(v_ring, v_src0, 0, kv_len - c_begin - cp_g);
       cp_async_mbar_arrive(full_v);
     }
     for (; kt < c_end; ++j) {
       const int kn = next_tile(kt + BN);
       const int row = cache_row(kt + tid, page_next);
       if (kn < c_end && kn + tid < kv_len) page_next = page_of(kn + tid);  // consumed next tile
-      const int buf = j % 3;
-      s_rows[buf * BN + rows_slot] = row;
+      s_rows[st * BN + rows_slot] = row;
       named_sync(5, 128);  // rows of tile j visible to every producer thread
       // K of tile j: its stage last held K of tile j-3, released once both consumers finished S_{j-3}.
-      const int sk = j % ST;
-      if (j >= ST) mbar_wait(empty_k + 8 * sk, static_cast<uint32_t>(j / ST - 1) & 1u);
-      issue(k_ring + sk * C::KV_BYTES, p.k, buf);
-      cp_async_mbar_arrive(full_k + 8 * sk);
+      if (j >= ST) mbar_wait(empty_k + 8 * st, static_cast<uint32_t>(ph ^ 1));
+      issue(k_ring + st * C::KV_BYTES, k_src0, st, kv_len - kt - cp_g);
+      cp_async_mbar_arrive(full_k + 8 * st);
       // V of tile j-1 (needed together with K_j: iteration j issues S_j and P_{j-1} V_{j-1}).
       if (j >= 1) {
-        const int jv = j - 1, sv = jv % ST;
-        if (jv >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(jv / ST - 1) & 1u);
-        issue(v_ring + sv * C::KV_BYTES, p.v, jv % 3);
+        if (j - 1 >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(phv ^ 1));
+        issue(v_ring + sv * C::KV_BYTES, v_src0, sv, kv_len - kt_prev - cp_g);
         cp_async_mbar_arrive(full_v + 8 * sv);
+      }
+      sv = st;
+      phv = ph;
+      kt_prev = kt;
+      if (++st == ST) {
+        st = 0;
+        ph ^= 1;
       }
       kt = kn;
     }
     if (j >= 1 && !(first_is_ctx && j == 1)) {  // V of the last tile (a single tile's V went above)
-      const int jv = j - 1, sv = jv % ST;
-      if (jv >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(jv / ST - 1) & 1u);
-      issue(v_ring + sv * C::KV_BYTES, p.v, jv % 3);
+      if (j - 1 >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(phv ^ 1));
+      issue(v_ring + sv * C::KV_BYTES, v_src0, sv, kv_len - kt_prev - cp_g);
       cp_async_mbar_arrive(full_v + 8 * sv);
     }
     // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
