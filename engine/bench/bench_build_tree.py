@@ -82,7 +82,7 @@ def main() -> None:
                 configs.append((m, k, bsz))
     configs += [(256, 64, 64), (1024, 64, 64)]
     if args.quick:
-        configs = [(256, 64, 1), (1024, 1024, 8)]
+        configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (1024, 64, 1), (1024, 1024, 8)]
     rows = []
     for m, k, bsz in configs:
         for sharp in (8.0, 4.0, 1.0):

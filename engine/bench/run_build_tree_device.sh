@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for build_tree: build (sm_90, this op only), ddtree-selftest, compute-sanitizer
 # (memcheck + racecheck), GPU pytest vs the reference heap, bench table, phase profile. Logs go to $OUT.
-# STAGES (default "build selftest sanitize pytest bench profile") picks stages.
+# STAGES (default "build selftest sanitize pytest bench profile") picks stages; "variants" adds the
+# inline-all / 256-thread / 128-thread comparison, e.g. STAGES="build selftest pytest bench profile variants".
 # Run from the repository root:  bash engine/bench/run_build_tree_device.sh
 set -u
 OUT=${OUT:-/tmp/build_tree_out}
@@ -59,5 +60,23 @@ if has profile; then
   stamp profile
   nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile" \
     && timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
+fi
+# Variant experiment (stage "variants"): the phase profile and the quick bench of the kernel built with
+# everything inlined (v5's code layout, 300 KB of SASS) and with 256 / 128 threads per CTA, appended to
+# profile.log / bench.log, so one call compares them with the default build above.
+if has variants; then
+  for v in "inline:-DDDTREE_BUILD_TREE_INLINE_ALL" "t256:-DDDTREE_BUILD_TREE_THREADS=256" \
+           "t128:-DDDTREE_BUILD_TREE_THREADS=128"; do
+    name=${v%%:*}; flag=${v#*:}
+    stamp "profile, $name"
+    nvcc -O3 -std=c++17 -arch=sm_90 $flag -Iengine/include engine/bench/profile/build_tree_profile.cu \
+      -o "$build/bt_profile_$name" && timeout 60 "$build/bt_profile_$name" 2>&1 | sed "s/^/[$name] /" \
+      | tee -a "$OUT/profile.log"
+    stamp "bench, $name"
+    { cmake -S engine -B "$build-$name" -G Ninja -DDDTREE_CUDA_ARCHS=90 -DDDTREE_OPS=build_tree \
+        -DCMAKE_CUDA_FLAGS=$flag && cmake --build "$build-$name"; } >> "$OUT/build.log" 2>&1 \
+      && DDTREE_LIB=$build-$name/libddtree.so timeout 120 python3 engine/bench/bench_build_tree.py --quick 2>&1 \
+        | sed "s/^/[$name] /" | tee -a "$OUT/bench.log"
+  done
 fi
 stamp done

@@ -9,6 +9,7 @@
 #include <vector>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 __device__ long long g_mark_clk[256];
 __device__ int g_mark_tag[256];
@@ -56,8 +57,80 @@ __global__ void spin(float* x, int iters) {
   x[threadIdx.x] = v;
 }
 
+// Calibration 1: what a block barrier costs at this kernel's block size with (almost) no work between
+// barriers: every thread stores a word, barrier, loads a neighbour's word, barrier. Cycles per round
+// = two barriers plus two shared-memory accesses.
+template <int T>
+__global__ void barrier_probe(long long* out, int iters) {
+  __shared__ int buf[T];
+  int acc = threadIdx.x;
+  const long long t0 = clock64();
+  for (int i = 0; i < iters; ++i) {
+    buf[threadIdx.x] = acc;
+    __syncthreads();
+    acc += buf[(threadIdx.x + 1) % T];
+    __syncthreads();
+  }
+  const long long t1 = clock64();
+  if (threadIdx.x == 0) { out[0] = t1 - t0; out[1] = acc; }
+}
+
+// Calibration 2: the floor of a launch inside a CUDA graph for a kernel of this block size and
+// shared-memory footprint that does nothing (per launch, 20 launches per graph).
+__global__ void __launch_bounds__(bt::kThreads, 1) empty_kernel(int* x) {
+  extern __shared__ unsigned char sm[];
+  if (threadIdx.x == 0 && x[0] == 12345) sm[0] = 1;
+}
+
+template <int T>
+void run_barrier_probe() {
+  long long* d;
+  CK(cudaMalloc(&d, 16));
+  barrier_probe<T><<<1, T>>>(d, 1000);
+  CK(cudaDeviceSynchronize());
+  long long h[2];
+  CK(cudaMemcpy(h, d, 16, cudaMemcpyDeviceToHost));
+  std::printf("barrier probe, %d threads: %.1f cycles per round (2 barriers + 2 shared accesses)\n", T, h[0] / 1000.0);
+  cudaFree(d);
+}
+
 int main(int argc, char** argv) {
   const int L = 15;
+  std::printf("kThreads = %d, shared memory %zu bytes\n", bt::kThreads, bt::kSmemBytes);
+  run_barrier_probe<128>();
+  run_barrier_probe<256>();
+  run_barrier_probe<512>();
+  {
+    CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&empty_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
+    int* dx;
+    CK(cudaMalloc(&dx, 4));
+    CK(cudaMemset(dx, 0, 4));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < 20; ++i) empty_kernel<<<1, bt::kThreads, bt::kSmemBytes, st>>>(dx);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int r = 0; r < 25; ++r) {
+      CK(cudaEventRecord(e0, st));
+      CK(cudaGraphLaunch(ge, st));
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms * 1e3f / 20);
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("empty kernel (same block size and shared memory) in a 20-launch graph: %.2f us per launch\n", t[t.size() / 2]);
+  }
   struct Cfg { int M, K; float sharp; };
   const Cfg cfgs[] = {{256, 64, 4.f}, {256, 64, 8.f}, {1024, 64, 4.f}, {1024, 64, 8.f}, {64, 64, 1.f}, {256, 1024, 4.f}};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));

@@ -32,6 +32,16 @@
 #ifndef DDTREE_BUILD_TREE_EVENT
 #define DDTREE_BUILD_TREE_EVENT(name) ((void)0)
 #endif
+// Out-of-line helpers. The kernel runs once per launch through a long, mostly straight code path on a
+// cold instruction cache; inlining every helper at every call site made it 300 KB of SASS (v5), most of
+// it fetched from L2 once per launch. Helpers called from several sites (or from rarely taken paths)
+// are therefore compiled once, out of line. -DDDTREE_BUILD_TREE_INLINE_ALL restores the inlined layout
+// for an A/B run on the GPU.
+#ifdef DDTREE_BUILD_TREE_INLINE_ALL
+#define DDTREE_BT_OUTLINE
+#else
+#define DDTREE_BT_OUTLINE __noinline__
+#endif
 // L1 prefetch (a hint; nothing on the CPU emulation).
 #ifndef DDTREE_PREFETCH_L1
 #ifdef __CUDA_ARCH__
@@ -48,7 +58,13 @@
 namespace ddtree {
 namespace build_tree_k {
 
-constexpr int kThreads = 512;
+// Threads per CTA. 512 is the measured default; the override exists so that one device call can time
+// 256 / 128 side by side (bench/profile builds them with -DDDTREE_BUILD_TREE_THREADS=...).
+#ifndef DDTREE_BUILD_TREE_THREADS
+#define DDTREE_BUILD_TREE_THREADS 512
+#endif
+constexpr int kThreads = DDTREE_BUILD_TREE_THREADS;
+static_assert(kThreads % 32 == 0 && kThreads >= 64 && kThreads <= 1024, "whole warps, at least two");
 constexpr int kWarps = kThreads / 32;
 constexpr int kCap = 2560;  // candidate pool capacity (root included)
 constexpr int kPerThread = (kCap + kThreads - 1) / kThreads;
@@ -223,7 +239,7 @@ __device__ __forceinline__ unsigned count_one(const Smem& S, const Row& row, int
 // Children of parents [pa, pa+np) with kappa >= t: S.scr[j] = exclusive offset of parent j; returns
 // the total. Up to 32 parents (the common case past the first levels): warp 0 alone, one barrier.
 // Otherwise each thread scans a contiguous chunk of parents and a block scan joins them.
-__device__ int count_children(Smem& S, const Row& row, int nv, int M, int pa, int np, double t) {
+__device__ DDTREE_BT_OUTLINE int count_children(Smem& S, const Row& row, int nv, int M, int pa, int np, double t) {
   if (np <= 32) {
     if (threadIdx.x < 32) {
       const int j = threadIdx.x;
@@ -275,10 +291,12 @@ __device__ __forceinline__ int slot_parent(const Smem& S, int np, int j) {
 template <typename F>
 __device__ __forceinline__ void for_each_element(const Smem& S, const Row& row, int pa, int np, int total,
                                                  int size, double t, double lo, double hi, F f) {
+  #pragma unroll 1
   for (int e = threadIdx.x; e < size; e += kThreads) {
     const double x = S.score[e];
     if (x >= t && x >= lo && x <= hi) f(x);
   }
+  #pragma unroll 1
   for (int j = threadIdx.x; j < total; j += kThreads) {
     const int p = slot_parent(S, np, j);
     const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
@@ -329,12 +347,14 @@ __device__ double fast_select(Smem& S, Each each, double lo, double hi, int need
     if (!(inv < 1e300)) inv = 0.0;  // a subnormal range: one bucket
   }
   int round = 0;
+#pragma unroll 1
   for (;; ++round) {
     each([&](double x) {
       const int b = sel_digit_of(S, x, hi, inv, round);
       if (b >= 0) atomicAdd(&S.fhist[b], 1u);
     });
     __syncthreads();
+    DDTREE_BUILD_TREE_MARK(70 + round);
     if (threadIdx.x < 32) {  // warp 0: running count over the bins, crossing bin, clear the bins
       constexpr int per = kSelBins / 32;
       unsigned v[per];
@@ -404,6 +424,7 @@ __device__ double pool_min_score(Smem& S, int size) {
   if (threadIdx.x == 0) S.pool_min = ~0ull;
   __syncthreads();
   unsigned long long mn = ~0ull;
+  #pragma unroll 1
   for (int e = threadIdx.x; e < size; e += kThreads) {
     const unsigned long long o = ord_asc(S.score[e]);
     mn = o < mn ? o : mn;
@@ -415,9 +436,10 @@ __device__ double pool_min_score(Smem& S, int size) {
 }
 
 // Raises t over the flat pool: live entries (kappa >= t) of [0, size), the root included.
-__device__ double pool_select(Smem& S, int size, double t, int need, int target, int* cnt) {
+__device__ DDTREE_BT_OUTLINE double pool_select(Smem& S, int size, double t, int need, int target, int* cnt) {
   const double lo = t == kNegInf ? pool_min_score(S, size) : t;
   return fast_select(S, [&](auto f) {
+    #pragma unroll 1
     for (int e = threadIdx.x; e < size; e += kThreads) {
       const double x = S.score[e];
       if (x >= t) f(x);
@@ -427,7 +449,7 @@ __device__ double pool_select(Smem& S, int size, double t, int need, int target,
 
 // The pool selection when a level does not fit the pool: live entries and the virtual children of the
 // current level (found by a binary search over the parents' offsets), through fast_select.
-__device__ double raise_threshold(Smem& S, const Row& row, int pa, int np, int total, int size,
+__device__ DDTREE_BT_OUTLINE double raise_threshold(Smem& S, const Row& row, int pa, int np, int total, int size,
                                   double t, int need, int target, int* cnt) {
   auto each = [&](auto f) { for_each_element(S, row, pa, np, total, size, t, kNegInf, 0.0, f); };
   double lo = t;
@@ -452,9 +474,10 @@ __device__ double raise_threshold(Smem& S, const Row& row, int pa, int np, int t
 // reached is a lower bound of the M-th best score, so it prunes without losing any of the top-M.
 // S.chain[d] = kappa(0^d), computed with the same additions the pool uses; S.fam_lo / S.fam_hi bound
 // the family's scores (its last and first members).
-__device__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
+__device__ DDTREE_BT_OUTLINE double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
   const int R = min(K, M);
   return fast_select(S, [&](auto f) {
+    #pragma unroll 1
     for (int idx = threadIdx.x; idx < leff * R; idx += kThreads) {
       const int d = idx / R, r = idx - d * R;
       if (r < S.nvalid[d]) f(child_score(S.chain[d], row_of(S, lp, K, d), r));
@@ -464,7 +487,7 @@ __device__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, 
 
 // Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
 // moves *pa (start of the current parents) accordingly.
-__device__ int compact_pool(Smem& S, int size, double t, int* pa) {
+__device__ DDTREE_BT_OUTLINE int compact_pool(Smem& S, int size, double t, int* pa) {
   const int chunk = (size + kThreads - 1) / kThreads;  // <= kPerThread
   const int beg = min(size, static_cast<int>(threadIdx.x) * chunk), end = min(size, beg + chunk);
   unsigned kept = 0;
@@ -551,6 +574,7 @@ __device__ __forceinline__ void materialize_one(Smem& S, const Row& row, int pa,
 }
 
 __device__ void materialize(Smem& S, const Row& row, int pa, int np, int total, int size, int depth) {
+  #pragma unroll 1
   for (int j = threadIdx.x; j < total; j += kThreads) materialize_one(S, row, pa, np, size, depth, j);
 }
 
@@ -596,9 +620,10 @@ __device__ __forceinline__ bool sorts_before(const Smem& S, int a, int b) {
 // Sorts S.sidx[0, P) (P a power of two). Stages whose compare distance j is <= 32 stay inside one
 // warp's 64-element segment (pair q of warp w touches [64 * (q / 32), +64)), so they need only
 // __syncwarp; a block barrier is paid only around stages with j >= 64. Ends with a block barrier.
-__device__ void bitonic_sort(Smem& S, int P) {
+__device__ DDTREE_BT_OUTLINE void bitonic_sort(Smem& S, int P) {
   for (int k = 2; k <= P; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
+      #pragma unroll 1
       for (int q = threadIdx.x; q < (P >> 1); q += kThreads) {
         const int i = ((q & ~(j - 1)) << 1) | (q & (j - 1));
         const int ixj = i | j;
@@ -701,33 +726,39 @@ __device__ __noinline__ void sort_survivors(Smem& S, int n_live) {  // own regis
 
 // After a packed sort: S.sidx[1, 1 + ns) in key order, S.scr[pool index] = key32. Equal keys are
 // contiguous. Each run of equal keys (two scores within 2^-32 of the key range, or a real tie) is
-// re-sorted by its first thread with the full (score, tuple code) order; a run longer than 32
-// (massive ties) sets S.tie and the caller runs the full sort. Runs are found before a barrier and
-// sorted after it, so no thread reads a slot another one is rewriting. Starts after a barrier.
-__device__ bool fix_tie_runs(Smem& S, int ns) {
+// re-sorted by one thread with the full (score, tuple code) order. Runs are listed first (start and
+// length in S.fhist, which no fast_select uses any more at this point; it is cleared again at the next
+// launch's entry), then sorted after a barrier, so no thread reads a slot another one is rewriting. A run
+// longer than 32 or more than kSelBins / 2 runs (massive ties) set S.tie: the caller runs the full sort.
+// Loops are left rolled on purpose (small code). Starts after a barrier that follows the sort.
+__device__ DDTREE_BT_OUTLINE bool fix_tie_runs(Smem& S, int ns) {
   const int tid = threadIdx.x;
-  constexpr int E = (kSort + kThreads - 1) / kThreads;
-  int run_len[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int i = tid + kThreads * e;
-    run_len[e] = 0;
-    if (i + 1 >= ns) continue;
+  if (tid == 0) S.count = 0;
+  __syncthreads();
+#pragma unroll 1
+  for (int i = tid; i + 1 < ns; i += kThreads) {
     const uint32_t my = S.scr[S.sidx[1 + i]];
     if ((i == 0 || S.scr[S.sidx[i]] != my) && S.scr[S.sidx[2 + i]] == my) {
       int j = i + 2;
       while (j < ns && j - i <= 32 && S.scr[S.sidx[1 + j]] == my) ++j;
-      run_len[e] = j - i;
-      if (j - i > 32) S.tie = 1;
+      const int slot = atomicAdd(&S.count, 1);
+      if (j - i > 32 || slot >= kSelBins / 2) {
+        S.tie = 1;
+      } else {
+        S.fhist[2 * slot] = static_cast<uint32_t>(i);
+        S.fhist[2 * slot + 1] = static_cast<uint32_t>(j - i);
+      }
     }
   }
   __syncthreads();
+  const int runs = min(S.count, kSelBins / 2);
   if (S.tie == 0) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      if (run_len[e] == 0) continue;
-      uint16_t* r = S.sidx + 1 + tid + kThreads * e;
-      for (int x = 1; x < run_len[e]; ++x) {  // insertion sort of the run
+#pragma unroll 1
+    for (int q = tid; q < runs; q += kThreads) {
+      uint16_t* r = S.sidx + 1 + S.fhist[2 * q];
+      const int len = static_cast<int>(S.fhist[2 * q + 1]);
+#pragma unroll 1
+      for (int x = 1; x < len; ++x) {  // insertion sort of the run
         const uint16_t cur = r[x];
         int y = x - 1;
         while (y >= 0 && sorts_before(S, cur, r[y])) {
@@ -775,6 +806,7 @@ __device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
     }
   }
   if (tid == 0) S.tie = 0;
+  DDTREE_BUILD_TREE_MARK(60);
   if (warp < nch) {
 #pragma unroll
     for (int k = 2; k <= C; k <<= 1) {
@@ -804,6 +836,7 @@ __device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
       }
     }
   }
+  DDTREE_BUILD_TREE_MARK(61);
   __syncthreads();  // S.sidx was read above; from here it holds the sorted chunks as u64 keys
   unsigned long long* keys = reinterpret_cast<unsigned long long*>(S.sidx);
   if (warp < nch) {
@@ -811,13 +844,14 @@ __device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
     for (int e = 0; e < E; ++e) keys[warp * C + lane + 32 * e] = v[e];
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(62);
   int rank[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     rank[e] = lane + 32 * e;
     if (warp * C + lane + 32 * e >= ns) continue;
-#pragma unroll 4
-    for (int c = 0; c < nch; ++c) {  // independent searches: unrolled so that their loads overlap
+#pragma unroll 1
+    for (int c = 0; c < nch; ++c) {  // rolled: small code (the instruction cache is cold each launch)
       const unsigned long long* ch = keys + C * c;
       int pos = 0;
 #pragma unroll
@@ -827,11 +861,13 @@ __device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
     }
   }
   __syncthreads();  // every search is done before S.sidx takes the result
+  DDTREE_BUILD_TREE_MARK(63);
 #pragma unroll
   for (int e = 0; e < E; ++e)
     if (warp * C + lane + 32 * e < ns) S.sidx[1 + rank[e]] = static_cast<uint16_t>(v[e] & 0xFFFFu);
   if (tid == 0) S.sidx[0] = 0;
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(64);
   return fix_tie_runs(S, ns);
 }
 
@@ -1018,7 +1054,9 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   const int tid = threadIdx.x;
   const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
   const int rs = min(R, kLps / L);
+  #pragma unroll 1
   for (int d = tid; d < L; d += kThreads) S.nvalid[d] = R;
+  #pragma unroll 1
   for (int i = tid; i < kSelBins; i += kThreads) S.fhist[i] = 0u;
   if (tid == 0) {
     S.bad = 0;
@@ -1030,6 +1068,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     // rows go to L2/HBM; this pass also warms L1 for the binary searches that follow).
     int bad = 0;
     constexpr int kU = 4;
+    #pragma unroll 1
     for (int base = tid; base < L * R; base += kU * kThreads) {
       float x[kU], y[kU];
       int dd[kU], rr[kU];
@@ -1215,6 +1254,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     // One shared atomic per warp and step (a single counter hit by every survivor serializes).
     const int lane = tid & 31;
     unsigned long long mn = ~0ull;
+    #pragma unroll 1
     for (int base = 0; base < size; base += kThreads) {
       const int e = base + tid;
       const double x = e >= 1 && e < size ? S.score[e] : kNegInf;
@@ -1258,6 +1298,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     } else {  // only with heavy score ties near the cutoff
       int P = 1;
       while (P < n_live) P <<= 1;
+      #pragma unroll 1
       for (int i = n_live + tid; i < P; i += kThreads) S.sidx[i] = 0xFFFF;
       __syncthreads();
       bitonic_sort(S, P);
@@ -1265,11 +1306,14 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   }
   DDTREE_BUILD_TREE_MARK(82);
   const int n = min(need, n_live);
+  #pragma unroll 1
   for (int i = tid; i < n; i += kThreads) S.scr[S.sidx[i]] = static_cast<uint32_t>(i);
   // From here `lex` is dead (the sorts ended with a barrier): its storage holds the node arrays.
+  #pragma unroll 1
   for (int i = tid; i < n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
   __syncthreads();
   int bad = 0;
+  #pragma unroll 1
   for (int i = tid; i < n; i += kThreads) {
     if (i == 0) { N.par[0] = -1; N.rank[0] = 0; N.dep[0] = 0; N.prev[0] = -1; continue; }
     const int e = S.sidx[i];
@@ -1316,6 +1360,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   // an L1 hit instead of L2 at the very end of the kernel.
   {
     const int R = min(K, M + 1), chunks = (R + 31) / 32;
+    #pragma unroll 1
     for (int c = tid; c < L * chunks; c += kThreads) {
       const int d = c / chunks;
       DDTREE_PREFETCH_L1(p.ids + (static_cast<size_t>(b) * L + d) * K + (c - d * chunks) * 32);
@@ -1341,8 +1386,10 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
 
   // Sibling lists: children of a node are popped in rank order (rank r+1 is pushed when r pops).
   if (!lists) {
+    #pragma unroll 1
     for (int i = tid; i < p.n_max; i += kThreads) { N.fc[i] = -1; N.ns[i] = -1; }
     __syncthreads();
+    #pragma unroll 1
     for (int i = 1 + tid; i < n; i += kThreads) {
       if (N.rank[i] == 0) N.fc[N.par[i]] = static_cast<int16_t>(i);
       else N.ns[N.prev[i]] = static_cast<int16_t>(i);
@@ -1352,6 +1399,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   DDTREE_BUILD_TREE_MARK(84);
 
   const size_t row0 = static_cast<size_t>(b) * p.n_max;
+  #pragma unroll 1
   for (int i = tid; i < p.n_max; i += kThreads) {
     int tok = -1, par = -1, dep = 0, fc = -1, ns = -1;
     if (i < n) {
@@ -1379,6 +1427,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   const int rows_per = min(2 * kThreads, (5 * kCap) / W);
   for (int r0 = 0; r0 < p.n_max; r0 += rows_per) {
     const int rows = min(rows_per, p.n_max - r0);
+    #pragma unroll 1
     for (int q = tid; q < rows; q += kThreads) {
       const int i = r0 + q;
       uint32_t* out = stage + q * W;
@@ -1402,6 +1451,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
       out[cw] = bits;  // the root's word (0)
     }
     __syncthreads();
+    #pragma unroll 1
     for (int idx = tid; idx < rows * W; idx += kThreads) anc[static_cast<size_t>(r0) * W + idx] = stage[idx];
     __syncthreads();
   }
