@@ -285,22 +285,44 @@ __device__ __forceinline__ int slot_parent(const Smem& S, int np, int j) {
   return lo - 1;
 }
 
-// Calls f(x) for every element of a selection: live pool entries (kappa >= t) and the virtual children
-// counted by count_children (offsets in S.scr over np parents from pa, `total` slots), that lie in
-// [lo, hi]. Virtual children already satisfy kappa >= t.
+// What fast_select ranks, as one value type, so that one out-of-line fast_select serves the chain bound,
+// the pool raises and the tighten (one copy of the code instead of one per caller):
+// kSelFamily: the chain-bound family {0^d . r : d < leff, r < min(R, nvalid[d])};
+// kSelPool: live pool entries (kappa >= t) of [0, size);
+// kSelLevel: those plus the virtual children counted by count_children (offsets in S.scr over np
+// parents from pa, `total` slots; they already satisfy kappa >= t).
+constexpr int kSelFamily = 0, kSelPool = 1, kSelLevel = 2;
+struct SelSet {
+  int mode;
+  const float* lp;
+  int K, leff, R;
+  int size;
+  double t;
+  Row row;
+  int pa, np, total;
+};
+
 template <typename F>
-__device__ __forceinline__ void for_each_element(const Smem& S, const Row& row, int pa, int np, int total,
-                                                 int size, double t, double lo, double hi, F f) {
-  #pragma unroll 1
-  for (int e = threadIdx.x; e < size; e += kThreads) {
-    const double x = S.score[e];
-    if (x >= t && x >= lo && x <= hi) f(x);
+__device__ __forceinline__ void sel_each(const Smem& S, const SelSet& q, F f) {
+  if (q.mode == kSelFamily) {
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < q.leff * q.R; idx += kThreads) {
+      const int d = idx / q.R, r = idx - d * q.R;
+      if (r < S.nvalid[d]) f(child_score(S.chain[d], row_of(S, q.lp, q.K, d), r));
+    }
+    return;
   }
-  #pragma unroll 1
-  for (int j = threadIdx.x; j < total; j += kThreads) {
-    const int p = slot_parent(S, np, j);
-    const double x = child_score(S.score[pa + p], row, j - static_cast<int>(S.scr[p]));
-    if (x >= lo && x <= hi) f(x);
+#pragma unroll 1
+  for (int e = threadIdx.x; e < q.size; e += kThreads) {
+    const double x = S.score[e];
+    if (x >= q.t) f(x);
+  }
+  if (q.mode == kSelLevel) {
+#pragma unroll 1
+    for (int j = threadIdx.x; j < q.total; j += kThreads) {
+      const int p = slot_parent(S, q.np, j);
+      f(child_score(S.score[q.pa + p], q.row, j - static_cast<int>(S.scr[p])));
+    }
   }
 }
 
@@ -338,8 +360,8 @@ __device__ __forceinline__ int sel_digit_of(const Smem& S, double x, double hi, 
 // buckets (elements within ~1e-12 below the bucket may add to it). A round costs one pass, one barrier,
 // one warp-0 scan of the bins and one barrier; further rounds (inside the crossing bucket) run only
 // while the count exceeds `target`. Leaves S.fhist zeroed.
-template <typename Each>
-__device__ double fast_select(Smem& S, Each each, double lo, double hi, int need, int target, int* cnt) {
+__device__ DDTREE_BT_OUTLINE double fast_select(Smem& S, const SelSet& q, double lo, double hi, int need, int target,
+                                              int* cnt) {
   const int lane = threadIdx.x & 31;
   double inv = 0.0;
   if (hi > lo) {
@@ -349,7 +371,7 @@ __device__ double fast_select(Smem& S, Each each, double lo, double hi, int need
   int round = 0;
 #pragma unroll 1
   for (;; ++round) {
-    each([&](double x) {
+    sel_each(S, q, [&](double x) {
       const int b = sel_digit_of(S, x, hi, inv, round);
       if (b >= 0) atomicAdd(&S.fhist[b], 1u);
     });
@@ -419,16 +441,15 @@ __device__ double fast_select(Smem& S, Each each, double lo, double hi, int need
   return edge > lo ? edge : lo;  // S.sel_* are rewritten only after the next select's first barrier
 }
 
-// Smallest score among pool entries [0, size) (all live: used while t is still -inf).
-__device__ double pool_min_score(Smem& S, int size) {
+// Smallest element of a selection (used while t is still -inf, to bound the buckets).
+__device__ DDTREE_BT_OUTLINE double sel_min(Smem& S, const SelSet& q) {
   if (threadIdx.x == 0) S.pool_min = ~0ull;
   __syncthreads();
   unsigned long long mn = ~0ull;
-  #pragma unroll 1
-  for (int e = threadIdx.x; e < size; e += kThreads) {
-    const unsigned long long o = ord_asc(S.score[e]);
+  sel_each(S, q, [&](double x) {
+    const unsigned long long o = ord_asc(x);
     mn = o < mn ? o : mn;
-  }
+  });
   mn = warp_min_u64(mn);
   if ((threadIdx.x & 31) == 0 && mn != ~0ull) atomicMin(&S.pool_min, mn);
   __syncthreads();
@@ -436,37 +457,29 @@ __device__ double pool_min_score(Smem& S, int size) {
 }
 
 // Raises t over the flat pool: live entries (kappa >= t) of [0, size), the root included.
-__device__ DDTREE_BT_OUTLINE double pool_select(Smem& S, int size, double t, int need, int target, int* cnt) {
-  const double lo = t == kNegInf ? pool_min_score(S, size) : t;
-  return fast_select(S, [&](auto f) {
-    #pragma unroll 1
-    for (int e = threadIdx.x; e < size; e += kThreads) {
-      const double x = S.score[e];
-      if (x >= t) f(x);
-    }
-  }, lo, 0.0, need, target, cnt);
+__device__ __forceinline__ double pool_select(Smem& S, int size, double t, int need, int target, int* cnt) {
+  SelSet q{};
+  q.mode = kSelPool;
+  q.size = size;
+  q.t = t;
+  const double lo = t == kNegInf ? sel_min(S, q) : t;
+  return fast_select(S, q, lo, 0.0, need, target, cnt);
 }
 
 // The pool selection when a level does not fit the pool: live entries and the virtual children of the
-// current level (found by a binary search over the parents' offsets), through fast_select.
-__device__ DDTREE_BT_OUTLINE double raise_threshold(Smem& S, const Row& row, int pa, int np, int total, int size,
-                                  double t, int need, int target, int* cnt) {
-  auto each = [&](auto f) { for_each_element(S, row, pa, np, total, size, t, kNegInf, 0.0, f); };
-  double lo = t;
-  if (t == kNegInf) {  // no threshold yet: the smallest element bounds the buckets
-    if (threadIdx.x == 0) S.pool_min = ~0ull;
-    __syncthreads();
-    unsigned long long mn = ~0ull;
-    each([&](double x) {
-      const unsigned long long o = ord_asc(x);
-      mn = o < mn ? o : mn;
-    });
-    mn = warp_min_u64(mn);
-    if ((threadIdx.x & 31) == 0 && mn != ~0ull) atomicMin(&S.pool_min, mn);
-    __syncthreads();
-    lo = from_ord(S.pool_min);
-  }
-  return fast_select(S, each, lo, 0.0, need, target, cnt);
+// current level (found by a binary search over the parents' offsets).
+__device__ __forceinline__ double raise_threshold(Smem& S, const Row& row, int pa, int np, int total, int size,
+                                                  double t, int need, int target, int* cnt) {
+  SelSet q{};
+  q.mode = kSelLevel;
+  q.size = size;
+  q.t = t;
+  q.row = row;
+  q.pa = pa;
+  q.np = np;
+  q.total = total;
+  const double lo = t == kNegInf ? sel_min(S, q) : t;
+  return fast_select(S, q, lo, 0.0, need, target, cnt);
 }
 
 // A starting threshold before any level is built: the score at which `need` candidates of the family
@@ -474,15 +487,14 @@ __device__ DDTREE_BT_OUTLINE double raise_threshold(Smem& S, const Row& row, int
 // reached is a lower bound of the M-th best score, so it prunes without losing any of the top-M.
 // S.chain[d] = kappa(0^d), computed with the same additions the pool uses; S.fam_lo / S.fam_hi bound
 // the family's scores (its last and first members).
-__device__ DDTREE_BT_OUTLINE double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
-  const int R = min(K, M);
-  return fast_select(S, [&](auto f) {
-    #pragma unroll 1
-    for (int idx = threadIdx.x; idx < leff * R; idx += kThreads) {
-      const int d = idx / R, r = idx - d * R;
-      if (r < S.nvalid[d]) f(child_score(S.chain[d], row_of(S, lp, K, d), r));
-    }
-  }, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
+__device__ __forceinline__ double chain_bound(Smem& S, const float* lp, int K, int leff, int M, int need, int* cnt) {
+  SelSet q{};
+  q.mode = kSelFamily;
+  q.lp = lp;
+  q.K = K;
+  q.leff = leff;
+  q.R = min(K, M);
+  return fast_select(S, q, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
 }
 
 // Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
@@ -808,21 +820,18 @@ __device__ __noinline__ bool sort_merge(Smem& S, int ns, double lo) {
   if (tid == 0) S.tie = 0;
   DDTREE_BUILD_TREE_MARK(60);
   if (warp < nch) {
-#pragma unroll
+#pragma unroll 1
     for (int k = 2; k <= C; k <<= 1) {
-#pragma unroll
+#pragma unroll 1
       for (int j = k >> 1; j > 0; j >>= 1) {
-        if (j >= 32) {
-#pragma unroll
-          for (int e = 0; e < E; ++e) {
-            const int f = e ^ (j >> 5);
-            if (f > e) {
-              const bool asc = ((lane + 32 * e) & k) == 0;
-              const unsigned long long x = v[e], y = v[f];
-              const bool sw = asc ? y < x : x < y;
-              v[e] = sw ? y : x;
-              v[f] = sw ? x : y;
-            }
+        if (j >= 32) {  // only E == 2, j == 32: the lane's own pair (slot 0 and slot 1)
+          static_assert(E <= 2, "register stages below assume at most two slots");
+          if constexpr (E == 2) {
+            const bool asc = (lane & k) == 0;
+            const unsigned long long x = v[0], y = v[1];
+            const bool sw = asc ? y < x : x < y;
+            v[0] = sw ? y : x;
+            v[1] = sw ? x : y;
           }
         } else {
 #pragma unroll
