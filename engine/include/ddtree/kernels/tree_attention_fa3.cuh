@@ -95,14 +95,13 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, 
                "l"(src), "r"(static_cast<uint32_t>(zero)));
 #endif
 }
-// base + row * pitch, exact (a 32 x 32-bit product plus a 64-bit base). Written in C++, the compiler
-// re-associated base + offset + row * pitch and added a known-zero high word: 4-5 instructions per
-// row. ptxas makes this IMAD.WIDE.U32 + IADD3 + IMAD.X (it keeps the base in two unpaired registers,
-// so the 64-bit addend form is not used; pinning the base in a pair did not change that).
-__device__ __forceinline__ const char* row_address(const char* base, uint32_t row, uint32_t pitch) {
-  uint64_t a;
-  asm("mad.wide.u32 %0, %1, %2, %3;\n" : "=l"(a) : "r"(row), "r"(pitch), "l"(reinterpret_cast<uint64_t>(base)));
-  return reinterpret_cast<const char*>(a);
+// row * pitch as an exact 32 x 32 -> 64-bit product (mul.wide.u32). Added to a 64-bit base in C++,
+// ptxas fuses the two into one IMAD.WIDE.U32 with the base as its addend. (A plain C++ 64-bit multiply
+// left an add of a known-zero high word per row; mad.wide.u32 in PTX was split into three instructions.)
+__device__ __forceinline__ uint64_t mul_wide(uint32_t a, uint32_t b) {
+  uint64_t r;
+  asm("mul.wide.u32 %0, %1, %2;\n" : "=l"(r) : "r"(a), "r"(b));
+  return r;
 }
 // Blocking wait with a watchdog: a pipeline bug would otherwise hang the GPU (and every test after it)
 // forever. try_wait suspends the thread for a while per attempt, so 2^26 failed attempts are far
@@ -269,9 +268,9 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   // * a warp instruction covers 4 rows x 128 contiguous bytes (4 whole lines, as the v6 mapping did);
   // * row cp_g + 16*i has row % 8 == cp_g % 8, so its swizzled chunks sit at swz(cp_g, cp_s) + i * 2048
   //   and 16 KB further: every destination is an immediate offset off one per-tile register;
-  // * every source is one 32 x 32 -> 64-bit multiply-add per row (cache row x row pitch + the thread's
-  //   64-bit base; 3 SASS instructions, see row_address), its second chunk 128 bytes further (an
-  //   immediate as well). No branch, select or 64-bit multiply per copy.
+  // * every source is one IMAD.WIDE.U32 per row (cache row x row pitch + the thread's 64-bit base as
+  //   the addend; see mul_wide), its second chunk 128 bytes further (an immediate as well). No branch,
+  //   select or 64-bit multiply per copy.
   // Each thread also looks up the cache row of key tid of every tile (one block-table load, issued a
   // tile ahead); s_rows[buf] holds a tile's rows as [cp_g][i], so a thread reads its 8 as 2 x 16 bytes.
   // Rows past the length are stored as row 0 (a valid address) and their copies zero-fill through
@@ -288,9 +287,13 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   };
   // Bytes per cache row (every kv head's D elements).
   const uint32_t row_pitch = static_cast<uint32_t>(p.hkv) * (D * 2);
-  // This thread's chunk of head h in cache row 0 of K / V.
-  const char* const k_src0 = reinterpret_cast<const char*>(p.k) + (h * D + cp_s * 8) * 2;
-  const char* const v_src0 = reinterpret_cast<const char*>(p.v) + (h * D + cp_s * 8) * 2;
+  // This thread's chunk of head h in cache row 0 of K / V. Opaque (empty asm) so that ptxas keeps each
+  // as one 64-bit register pair and uses it as IMAD.WIDE.U32's addend; without it, it re-associates
+  // p.k + offset + row * pitch and spends IADD3 + IADD3.X per row on top of the multiply.
+  const char* k_src0 = reinterpret_cast<const char*>(p.k) + (h * D + cp_s * 8) * 2;
+  const char* v_src0 = reinterpret_cast<const char*>(p.v) + (h * D + cp_s * 8) * 2;
+  asm("" : "+l"(k_src0));
+  asm("" : "+l"(v_src0));
   const uint32_t cp_dst0 = swz<BN>(cp_g, cp_s);
   // Issues the 16 copies of one tile (K or V, ring stage at `dst`) of key rows kt .. kt+127 from the
   // rows in s_rows[buf]. lim = kv_len - kt - cp_g: row cp_g + 16*i exists iff 16*i < lim, so all 8
@@ -306,14 +309,14 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     if (lim > BN - 16) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const char* src = row_address(src0, rr[i], row_pitch);
+        const char* src = src0 + mul_wide(rr[i], row_pitch);
         cp_async16_full(dst + i * 2048, src);
         cp_async16_full(dst + i * 2048 + 16384, src + 128);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const char* src = row_address(src0, rr[i], row_pitch);
+        const char* src = src0 + mul_wide(rr[i], row_pitch);
         const bool zero = 16 * i >= lim;
         cp_async16_zfill(dst + i * 2048, src, zero);
         cp_async16_zfill(dst + i * 2048 + 16384, src + 128, zero);
