@@ -1,4 +1,4 @@
-"""Sweep of draft_topk_lse v4's CTA size and largest cluster (DDTREE_TOPK_V4_CONFIG="threads,cluster", read
+"""Sweep of draft_topk_lse v4's CTA size, largest cluster and exchange (DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]", read
 once per process, so each shape runs in its own child process), on the shapes of bench_draft_topk_lse.py:
 1x15x163840 bf16 at K = 1, 16 and 8x15x163840 at K = 16. Same timing as the main bench (CUDA-graph replay
 medians over rotating inputs); every child checks its output against the reference before timing. The
@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 CASES = [(1, 15, 163840, 1), (1, 15, 163840, 16), (8, 15, 163840, 16)]
-DEFAULT_CONFIGS = ["512,8", "1024,8", "256,8", "512,4"]
+DEFAULT_CONFIGS = ["512,8", "512,8,1", "1024,8", "256,8", "512,4"]  # ",1": the st.async exchange
 
 
 def child() -> None:

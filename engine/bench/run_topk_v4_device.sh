@@ -3,13 +3,14 @@
 # (memcheck + racecheck) on the sized self-test, the GPU pytest (v4, the default, graphs, streams), the
 # bench (v2/v3/v4 vs torch f32/bf16; then k = 1, 16 again without PDL; then v4's CTA-size/cluster sweep),
 # Nsight Compute on v4 (K = 1, 16: sections + hottest SASS lines).
-# STAGES (default "build selftest sanitize pytest bench ncu") picks stages.
+# "async" repeats the selftest, sanitizers and v4 GPU tests with the opt-in st.async exchange.
+# STAGES (default "build selftest sanitize pytest async bench ncu") picks stages.
 # Logs go to $OUT (the device tool's folder, at most 8 files come back) or /tmp/v4out.
 # Usage, from the repository root: bash engine/bench/run_topk_v4_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/v4out}; mkdir -p "$OUT"
-STAGES=${STAGES:-"build selftest sanitize pytest bench ncu"}
+STAGES=${STAGES:-"build selftest sanitize pytest async bench ncu"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 cd "$(dirname "$0")/../.."
@@ -41,6 +42,23 @@ if has pytest; then
   timeout 200 python3 -m pytest engine/tests/test_draft_topk_lse.py -m gpu -p no:cacheprovider -q -x \
     -k "v4 or default or graph or back_to_back or nan or rejects or smaller" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; tail -4 "$OUT/pytest.log"
+fi
+if has async; then
+  # The opt-in st.async exchange (DDTREE_TOPK_V4_CONFIG=512,8,1): selftest, sanitizers and the v4 GPU tests
+  # again with it, appended to the same logs.
+  export DDTREE_TOPK_V4_CONFIG=512,8,1
+  stamp "async exchange: selftest, sanitizers, pytest"
+  timeout 120 $B/ddtree-selftest draft_topk_lse >> "$OUT/selftest.log" 2>&1
+  echo "async selftest rc=$?"; tail -4 "$OUT/selftest.log"
+  for tool in memcheck racecheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 $B/ddtree-selftest draft_topk_lse_sanitizer_sized \
+      >> "$OUT/san_$tool.log" 2>&1
+    echo "async $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_$tool.log" | tail -1)"
+  done
+  timeout 200 python3 -m pytest engine/tests/test_draft_topk_lse.py -m gpu -p no:cacheprovider -q -x -k "v4" \
+    >> "$OUT/pytest.log" 2>&1
+  echo "async pytest rc=$?"; tail -2 "$OUT/pytest.log"
+  unset DDTREE_TOPK_V4_CONFIG
 fi
 if has bench; then
   stamp bench

@@ -66,20 +66,22 @@ bool cluster_launch() {
   return cache[dev] == 2;
 }
 
-// v4's CTA size and largest cluster: 512 threads, 8 CTAs unless DDTREE_TOPK_V4_CONFIG="threads,cluster"
-// (threads 256, 512 or 1024; cluster 1-8; read once per process) asks for another shape, for the bench's
-// variant sweep (engine/bench/NOTES.md, v4).
+// v4's CTA size, largest cluster and exchange: 512 threads, 8 CTAs, closing cluster barrier, unless
+// DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]" (threads 256, 512 or 1024; cluster 1-8; async 1 = the
+// st.async/mbarrier exchange, 512 threads only, not yet run on a GPU; read once per process) asks for
+// another, for the bench's variant sweep (engine/bench/NOTES.md, v4).
 struct V4Config {
   int threads, cluster;
+  bool async;
 };
 V4Config v4_config() {
   static const V4Config cfg = [] {
-    V4Config c{k::kV4Threads, k::kV4MaxCluster};
+    V4Config c{k::kV4Threads, k::kV4MaxCluster, false};
     const char* e = std::getenv("DDTREE_TOPK_V4_CONFIG");
-    int t = 0, cl = 0;
-    if (e != nullptr && std::sscanf(e, "%d,%d", &t, &cl) == 2 && (t == 256 || t == 512 || t == 1024) && cl >= 1 &&
-        cl <= k::kV4MaxCluster)
-      c = V4Config{t, cl};
+    int t = 0, cl = 0, as = 0;
+    const int got = e != nullptr ? std::sscanf(e, "%d,%d,%d", &t, &cl, &as) : 0;
+    if (got >= 2 && (t == 256 || t == 512 || t == 1024) && cl >= 1 && cl <= k::kV4MaxCluster)
+      c = V4Config{t, cl, got == 3 && as == 1 && t == 512};
     return c;
   }();
   return cfg;
@@ -87,7 +89,7 @@ V4Config v4_config() {
 
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
 // programmatic dependent launch when enabled (the kernel waits before its first global access).
-template <typename T, int THREADS>
+template <typename T, int THREADS, bool ASYNC = false>
 ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
                        int32_t* error_flags, cudaStream_t stream) {
@@ -111,10 +113,10 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   cfg.attrs = attr;
   auto go = [&](unsigned num_attrs) {
     cfg.numAttrs = num_attrs;
-    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS>, logits,
+    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags)
-               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS>, logits,
+               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags);
   };
@@ -268,6 +270,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
       if (threads == 1024)
         return run_v4<float, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                    error_flags, stream);
+      if (v4_config().async)
+        return run_v4<float, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                        lse, error_flags, stream);
       return run_v4<float, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                 error_flags, stream);
     }
@@ -278,6 +283,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
     if (threads == 1024)
       return run_v4<__nv_bfloat16, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                          lse, error_flags, stream);
+    if (v4_config().async)
+      return run_v4<__nv_bfloat16, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
+                                              top_id, lse, error_flags, stream);
     return run_v4<__nv_bfloat16, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                       error_flags, stream);
   }

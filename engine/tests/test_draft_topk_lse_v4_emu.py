@@ -39,12 +39,13 @@ def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512
+def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
-    """(top_lp, top_id, lse, events) of the emulated kernel on logits x [B, L, V] (fp32 or bf16)."""
+    """(top_lp, top_id, lse, events) of the emulated kernel on logits x [B, L, V] (fp32 or bf16); async_xchg
+    runs the opt-in st.async/mbarrier exchange instead of the closing cluster barrier."""
     batch, positions, vocab = x.shape
     rows = batch * positions
-    header = f"{rows} {vocab} {k} {1 if x.dtype == torch.bfloat16 else 0} {threads}\n".encode()
+    header = f"{rows} {vocab} {k} {1 if x.dtype == torch.bfloat16 else 0} {threads} {int(async_xchg)}\n".encode()
     payload = header + x.float().contiguous().numpy().astype("<f4").tobytes()
     proc = subprocess.run([str(binary)], input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
@@ -63,8 +64,8 @@ def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512
             torch.tensor(lse, dtype=torch.float32).reshape(batch, positions), events)
 
 
-def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512) -> dict[str, int]:
-    lp, ids, lse, events = run_emu(binary, x, k, threads)
+def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False) -> dict[str, int]:
+    lp, ids, lse, events = run_emu(binary, x, k, threads, async_xchg)
     want_lp, want_ids, want_lse = ref_topk(x, k)
     tol = 4e-6 if x.shape[-1] > 100_000 else 2e-6
     assert torch.equal(ids, want_ids), f"ids differ at {(ids != want_ids).nonzero()[:5].tolist()}"
@@ -143,3 +144,21 @@ def test_v4_emulated_nan_row(emu_binary: Path) -> None:
     for r in (1, 2):
         assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
     compare(emu_binary, x[:, :1], 16, threads=128)
+
+
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_v4_emulated_async_exchange(emu_binary: Path, k: int) -> None:
+    # The opt-in exchange (DDTREE_TOPK_V4_CONFIG="512,8,1"): the other CTAs st.async their partial and items
+    # into CTA 0 against its mbarrier and exit. Same answers on random, tie-heavy (radix fallback), -inf, NaN
+    # and full-vocab rows; CTA 0 must count every byte (a NaN slice still sends its item count) or it hangs.
+    compare(emu_binary, logits((1, 3, 20011), "normal", torch.bfloat16, seed=300 + k), k, 128, async_xchg=True)
+    events = compare(emu_binary, logits((2, 1, 9000), "ties", torch.float32, seed=310 + k), k, async_xchg=True)
+    assert (events.get("cta_radix", 0) > 0) == (k > 1)
+    compare(emu_binary, logits((1, 2, 5000), "neginf", torch.float32, seed=320 + k), k, 128, async_xchg=True)
+    x = logits((1, 3, 9000), "normal", torch.float32, seed=330 + k)
+    x[0, 1, 4444] = float("nan")
+    lp, ids, lse, events = run_emu(emu_binary, x, k, 128, async_xchg=True)
+    assert events["flags"] == 1 and torch.isnan(lse[0, 1]) and ids[0, 1].eq(-1).all()
+    compare(emu_binary, x[:, :1], k, 128, async_xchg=True)
+    events = compare(emu_binary, logits((1, 1, 163840), "normal", torch.bfloat16, seed=340 + k), k, async_xchg=True)
+    assert events["cluster"] == 8

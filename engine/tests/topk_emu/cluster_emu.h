@@ -10,6 +10,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -223,3 +224,17 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
   return old;
 }
 inline int __ffs(int v) { return __builtin_ffs(v); }
+// The opt-in asynchronous exchange (ASYNC): an mbarrier is a byte count that st.async decrements after its
+// store; CTA 0 waits for zero. (One arrival, armed at initialization, as the kernel uses it.)
+inline void v4_mbar_init_expect(uint64_t* mbar, unsigned bytes) { __atomic_store_n(mbar, uint64_t(bytes), __ATOMIC_SEQ_CST); }
+inline void v4_mbar_wait0(uint64_t* mbar) {
+  while (__atomic_load_n(mbar, __ATOMIC_SEQ_CST) != 0) sched_yield();
+}
+inline void v4_st_async(uint64_t* p, unsigned rank, uint64_t v, uint64_t* mbar) {
+  *v4_map_rank(p, rank) = v;
+  __atomic_fetch_sub(v4_map_rank(mbar, rank), uint64_t(8), __ATOMIC_SEQ_CST);
+}
+inline void v4_st_async(float2* p, unsigned rank, float2 v, uint64_t* mbar) {
+  *v4_map_rank(p, rank) = v;
+  __atomic_fetch_sub(v4_map_rank(mbar, rank), uint64_t(8), __ATOMIC_SEQ_CST);
+}

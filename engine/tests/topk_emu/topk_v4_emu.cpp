@@ -1,7 +1,8 @@
 // Runs the real draft_topk_lse v4 kernel source (include/ddtree/kernels/draft_topk_lse_v4.cuh) on the CPU
 // through cluster_emu.h: one cluster per row, its CTAs concurrently, as the launcher configures them.
-// stdin: a text header "rows vocab k dtype threads" (dtype 0 = fp32, 1 = bf16; threads 128 or 512 = the
-// kernel's CTA size: the library runs 512, 128 splits small rows over more CTAs) and a newline, then
+// stdin: a text header "rows vocab k dtype threads async" (dtype 0 = fp32, 1 = bf16; threads 128 or 512 =
+// the kernel's CTA size: the library runs 512, 128 splits small rows over more CTAs; async 1 = the opt-in
+// st.async/mbarrier exchange instead of the closing cluster barrier) and a newline, then
 // rows*vocab little-endian float32 logits (bf16 inputs must already be bf16-exact). stdout: per row one
 // line "lse_hex | lp_hex... | id...". stderr: "events flags=F barriers=B cluster=C [cta_radix=N]".
 #include <cstdio>
@@ -22,7 +23,7 @@ static std::mutex g_events_mu;
 
 namespace k = ddtree::kernels;
 
-template <typename T, int THREADS>
+template <typename T, int THREADS, bool ASYNC>
 static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp, std::vector<int>& id,
                std::vector<float>& lse, int& flags) {
   const auto split = k::v4_split<T, THREADS>(vocab);
@@ -30,11 +31,11 @@ static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector
   const bool vec = vocab % (16 / int(sizeof(T))) == 0;
   emu4::launch_clusters(split.cluster, rows, THREADS, [&] {
     if (vec)
-      k::draft_topk_lse_v4_kernel<T, true, THREADS>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+      k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
                                                     split.cluster, split.pv, lp.data(), id.data(), lse.data(),
                                                     &flags);
     else
-      k::draft_topk_lse_v4_kernel<T, false, THREADS>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+      k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
                                                      split.cluster, split.pv, lp.data(), id.data(), lse.data(),
                                                      &flags);
   });
@@ -42,15 +43,18 @@ static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector
 }
 
 template <typename T>
-static int run_threads(int threads, const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp,
-                       std::vector<int>& id, std::vector<float>& lse, int& flags) {
-  if (threads == 128) return run<T, 128>(x, rows, vocab, kk, lp, id, lse, flags);
-  return run<T, k::kV4Threads>(x, rows, vocab, kk, lp, id, lse, flags);
+static int run_threads(int threads, bool async, const std::vector<T>& x, int rows, int vocab, int kk,
+                       std::vector<float>& lp, std::vector<int>& id, std::vector<float>& lse, int& flags) {
+  if (threads == 128)
+    return async ? run<T, 128, true>(x, rows, vocab, kk, lp, id, lse, flags)
+                 : run<T, 128, false>(x, rows, vocab, kk, lp, id, lse, flags);
+  return async ? run<T, k::kV4Threads, true>(x, rows, vocab, kk, lp, id, lse, flags)
+               : run<T, k::kV4Threads, false>(x, rows, vocab, kk, lp, id, lse, flags);
 }
 
 int main() {
-  int rows = 0, vocab = 0, kk = 0, dtype = 0, threads = 0;
-  if (std::scanf("%d %d %d %d %d", &rows, &vocab, &kk, &dtype, &threads) != 5) return 2;
+  int rows = 0, vocab = 0, kk = 0, dtype = 0, threads = 0, async = 0;
+  if (std::scanf("%d %d %d %d %d %d", &rows, &vocab, &kk, &dtype, &threads, &async) != 6) return 2;
   if (threads != 128 && threads != k::kV4Threads) return 4;
   std::getchar();  // the newline before the binary payload
   std::vector<float> xf(size_t(rows) * vocab);
@@ -60,9 +64,9 @@ int main() {
   int flags = 0, cluster = 0;
   if (dtype == 1) {
     std::vector<__nv_bfloat16> xb(xf.begin(), xf.end());
-    cluster = run_threads(threads, xb, rows, vocab, kk, lp, id, lse, flags);
+    cluster = run_threads(threads, async != 0, xb, rows, vocab, kk, lp, id, lse, flags);
   } else {
-    cluster = run_threads(threads, xf, rows, vocab, kk, lp, id, lse, flags);
+    cluster = run_threads(threads, async != 0, xf, rows, vocab, kk, lp, id, lse, flags);
   }
   for (int r = 0; r < rows; ++r) {
     std::printf("%a |", double(lse[r]));

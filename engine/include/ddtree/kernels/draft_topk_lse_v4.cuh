@@ -14,14 +14,15 @@
 //      one pass of exp2(fma(x, log2 e, -ref)) sums (~4 instructions per logit: unpack, FFMA, MUFU, FADD).
 //      NaN or +inf make the sum NaN (checked once per CTA, no per-logit flag).
 //   2. a lower bound on the slice's k-th largest key: the k-th largest of the 128 lane-group maxima
-//      (k groups hold k distinct logits >= it). Only threads whose maximum reaches it look at their
-//      logits again; those >= it (about 20 for k = 16, 90 for k = 64) go to shared memory (one atomic
-//      each).
+//      (k groups hold k distinct logits >= it). Only warps holding a vector whose maximum reaches it look
+//      at that vector's logits again, all 32 lanes in step; those >= it (about 20 for k = 16, 90 for
+//      k = 64) go to shared memory (one ballot and one atomic per warp; k = 1: one atomicMax).
 //   3. exact ranks among the candidates by counting (items are distinct (key, id) pairs); ranks < k
 //      are stored into CTA 0's slot for this CTA. More than kV4Cap candidates (tie-heavy slices): the
 //      block radix select of v2 over the re-read slice (exact, slower).
-//   CTA 0, after the cluster barrier: lse from the CTAs' partials in fp64; bound = best of the CTAs'
-//   ksel-th items; the items above it (k..2k) ranked by counting and written as x - lse.
+//   CTA 0, after the cluster barrier: lse from the CTAs' partials in fp64 (warp 0); bound = best of the
+//   CTAs' ksel-th items and the items above it (k..2k) gathered (warp 1); ranked by counting and written
+//   as x - lse. (Opt-in ASYNC: st.async + mbarrier instead of the closing cluster barrier; see the kernel.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -84,6 +85,51 @@ __device__ __forceinline__ P* v4_map_rank(P* p, unsigned rank) {
   return p;
 #endif
 }
+// The asynchronous exchange (opt-in, ASYNC = true): st.async into CTA 0's shared memory, completing bytes
+// on CTA 0's mbarrier. No GPU-scope fence: the cluster barrier's release compiles to MEMBAR.ALL.GPU.
+__device__ __forceinline__ uint32_t v4_smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t v4_mapa_u32(uint32_t addr, unsigned rank) {
+  uint32_t out = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+#endif
+  return out;
+}
+// Initializes an mbarrier of one arrival, arms it for `bytes` of transactions (that arrival) and makes the
+// initialization visible to the cluster (waited for through the entry cluster barrier).
+__device__ __forceinline__ void v4_mbar_init_expect(uint64_t* mbar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(v4_smem_u32(mbar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(v4_smem_u32(mbar)), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void v4_mbar_wait0(uint64_t* mbar) {  // phase 0 completed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n.reg .pred p;\nV4_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra V4_WAIT;\n}"
+      ::"r"(v4_smem_u32(mbar)) : "memory");
+#endif
+}
+// *p (this CTA's layout) in CTA `rank` := v, completing its bytes on `mbar` (this CTA's layout) in CTA `rank`.
+__device__ __forceinline__ void v4_st_async(uint64_t* p, unsigned rank, uint64_t v, uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+               ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "l"(v), "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void v4_st_async(float2* p, unsigned rank, float2 v, uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+               ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "f"(v.x), "f"(v.y),
+               "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
+               : "memory");
+#endif
+}
 __device__ __forceinline__ float v4_ex2(float x) {  // one MUFU.EX2 (2^-22 relative), 0 for -inf
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -115,6 +161,7 @@ struct V4Smem {
   unsigned long long best;  // k = 1: the best item (atomicMax)
   double lse_d;             // CTA 0: the row's lse
   int cnt, cnt2, bad;
+  uint64_t mbar;  // CTA 0, ASYNC only: completes when every other CTA's bytes landed
 };
 
 // How a row is split (host and device agree): nvec 16-byte vectors per row, pv per CTA, `cluster` CTAs.
@@ -200,7 +247,9 @@ __device__ __forceinline__ void v4_set_elem(uint4& v, int q, uint32_t e) {
 // grid = (cluster, rows), cluster dims (cluster, 1, 1), block = THREADS. pv = vectors per CTA
 // (v4_split). Outputs as draft_topk_lse.h; flags gets DDTREE_FLAG_NAN_INPUT (bit 0) for NaN/+inf rows.
 // <= 64 registers at any CTA size (1024 threads: 1 CTA/SM, 512: 2, 256: 4).
-template <typename T, bool VEC, int THREADS>
+// ASYNC (opt-in, DDTREE_TOPK_V4_CONFIG="512,8,1"; not yet run on a GPU): the other CTAs st.async their
+// partial and items into CTA 0 against an mbarrier and exit; no closing cluster barrier.
+template <typename T, bool VEC, int THREADS, bool ASYNC = false>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     draft_topk_lse_v4_kernel(const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride,
                              int64_t row_stride, int k, int cluster, int pv, float* __restrict__ top_lp,
@@ -210,9 +259,15 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   __trap();  // the launcher never runs v4 below sm_90 (no clusters)
 #else
   pdl_launch_dependents();
-  v4_cluster_arrive_relaxed();  // "every CTA of the cluster started": waited for before the first remote store
   DDTREE_V4_SHARED(V4Smem<THREADS>, sm);
   constexpr int VN = 16 / int(sizeof(T));
+  if (ASYNC && blockIdx.x == 0 && threadIdx.x == 0) {
+    // Bytes CTA 0 receives: every other CTA's partial (8) and its min(k, n) items (8 each).
+    unsigned bytes = 0;
+    for (int cc = 1; cc < cluster; ++cc) bytes += 8u + 8u * unsigned(min(k, min(pv * VN, vocab - cc * pv * VN)));
+    v4_mbar_init_expect(&sm.mbar, bytes);
+  }
+  v4_cluster_arrive_relaxed();  // "every CTA of the cluster started": waited for before the first remote store
   constexpr int WARPS = THREADS / 32;
   constexpr int G = THREADS / kV4Groups;  // lanes per group
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -315,7 +370,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
     term = warp_sum(term);
     if (lane == 0) {
-      *v4_map_rank(&sm.part[c], 0u) = make_float2(cref, term);
+      if (ASYNC && c != 0) v4_st_async(&sm.part[c], 0u, make_float2(cref, term), &sm.mbar);
+      else *v4_map_rank(&sm.part[c], 0u) = make_float2(cref, term);
       sm.bad = term != term;
     }
   }
@@ -372,8 +428,12 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     if (best != 0ull) atomicMax(&sm.best, best);
     __syncthreads();
     uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
+    auto put = [&](int r, uint64_t it) {
+      if (ASYNC && c != 0) v4_st_async(&sm.slot[c][r], 0u, it, &sm.mbar);
+      else slot[r] = it;
+    };
     if (k == 1) {  // one exact candidate whatever the ties: never overflows
-      if (tid == 0) slot[0] = sm.best;
+      if (tid == 0) put(0, sm.best);
     } else {
       int n = sm.cnt;
       if (n > kV4Cap) {
@@ -402,13 +462,22 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         const uint64_t it = sm.cbuf[p];
         int rank = 0;
         for (int q = 0; q < n; ++q) rank += sm.cbuf[q] > it;
-        if (rank < kc) slot[rank] = it;
+        if (rank < kc) put(rank, it);
       }
     }
+  } else if (ASYNC && c != 0) {
+    // NaN/+inf slice: CTA 0 still counts this CTA's item bytes.
+    for (int r = tid; r < kc; r += THREADS) v4_st_async(&sm.slot[c][r], 0u, 0ull, &sm.mbar);
   }
-  v4_cluster_arrive_release();
-  v4_cluster_wait();
-  if (c != 0) return;
+  if (ASYNC) {
+    if (c != 0) return;  // st.async needs nothing more from the sender
+    __syncthreads();     // CTA 0's own partial and items (plain stores) are in
+    if (warp < 2) v4_mbar_wait0(&sm.mbar);  // the warps that read the others' bytes
+  } else {
+    v4_cluster_arrive_release();
+    v4_cluster_wait();
+    if (c != 0) return;
+  }
 
   // ---- CTA 0: merge the cluster's partials and items. Warp 0 does the fp64 lse (its exp2/log2/div are
   // ~100 double instructions: 16 warps doing it redundantly cost ~0.4 µs of fp64 issue in the tail) while
