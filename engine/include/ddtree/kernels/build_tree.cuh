@@ -1125,7 +1125,7 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
       const float x0 = lane < lim ? row_of(S, lp, K, dd).at(0) : 0.f;
       const float xl = lane < lim ? row_of(S, lp, K, dd).at(nv - 1) : 0.f;
       double mine = 0.0;
-#pragma unroll 4
+#pragma unroll 1
       for (int i = 0; i < lim; ++i) {
         const double xi = static_cast<double>(__shfl_sync(0xffffffffu, x0, i));
         if (lane == i) mine = a;
@@ -1441,16 +1441,20 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
       const int i = r0 + q;
       uint32_t* out = stage + q * W;
       if (i >= n) {
+#pragma unroll 1
         for (int w = 0; w < W; ++w) out[w] = 0u;
         continue;
       }
       int cw = i >> 5;
+#pragma unroll 1
       for (int w = cw + 1; w < W; ++w) out[w] = 0u;
       uint32_t bits = 0;
+#pragma unroll 1
       for (int j = i; j >= 0; j = N.par[j]) {
         const int jw = j >> 5;
         if (jw != cw) {
           out[cw] = bits;
+#pragma unroll 1
           for (int w = jw + 1; w < cw; ++w) out[w] = 0u;
           cw = jw;
           bits = 0;
