@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for build_tree: build (sm_90, this op only), ddtree-selftest, compute-sanitizer
 # (memcheck + racecheck), GPU pytest vs the reference heap, bench table, phase profile. Logs go to $OUT.
-# STAGES (default "build selftest sanitize pytest bench profile") picks stages; "variants" adds the
-# inline-all / 256-thread / 128-thread comparison, e.g. STAGES="build selftest pytest bench profile variants".
+# STAGES (default "build selftest sanitize pytest bench profile") picks stages; "ncu" adds stall reasons,
+# "variants" the inline-all / 256-thread / 128-thread comparison, e.g.
+# STAGES="build selftest pytest bench profile ncu variants".
 # Run from the repository root:  bash engine/bench/run_build_tree_device.sh
 set -u
 OUT=${OUT:-/tmp/build_tree_out}
@@ -60,6 +61,17 @@ if has profile; then
   stamp profile
   nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile" \
     && timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
+fi
+# Stall reasons of the kernel itself (stage "ncu", after "profile", whose tool it reuses): the first two
+# profile configurations (M=256 K=64, sharpness 4 and 8). A large "no_instruction" share confirms that
+# instruction fetch (code size) is the cost; appended to profile.log.
+if has ncu; then
+  stamp ncu
+  timeout 150 ncu --clock-control none -k regex:build_tree_kernel --launch-count 2 --section SpeedOfLight \
+    --section WarpStateStats --section SourceCounters --section InstructionStats "$build/bt_profile" \
+    >> "$OUT/profile.log" 2>&1
+  echo "ncu rc=$?"
+  grep -E "Warp Cycles Per Issued|Executed Instructions  |stall|Stall" "$OUT/profile.log" | head -20
 fi
 # Variant experiment (stage "variants"): the phase profile and the quick bench of the kernel built with
 # everything inlined (v5's code layout, 300 KB of SASS) and with 256 / 128 threads per CTA, appended to
