@@ -435,23 +435,33 @@ def test_producer_copy_warp_instructions_are_whole_lines() -> None:
             assert len(srows) == 4 and dsts == sorted(sr * 128 + 16 * q for sr in srows for q in range(8))
 
 
-@pytest.mark.parametrize("first_is_ctx", [False, True])
+@pytest.mark.parametrize("npre", [0, 1, 2])
 @pytest.mark.parametrize("n_tiles", [1, 2, 3, 4, 7, 10])
-def test_producer_ring_counters_match_the_modular_formulas(first_is_ctx: bool, n_tiles: int) -> None:
+def test_producer_ring_counters_match_the_modular_formulas(npre: int, n_tiles: int) -> None:
     """The producer loop's incremental (st, ph, sv, phv, kt_prev) give the same stages, s_rows buffers,
-    empty-barrier parities and tile starts as v6's j % 3, (j / 3 - 1) & 1 and the tile list."""
+    empty-barrier parities and tile starts as v6's j % 3, (j / 3 - 1) & 1 and the tile list, after a
+    prologue that ran steps 0 .. npre-1 (v8: npre = 2 when tiles 0 and 1 are context tiles)."""
+    if npre > n_tiles:
+        pytest.skip("the prologue runs only steps of tiles that exist")
     tiles = [1000 + 384 * t for t in range(n_tiles)]  # any increasing tile starts (skips allowed)
     want, got = [], []
     # v6 order: step j issues K_j (stage j % 3, wait parity (j/3 - 1) & 1 if j >= 3), then V_{j-1}.
     for j in range(n_tiles + 1):
-        if j < n_tiles and not (first_is_ctx and j == 0):
+        if j < n_tiles:
             want.append(("K", j % 3, ((j // 3) - 1) & 1 if j >= 3 else None, tiles[j]))
         if j >= 1:
             jv = j - 1
             want.append(("V", jv % 3, ((jv // 3) - 1) & 1 if jv >= 3 else None, tiles[jv]))
-    # v7 transcription (the prologue issued K of tile 0 when first_is_ctx).
-    j = 1 if first_is_ctx else 0
-    st, ph, sv, phv, kt_prev = j, 0, 0, 0, tiles[0]
+    # v8 transcription. Prologue: K_0 when npre >= 1; K_1, then V_0 when npre == 2 (stages fresh).
+    if npre >= 1:
+        got.append(("K", 0, None, tiles[0]))
+    if npre == 2:
+        got.append(("K", 1, None, tiles[1]))
+        got.append(("V", 0, None, tiles[0]))
+    j = npre
+    st, ph, phv = j, 0, 0
+    sv = j - 1 if j >= 1 else 0
+    kt_prev = tiles[j - 1] if j >= 1 else tiles[0]
     it = iter(tiles[j:])
     kt = next(it, None)
     if j == 1 and kt is None:
@@ -467,6 +477,6 @@ def test_producer_ring_counters_match_the_modular_formulas(first_is_ctx: bool, n
             st, ph = 0, ph ^ 1
         kt = kn
         j += 1
-    if j >= 1 and not (first_is_ctx and j == 1):
+    if j >= 1 and not (npre == 1 and j == 1):
         got.append(("V", sv, (phv ^ 1) if j - 1 >= 3 else None, kt_prev))
     assert got == want

@@ -52,8 +52,8 @@ struct Fa3Config {
                        BAR_EMPTY_V = 24 * STAGES;                 // byte offsets in the small region
   static constexpr int ROWS_OFF = 32 * STAGES;                     // int rows[3][BN]
   static constexpr int MASK_OFF = ROWS_OFF + 3 * BN * 4;           // u64 tile mask
-  static constexpr int VALID_OFF = MASK_OFF + 8;                   // u8 row_valid[BM]
-  static constexpr int SMALL_BYTES = VALID_OFF + BM;
+  static constexpr int VALID_OFF = MASK_OFF + 8;                   // u8 row_valid[2][BM] (per mask half)
+  static constexpr int SMALL_BYTES = VALID_OFF + 2 * BM;
   // + 1 KB so the base can be aligned to the 1024-byte swizzle atom.
   static constexpr int SMEM = SMALL_OFF + SMALL_BYTES + 1024;
   static constexpr int NT8 = BN / 8, DT8 = D / 8, VW = BN / 64;
@@ -323,10 +323,22 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       }
     }
   };
-  // Context tiles are never skipped, so a chunk that starts inside the context starts at c_begin.
+  // Context tiles are never skipped, so a chunk that starts inside the context starts at c_begin, and
+  // its first tiles are known before the tile mask exists. v8: when tiles 0 and 1 are both context
+  // tiles, the prologue runs producer steps 0 and 1 (K_0; K_1 and V_0) before the mask is published,
+  // so everything iteration 1 of the consumers needs is in flight while warpgroups 1 and 2 compute the
+  // mask; the page of the first tile the loop issues is looked up before the first barrier as well.
   const bool first_is_ctx = c_begin < ctx;
-  int page0 = 0;
-  if (wg == 0 && c_begin + tid < kv_len) page0 = page_of(c_begin + tid);
+  const bool second_is_ctx = first_is_ctx && c_begin + BN < ctx && c_begin + BN < c_end;
+  const int npre = first_is_ctx ? (second_is_ctx ? 2 : 1) : 0;  // producer steps done in the prologue
+  const int kpre = c_begin + npre * BN;  // the loop's first tile when it is a context tile (not skippable)
+  const bool kpre_known = kpre < ctx && kpre < c_end;
+  int page0 = 0, page1 = 0, page_next = 0;
+  if (wg == 0) {  // independent block-table loads, all in flight together
+    if (first_is_ctx && c_begin + tid < kv_len) page0 = page_of(c_begin + tid);
+    if (second_is_ctx && c_begin + BN + tid < kv_len) page1 = page_of(c_begin + BN + tid);
+    if (kpre_known && kpre + tid < kv_len) page_next = page_of(kpre + tid);
+  }
 
   if (tid == 0) {
     s_tile_mask[0] = 0ull;
@@ -339,27 +351,39 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
   }
   __syncthreads();
-  if (wg == 0 && first_is_ctx) {  // K of tile 0 (step 0 of the producer loop below, without its V)
+  if (wg == 0 && first_is_ctx) {  // steps 0 (K_0) and, with a second context tile, 1 (K_1, then V_0)
     s_rows[rows_slot] = cache_row(c_begin + tid, page0);
+    if (second_is_ctx) s_rows[BN + rows_slot] = cache_row(c_begin + BN + tid, page1);
     named_sync(5, 128);
     issue(k_ring, k_src0, 0, kv_len - c_begin - cp_g);
     cp_async_mbar_arrive(full_k);
+    if (second_is_ctx) {
+      issue(k_ring + C::KV_BYTES, k_src0, 1, kv_len - c_begin - BN - cp_g);
+      cp_async_mbar_arrive(full_k + 8);
+      issue(v_ring, v_src0, 0, kv_len - c_begin - cp_g);
+      cp_async_mbar_arrive(full_v);
+    }
   }
-  if (wg == 1) {  // per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel)
-    const int lr = tid - 128, r = row0 + lr;
+  if (wg != 0) {  // per-row validity and the tree tiles this CTA visits (as in tree_attention_kernel)
+    // Both consumer warpgroups share the work (v8): warpgroup 1 + half takes the ancestor words
+    // 8 * half + 16 * k .. + 7, so a row of up to 512 nodes costs one round of 8 loads in flight per
+    // thread instead of two dependent rounds. Validity is kept per half and ORed where it is read.
+    const int lr = tid & 127, r = row0 + lr, half = wg - 1;
     bool valid = false;
     unsigned long long tiles = 0ull;
     if (r < rows_b) {
       const int node = r / G;
       if (anc_b == nullptr) {
-        valid = true;
-        for (int j = 0; j <= node; j += 32) {
-          const int lo = (ctx + j - tb0) / BN, hi = (ctx + min(j + 31, node) - tb0) / BN;
-          tiles |= range64(lo, hi + 1);
+        if (half == 0) {
+          valid = true;
+          for (int j = 0; j <= node; j += 32) {
+            const int lo = (ctx + j - tb0) / BN, hi = (ctx + min(j + 31, node) - tb0) / BN;
+            tiles |= range64(lo, hi + 1);
+          }
         }
       } else {
         const uint32_t* row = anc_b + static_cast<int64_t>(node) * p.words;
-        for (int w0 = 0; w0 * 32 < n_b; w0 += 8) {
+        for (int w0 = 8 * half; w0 * 32 < n_b; w0 += 16) {
           uint32_t wd[8];
 #pragma unroll
           for (int u = 0; u < 8; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;  // 8 in flight
@@ -380,7 +404,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         }
       }
     }
-    s_row_valid[lr] = valid;
+    s_row_valid[half * BM + lr] = valid;
     // One 32-bit shared atomic per half and warp (a 64-bit atomicOr on shared memory is a CAS loop).
     const uint32_t lo = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(tiles));
     const uint32_t hi = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(tiles >> 32));
@@ -401,11 +425,12 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     // Tile j sits in ring stage st = j % 3 (also its s_rows buffer) in round ph = (j / 3) & 1; once
     // j >= 3 its stage's empty barrier is waited on with parity (j / 3 - 1) & 1 = ph ^ 1. sv, phv and
     // kt_prev are the same for tile j-1, whose V goes out in step j. Counters instead of j % 3, j / 3.
-    int j = first_is_ctx ? 1 : 0;  // step 0's K is already in flight when tile 0 is a context tile
-    int st = j, ph = 0, sv = 0, phv = 0, kt_prev = c_begin;
-    int kt = next_tile(first_is_ctx ? c_begin + BN : c_begin);
-    int page_next = 0;
-    if (kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
+    // Steps 0 .. npre-1 ran in the prologue (npre <= 2 < ST: no empty waits there, round 0). Step j
+    // issues K_j and V_{j-1}, so the V of tile npre-1 is still due in step npre.
+    int j = npre;
+    int st = j, ph = 0, sv = j >= 1 ? j - 1 : 0, phv = 0, kt_prev = c_begin + (j >= 1 ? (j - 1) * BN : 0);
+    int kt = next_tile(kpre);  // == kpre when kpre_known (a context tile), whose page is already loaded
+    if (!kpre_known && kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
     if (j == 1 && kt >= c_end) {  // a single tile: its V
       issue(v_ring, v_src0, 0, kv_len - c_begin - cp_g);
       cp_async_mbar_arrive(full_v);
@@ -435,7 +460,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       }
       kt = kn;
     }
-    if (j >= 1 && !(first_is_ctx && j == 1)) {  // V of the last tile (a single tile's V went above)
+    if (j >= 1 && !(npre == 1 && j == 1)) {  // V of the last tile (a single tile's V went above)
       if (j - 1 >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(phv ^ 1));
       issue(v_ring + sv * C::KV_BYTES, v_src0, sv, kv_len - kt_prev - cp_g);
       cp_async_mbar_arrive(full_v + 8 * sv);
@@ -684,7 +709,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         const int lr = wrow + g4 + 8 * hf, gr = row0 + lr;
         if (gr >= rows_b) continue;
         const float l = l_run[hf];
-        const bool valid = s_row_valid[lr] && l > 0.f;
+        const bool valid = (s_row_valid[lr] | s_row_valid[BM + lr]) && l > 0.f;
         const float inv = valid ? 1.f / l : 0.f;
         const int64_t qrow = static_cast<int64_t>(t0 + gr / G) * p.hq + static_cast<int64_t>(h) * G + gr % G;
         __nv_bfloat16* orow = p.o + qrow * D;
