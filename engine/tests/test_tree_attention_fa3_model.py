@@ -127,13 +127,14 @@ def simulate(n_tiles: int, rng: random.Random) -> None:
         for it in range(n_tiles):
             last = it == n_tiles - 1
             yield from wait_full("K", it)
-            if it >= 1:
-                yield from wait_full("V", it - 1)
             if it >= 2:  # wait_group 0 at the top of the iteration: P V of tile it-2 is done
                 release("V", it - 2)
             yield from sync(1 + c)
             use("K", it)  # S_it reads K of tile it
             if it >= 1:
+                # v8 (FA3's order): V of tile it-1 is waited for after S_it went out, inside this
+                # warpgroup's turn (the other one waits for the arrival below meanwhile).
+                yield from wait_full("V", it - 1)
                 use("V", it - 1)  # P_{it-1} V_{it-1} reads V of tile it-1
             yield  # both products in flight
             if not (c == 1 and last):

@@ -641,7 +641,6 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         kn = next_tile(kt + BN);
         const int sk = it % ST, sv = (it - 1) % ST;
         mbar_wait(full_k + 8 * sk, static_cast<uint32_t>(it / ST) & 1u);
-        mbar_wait(full_v + 8 * sv, static_cast<uint32_t>((it - 1) / ST) & 1u);
         pin(s);
         pin(m_run, l_run, corr);
         wg_wait0();
@@ -656,6 +655,10 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         issue_s(k_ring + sk * C::KV_BYTES);
         wg_commit();
         rescale();  // by tile it-1's correction, before its P.V is added
+        // V of tile it-1 is waited for only here (FA3's order): the producer issues it after K of tile
+        // it, so S_it goes out as soon as K_it has landed and this wait overlaps S_it on the tensor pipe.
+        mbar_wait(full_v + 8 * sv, static_cast<uint32_t>((it - 1) / ST) & 1u);
+        fence_proxy_async();
         pin(acc);
         pin(pa);
         wg_fence();
