@@ -86,8 +86,8 @@ def _unit_file(section: Section | None) -> dict[str, Any]:
     dropins = []
     for line in section.body.splitlines():
         key, _, value = line.partition("=")
-        if key == "sha256" and value:
-            sha = value.strip()
+        if key == "sha256" and value.strip():
+            sha = value.split()[0]  # sha256sum prints "HEX  -"
         elif key == "dropin" and value:
             dropins.append(value.strip())
     return {"unit_sha256": sha, "unit_dropins": tuple(dropins)}

@@ -61,8 +61,9 @@ _NETWORK_HINT = "check the address and the network path to the host"
 
 def open_mux(host: Host, inventory: Inventory | None) -> "MuxTransport | None":
     """A MuxTransport for `host`, or None when this host must take the Paramiko path: reuse off
-    (`ssh_reuse: false` in the inventory, $DDTREECTL_SSH_REUSE=0), no `ssh` binary, a jump host, no pinned key (Paramiko shows the key with the `trust` hint),
-    or no safe control directory. Touches no network."""
+    (`ssh_reuse: false` in the inventory, $DDTREECTL_SSH_REUSE=0), no `ssh` binary, a jump
+    host, no pinned key (Paramiko shows the key with the `trust` hint) or no safe control
+    directory. Touches no network."""
     if (host.transport != "ssh" or host.jump_host is not None or not host.ssh_reuse
             or not control.reuse_enabled()):
         return None

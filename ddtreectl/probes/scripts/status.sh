@@ -18,11 +18,20 @@ PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
 # Forks are the probe's main cost on a loaded host, so builtins (read, case, ${x%/*}) do the small
 # jobs and only the tools that must run are run.
 
+# now_ms: set $now to milliseconds since boot from /proc/uptime (centiseconds, read without a fork;
+# two `date` processes cost more than the rest of the timing), else to date's epoch milliseconds.
+# Only differences are used (nvidia-smi's time).
 now_ms() {
-  # GNU date knows %3N; elsewhere fall back to whole seconds (only nvidia-smi's time is reported).
-  t=$(date +%s%3N 2>/dev/null)
-  case $t in *N*|"") t=$(( $(date +%s) * 1000 )) ;; esac
-  echo "$t"
+  first_line /proc/uptime
+  now=${line%% *}
+  case $now in
+    *[0-9].[0-9][0-9])
+      now=${now%.*}${now#*.}0
+      while case $now in 0?*) true ;; *) false ;; esac; do now=${now#0}; done ;;  # not octal
+    *)
+      now=$(date +%s%3N 2>/dev/null)
+      case $now in *N*|"") now=$(( $(date +%s) * 1000 )) ;; esac ;;
+  esac
 }
 
 # first_line FILE: set $line to the first line of FILE (empty if unreadable); no fork at all.
@@ -44,12 +53,12 @@ run_section() {
     echo "@@ddtree-end $name rc=127 ms=0 missing=1"
     return
   fi
-  [ "$timed" = 1 ] && t0=$(now_ms)
+  [ "$timed" = 1 ] && { now_ms; t0=$now; }
   "$@" 2>&1
   rc=$?
   echo
   ms=
-  [ "$timed" = 1 ] && ms=" ms=$(( $(now_ms) - t0 ))"
+  [ "$timed" = 1 ] && { now_ms; ms=" ms=$(( now - t0 ))"; }
   echo "@@ddtree-end $name rc=$rc$ms"
 }
 
@@ -112,7 +121,7 @@ if [ -n "$unit" ]; then
   echo "@@ddtree-begin unitfile"
   f=/etc/systemd/system/$unit
   if [ -f "$f" ] && command -v sha256sum >/dev/null 2>&1; then
-    echo "sha256=$(sha256sum < "$f" | cut -d' ' -f1)"
+    printf 'sha256='; sha256sum < "$f"  # "HEX  -": the parser takes the first word
   fi
   for d in "/etc/systemd/system/$unit.d" "/run/systemd/system/$unit.d"; do
     for c in "$d"/*.conf; do [ -f "$c" ] && echo "dropin=$c"; done
