@@ -160,6 +160,7 @@ def build_script() -> str:
 def build_release(
     transport: Transport, root: str, release: str, archs: str, cmake_args: tuple[str, ...], *,
     timeout: float, on_step: ProgressFn | None = None, on_line: Callable[[str], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> BuildOutcome:
     """Build the staged release `.incoming-<id>` in the host's workspace; the log lands in the release."""
     lines: list[str] = []
@@ -174,7 +175,7 @@ def build_release(
 
     command = " ".join(shlex.quote(p) for p in ["sh", "-c", build_script(), "ddtree-build", root, release, archs,
                                                  *cmake_args])
-    result = transport.run(command, timeout=timeout, on_line=line)
+    result = transport.run(command, timeout=timeout, on_line=line, on_tick=on_tick)
     steps, compiled = summarize(lines)
     tail = "\n".join(lines[-25:]) + (("\n" + result.stderr.strip()[-1000:]) if result.stderr.strip() else "")
     return BuildOutcome(result.ok, result.exit_code, steps, compiled, tail,
@@ -189,7 +190,8 @@ class SelftestOutcome:
 
 
 def run_selftest(transport: Transport, root: str, release: str, *, has_gpu: bool, expected_gpus: int,
-                 timeout: float, on_line: Callable[[str], None] | None = None) -> SelftestOutcome:
+                 timeout: float, on_line: Callable[[str], None] | None = None,
+                 on_tick: Callable[[], None] | None = None) -> SelftestOutcome:
     """Run the release's `ddtree-selftest` on the host's GPU (log: `<release>/selftest.log`)."""
     if not has_gpu:
         if expected_gpus > 0:
@@ -209,7 +211,7 @@ def run_selftest(transport: Transport, root: str, release: str, *, has_gpu: bool
         if on_line is not None:
             on_line(text)
 
-    result = transport.run(script, timeout=timeout, on_line=line)
+    result = transport.run(script, timeout=timeout, on_line=line, on_tick=on_tick)
     tail = "\n".join(lines[-25:])
     if result.ok:
         return SelftestOutcome("passed", True, tail)

@@ -212,11 +212,13 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     def step(n: int, total: int, what: str) -> None:
         emit(DeployEvent(host.name, "build", n, total, what))
 
-    def line(_: str) -> None:
-        _check(cancel, host.name)  # raising here abandons the remote build (it dies on its next write)
+    def tick() -> None:
+        # Called on every output line and at least once a second while a compile step is quiet:
+        # raising abandons the remote command (the transport stops it) so Ctrl-C is prompt.
+        _check(cancel, host.name)
 
     outcome = build_release(transport, root, rid, archs, host.build.cmake_args, timeout=options.build_timeout_s,
-                            on_step=step, on_line=line)
+                            on_step=step, on_line=lambda _: tick(), on_tick=tick)
     result.timings["build"] = time.monotonic() - t
     require_built(outcome, host.name)
     result.built, result.ninja_steps, result.compiled = True, outcome.steps, outcome.compiled
@@ -225,7 +227,7 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     emit(DeployEvent(host.name, "selftest"))
     has_gpu = facts.gpus.status == "ok" and bool(facts.gpus.gpus)
     test = run_selftest(transport, root, rid, has_gpu=has_gpu, expected_gpus=host.gpus,
-                        timeout=options.build_timeout_s, on_line=line)
+                        timeout=options.build_timeout_s, on_line=lambda _: tick(), on_tick=tick)
     result.timings["selftest"] = time.monotonic() - t
     result.selftest = test.verdict
     if not test.ok:

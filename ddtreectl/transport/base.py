@@ -53,11 +53,15 @@ class Transport(Protocol):
         timeout: float | None = None,
         stdin: bytes | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> RunResult:
         """Run `command` (a complete shell string, parts already shlex-quoted) with /bin/sh.
 
         Never raises on a non-zero exit status; raises ConnectError when the host is unreachable
         and RemoteCommandError when `timeout` expires. `on_line` receives stdout lines as they come.
+        `on_tick` is called at least once a second while the command runs, output or not, so a
+        caller can abandon a quiet command (a long compile step) when the user cancels: whatever it
+        (or `on_line`) raises stops the command and propagates.
         """
         ...
 

@@ -58,6 +58,7 @@ class LocalTransport:
         timeout: float | None = None,
         stdin: bytes | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> RunResult:
         limit = self.host.command_timeout if timeout is None else timeout
         started = time.monotonic()
@@ -73,7 +74,7 @@ class LocalTransport:
             # A thread, so a command that reads slowly cannot deadlock us against its output.
             threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
         try:
-            return self._collect(proc, command, limit, started, on_line)
+            return self._collect(proc, command, limit, started, on_line, on_tick)
         except BaseException:
             # on_line raised, or Ctrl-C: never leave the command running behind our back.
             if proc.returncode is None:
@@ -81,7 +82,8 @@ class LocalTransport:
             raise
 
     def _collect(self, proc: "subprocess.Popen[bytes]", command: str, limit: float,
-                 started: float, on_line: Callable[[str], None] | None) -> RunResult:
+                 started: float, on_line: Callable[[str], None] | None,
+                 on_tick: Callable[[], None] | None = None) -> RunResult:
         assert proc.stdout is not None and proc.stderr is not None
         out, err = bytearray(), bytearray()
         lines = LineSplitter(on_line)
@@ -95,6 +97,8 @@ class LocalTransport:
             sel.register(proc.stdout, selectors.EVENT_READ, out)
             sel.register(proc.stderr, selectors.EVENT_READ, err)
             while sel.get_map():
+                if on_tick is not None:
+                    on_tick()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     _kill_group(proc)

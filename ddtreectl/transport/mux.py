@@ -130,9 +130,10 @@ class MuxTransport:
         timeout: float | None = None,
         stdin: bytes | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> RunResult:
         if self._fallback is not None:
-            return self._fallback.run(command, timeout=timeout, stdin=stdin, on_line=on_line)
+            return self._fallback.run(command, timeout=timeout, stdin=stdin, on_line=on_line, on_tick=on_tick)
         limit = self.host.command_timeout if timeout is None else timeout
         started = time.monotonic()
         # The marker is printed by the /bin/sh that runs the command (inside wrap_command), so
@@ -142,7 +143,7 @@ class MuxTransport:
         # ssh's ConnectTimeout; no start by then means a master stuck on a dead TCP connection.
         start_by = started + min(limit, 3 * max(1.0, self.host.connect_timeout) + 1)
         outcome = _execute(self._argv + [self._destination, remote], stdin, started + limit,
-                           start_by, on_line)
+                           start_by, on_line, on_tick)
         if outcome.started:
             if outcome.timed_out:
                 raise RemoteCommandError(
@@ -167,7 +168,7 @@ class MuxTransport:
             control.debug("%s: ssh failed (%s); asking Paramiko", self.host_name,
                           outcome.stderr.strip())
         remaining = max(1.0, limit - (time.monotonic() - started))
-        return self._paramiko().run(command, timeout=remaining, stdin=stdin, on_line=on_line)
+        return self._paramiko().run(command, timeout=remaining, stdin=stdin, on_line=on_line, on_tick=on_tick)
 
     @staticmethod
     def _classify(stderr: str) -> tuple[str, str] | None:
@@ -248,7 +249,7 @@ class _Outcome:
 
 
 def _execute(argv: list[str], stdin: bytes | None, deadline: float, start_by: float,
-             on_line: Callable[[str], None] | None) -> _Outcome:
+             on_line: Callable[[str], None] | None, on_tick: Callable[[], None] | None = None) -> _Outcome:
     """Run the ssh client; collect output until it exits. Killed (by PID: the client only, never
     the master) at `deadline`, or at `start_by` when the remote side has not started by then.
 
@@ -273,6 +274,8 @@ def _execute(argv: list[str], stdin: bytes | None, deadline: float, start_by: fl
             if pidfd is not None:
                 sel.register(pidfd, selectors.EVENT_READ, None)
             while True:
+                if on_tick is not None:
+                    on_tick()
                 exited = proc.poll() is not None
                 now = time.monotonic()
                 limit = deadline if started else min(deadline, start_by)

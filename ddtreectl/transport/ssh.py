@@ -270,6 +270,7 @@ class SshTransport:
         timeout: float | None = None,
         stdin: bytes | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> RunResult:
         import paramiko
 
@@ -282,13 +283,13 @@ class SshTransport:
             raise _connect_error(self.host, self.where, f"connection lost: {exc}",
                                  "check the host") from None
         try:
-            return self._exec(chan, command, limit, started, stdin, on_line)
+            return self._exec(chan, command, limit, started, stdin, on_line, on_tick)
         except BaseException:
             chan.close()  # on_line raised or Ctrl-C; the remote `timeout` wrapper bounds the rest
             raise
 
     def _exec(self, chan: Any, command: str, limit: float, started: float, stdin: bytes | None,
-              on_line: Callable[[str], None] | None) -> RunResult:
+              on_line: Callable[[str], None] | None, on_tick: Callable[[], None] | None = None) -> RunResult:
         import paramiko
 
         deadline = started + limit
@@ -316,6 +317,8 @@ class SshTransport:
             timed_out = False
             while True:
                 drain()
+                if on_tick is not None:
+                    on_tick()
                 if (chan.eof_received or chan.closed) and not (
                         chan.recv_ready() or chan.recv_stderr_ready()):
                     break

@@ -138,3 +138,29 @@ def test_a_failing_on_line_callback_does_not_leave_the_command_running(
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+class Cancelled(Exception):
+    pass
+
+
+def test_on_tick_stops_a_quiet_command(local: LocalTransport, tmp_path: Path) -> None:
+    """A command that prints nothing (a long compile step) is still abandoned when on_tick raises,
+    and its process group dies: the file it would create afterwards never appears."""
+    pidfile, late = tmp_path / "pid", tmp_path / "late"
+    ticks: list[float] = []
+
+    def on_tick() -> None:
+        ticks.append(time.monotonic())
+        if pidfile.exists() and len(ticks) >= 2:
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        local.run(f"echo $$ > {pidfile}; sleep 3; touch {late}", on_tick=on_tick, timeout=60)
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    time.sleep(3.5)
+    assert not late.exists()

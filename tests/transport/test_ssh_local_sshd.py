@@ -72,6 +72,31 @@ def test_timeout_raises_and_the_remote_process_group_dies(start_sshd: Start) -> 
         assert t.run("echo still usable").stdout == "still usable\n"
 
 
+class _Cancelled(Exception):
+    pass
+
+
+def test_on_tick_abandons_a_quiet_command(start_sshd: Start) -> None:
+    # What deploy's Ctrl-C relies on: a compile step that prints nothing is still abandoned (without
+    # on_tick this run would sit out the whole minute). Closing the channel does not signal the remote
+    # command: like any abandoned command it is bounded by its own `timeout` wrapper (and SIGPIPE on
+    # its next write), which test_timeout_raises_and_the_remote_process_group_dies covers.
+    sshd = start_sshd()
+    pidfile = sshd.dir / "quiet.pid"
+    calls = []
+
+    def on_tick() -> None:
+        calls.append(1)
+        if pidfile.exists() and len(calls) >= 2:
+            raise _Cancelled
+
+    with open_ssh(sshd.host()) as t:
+        with pytest.raises(_Cancelled):
+            t.run(f"echo $$ > {pidfile}; sleep 60", timeout=120, on_tick=on_tick)
+        assert t.run("echo still usable").stdout == "still usable\n"
+        t.run(f"kill $(cat {pidfile}) 2>/dev/null; true")
+
+
 def test_input_the_command_never_reads_cannot_block_past_the_timeout(start_sshd: Start) -> None:
     with open_ssh(start_sshd().host()) as t:
         t0 = time.monotonic()
