@@ -72,7 +72,7 @@ class LocalTransport:
         if stdin is not None:
             assert proc.stdin is not None
             # A thread, so a command that reads slowly cannot deadlock us against its output.
-            threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
+            threading.Thread(target=feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
         try:
             return self._collect(proc, command, limit, started, on_line, on_tick)
         except BaseException:
@@ -163,7 +163,8 @@ class LocalTransport:
         self.close()
 
 
-def _feed_stdin(pipe: IO[bytes], data: bytes) -> None:
+def feed_stdin(pipe: IO[bytes], data: bytes) -> None:
+    """Write `data` to a child's stdin and close it (run in a thread; also the mux transport's)."""
     try:
         pipe.write(data)
     except BrokenPipeError:

@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import IO, Callable, Sequence
+from typing import Callable, Sequence
 
 from ddtreectl.errors import InventoryError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
@@ -41,7 +41,7 @@ from ddtreectl.transport import control, openssh
 from ddtreectl.transport.base import HttpResponse, RunResult, Transport
 from ddtreectl.transport.command import wrap_command
 from ddtreectl.transport.hostkeys import PublicKey, pinned_key
-from ddtreectl.transport.local import LineSplitter
+from ddtreectl.transport.local import LineSplitter, feed_stdin
 from ddtreectl.transport.reasons import REFUSED, TIMED_OUT, connect_error
 
 CONTROL_PERSIST_S = 60  # idle master lifetime: covers an operator's burst of commands
@@ -260,7 +260,7 @@ def _execute(argv: list[str], stdin: bytes | None, deadline: float, start_by: fl
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     if stdin is not None:
         assert proc.stdin is not None
-        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        threading.Thread(target=feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
     lines = LineSplitter(on_line)
@@ -325,18 +325,6 @@ def _pidfd(pid: int) -> int | None:
         return fd
     except OSError:
         return None
-
-
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    try:
-        pipe.write(data)
-    except BrokenPipeError:
-        pass  # the command exited without reading all of it: its exit status says the rest
-    finally:
-        try:
-            pipe.close()
-        except BrokenPipeError:
-            pass
 
 
 def _same_file_text(path: str, text: str) -> bool:

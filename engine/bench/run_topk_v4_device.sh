@@ -72,7 +72,7 @@ if has bench; then
 fi
 if has ncu; then
   # Nsight Compute on v4 (1 x 15 x 163840 bf16, K = 1 and 16): launch, occupancy, warp states, and the
-  # hottest SASS lines (bench/profile/sass_hot.py) into one file.
+  # hottest SASS lines (bench/profile/ncu_top_sass.py) into one file.
   sec="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters"
   for c in topk1v4 topk16v4; do
     stamp "ncu $c"
@@ -81,7 +81,7 @@ if has ncu; then
     echo "ncu $c rc=$?"
     { echo "=== $c"; ncu -i /tmp/ncu_$c.ncu-rep 2>&1 | grep -vE "^\s*$|----"; \
       ncu -i /tmp/ncu_$c.ncu-rep --page source --csv --print-source sass > /tmp/src_$c.csv 2>/dev/null && \
-      python3 engine/bench/profile/sass_hot.py /tmp/src_$c.csv --top 40; } >> "$OUT/ncu.txt" 2>&1
+      python3 engine/bench/profile/ncu_top_sass.py /tmp/src_$c.csv --top 40; } >> "$OUT/ncu.txt" 2>&1
   done
   grep -E "^===|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Cluster|Issued Warp|Eligible|No Eligible|SM Busy|Memory Throughput|DRAM Throughput" "$OUT/ncu.txt" | head -40
 fi
