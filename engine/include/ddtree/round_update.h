@@ -1,5 +1,5 @@
 /* round_update: the per-slot bookkeeping at the end of a DDTree round (after tree_accept and kv_commit),
- * in one launch. The PyTorch version is about 50 small ops (each one or more kernels inside the
+ * in one launch. The PyTorch version is about 35 small ops (each one or more kernels inside the
  * round's CUDA graph); replacing it took the small model's round time outside the two forwards from
  * 17-22% to 11.6-13.9% on the H200 (engine/bench/NOTES.md). Semantics:
  * engine/python/ddtree_engine/reference/round_update.py.
