@@ -9,8 +9,8 @@ import typer
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
 
-# operations.set_ip.DEFAULT_SWEEP_DEADLINE_S, repeated so that registering this command does not
-# import the operation (and its sweep machinery) on every ddtreectl start; a test keeps them equal.
+# The one default of the stale-reference sweep's deadline: the operation takes it as a required
+# argument, so registering this command imports nothing of the operation.
 DEFAULT_SWEEP_DEADLINE_S = 30.0
 
 

@@ -30,8 +30,6 @@ from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.stale_refs import StaleRef, sweep_host, sweep_project
 from ddtreectl.transport.base import Transport
 
-DEFAULT_SWEEP_DEADLINE_S = 30.0
-
 
 @dataclass(frozen=True)
 class HostSweep:
@@ -102,7 +100,7 @@ def set_ip(
     force: bool = False,
     dry_run: bool = False,
     verify: bool = True,
-    sweep_deadline_s: float = DEFAULT_SWEEP_DEADLINE_S,
+    sweep_deadline_s: float,
 ) -> SetIpResult:
     """Move host `name` to `address` (see the module docstring for the steps and guarantees).
 

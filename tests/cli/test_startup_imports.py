@@ -42,10 +42,3 @@ def test_reused_status_transport_needs_no_paramiko() -> None:
     # The OpenSSH path (status with reuse) must not pull Paramiko in just by being importable.
     modules = loaded_after("import ddtreectl.transport.mux, ddtreectl.operations.status")
     assert not {"paramiko", "ddtreectl.transport.ssh", "jinja2"} & modules
-
-
-def test_cli_default_sweep_deadline_matches_the_operation() -> None:
-    from ddtreectl.cli.set_ip import DEFAULT_SWEEP_DEADLINE_S as cli_default
-    from ddtreectl.operations.set_ip import DEFAULT_SWEEP_DEADLINE_S as op_default
-
-    assert cli_default == op_default
