@@ -11,76 +11,30 @@ ranks, radix fallback, -inf and NaN rows, the cluster merge), not the GPU's roun
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from ddtree_engine.reference import draft_topk_lse as ref_topk
-from topk_inputs import make_logits
+from topk_emu_harness import build_emulator, compare_with_reference, logits, run_emulator
 
-ENGINE = Path(__file__).resolve().parents[1]
-EMU = ENGINE / "tests" / "topk_emu"
 INF = float("inf")
 
 
 @pytest.fixture(scope="module")
 def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ not found: the CPU emulation of the kernel needs a C++20 compiler")
-    out = tmp_path_factory.mktemp("topk_v4_emu") / "topk_v4_emu"
-    cmd = [gxx, "-std=c++20", "-O2", "-pthread", f"-I{ENGINE / 'include'}", f"-I{EMU / 'fake_cuda_v4'}",
-           str(EMU / "topk_v4_emu.cpp"), "-o", str(out)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    return out
+    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4")
 
 
 def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
-    """(top_lp, top_id, lse, events) of the emulated kernel on logits x [B, L, V] (fp32 or bf16); async_xchg
-    runs the opt-in st.async/mbarrier exchange instead of the closing cluster barrier."""
-    batch, positions, vocab = x.shape
-    rows = batch * positions
-    header = f"{rows} {vocab} {k} {1 if x.dtype == torch.bfloat16 else 0} {threads} {int(async_xchg)}\n".encode()
-    payload = header + x.float().contiguous().numpy().astype("<f4").tobytes()
-    proc = subprocess.run([str(binary)], input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    lse, lp, ids = [], [], []
-    for line in proc.stdout.decode().strip().splitlines():
-        a, b, c = line.split("|")
-        lse.append(float.fromhex(a.strip()))
-        lp.append([float.fromhex(t) for t in b.split()])
-        ids.append([int(t) for t in c.split()])
-    events = {}
-    for tok in proc.stderr.decode().split()[1:]:
-        name, value = tok.split("=")
-        events[name] = int(value)
-    return (torch.tensor(lp, dtype=torch.float32).reshape(batch, positions, k),
-            torch.tensor(ids, dtype=torch.int32).reshape(batch, positions, k),
-            torch.tensor(lse, dtype=torch.float32).reshape(batch, positions), events)
+    """run_emulator with v4's CTA size and, with async_xchg, the opt-in st.async/mbarrier exchange
+    instead of the closing cluster barrier."""
+    return run_emulator(binary, x, k, (threads, int(async_xchg)))
 
 
 def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False) -> dict[str, int]:
-    lp, ids, lse, events = run_emu(binary, x, k, threads, async_xchg)
-    want_lp, want_ids, want_lse = ref_topk(x, k)
-    tol = 4e-6 if x.shape[-1] > 100_000 else 2e-6
-    assert torch.equal(ids, want_ids), f"ids differ at {(ids != want_ids).nonzero()[:5].tolist()}"
-    assert torch.equal(torch.isnan(lp), torch.isnan(want_lp))
-    assert torch.equal(torch.isfinite(lp), torch.isfinite(want_lp))
-    assert torch.equal(lp[torch.isinf(want_lp)], want_lp[torch.isinf(want_lp)])
-    finite = torch.isfinite(want_lp)
-    torch.testing.assert_close(lp[finite], want_lp[finite], atol=tol, rtol=0)
-    torch.testing.assert_close(lse, want_lse, atol=tol, rtol=0, equal_nan=True)
-    return events
-
-
-def logits(shape: tuple[int, int, int], kind: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return make_logits(shape, kind, torch.Generator().manual_seed(seed)).to(dtype)
-
+    return compare_with_reference(binary, x, k, (threads, int(async_xchg)))
 
 @pytest.mark.parametrize("k", [1, 2, 16, 17, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
