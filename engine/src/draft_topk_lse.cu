@@ -18,6 +18,15 @@
 
 namespace {
 
+// Whether every row starts on a 16-byte boundary, so the kernels may load 16-byte vectors (else
+// they take their element-wise path).
+template <typename T>
+bool rows_allow_vector_loads(const T* logits, int32_t batch, int64_t batch_stride, int64_t row_stride) {
+  constexpr int kPerVector = 16 / int(sizeof(T));
+  return reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % kPerVector == 0 &&
+         (batch <= 1 || batch_stride % kPerVector == 0);
+}
+
 using ddtree::detail::align_up;
 namespace k = ddtree::kernels;
 
@@ -95,9 +104,7 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
                        int32_t* error_flags, cudaStream_t stream) {
   const int64_t rows = int64_t(batch) * positions;
   const auto split = k::v4_split<T, THREADS>(vocab, v4_config().cluster);
-  constexpr int VN = 16 / int(sizeof(T));
-  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
-                   (batch <= 1 || batch_stride % VN == 0);
+  const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(split.cluster), unsigned(rows), 1u);
   cfg.blockDim = dim3(THREADS);
@@ -147,9 +154,7 @@ ddtree_status_t run_v3(const T* logits, int32_t batch, int32_t positions, int32_
   auto* cand = static_cast<uint64_t*>(workspace);
   auto* partial = reinterpret_cast<float2*>(
       static_cast<char*>(workspace) + align_up(size_t(rows) * size_t(max_chunks) * k::kV3Slot * sizeof(uint64_t)));
-  constexpr int VN = 16 / int(sizeof(T));
-  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
-                   (batch <= 1 || batch_stride % VN == 0);
+  const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
   const dim3 grid1{unsigned(chunks), unsigned(rows), 1u};
   ddtree_status_t st =
       vec ? ddtree::detail::launch("draft_topk_partial_v3_kernel", k::draft_topk_partial_v3_kernel<T, true>, grid1,
@@ -173,9 +178,7 @@ ddtree_status_t run(const T* logits, int32_t batch, int32_t positions, int32_t v
   const int chunks = int(num_chunks(vocab));
   auto* cand = static_cast<uint64_t*>(workspace);
   auto* partial = reinterpret_cast<float2*>(static_cast<char*>(workspace) + cand_bytes(rows, vocab, topk));
-  constexpr int VN = 16 / int(sizeof(T));
-  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
-                   (batch <= 1 || batch_stride % VN == 0);
+  const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
   const dim3 grid1{unsigned(chunks), unsigned(rows), 1u};
   ddtree_status_t st =
       vec ? ddtree::detail::launch("draft_topk_partial_kernel", k::draft_topk_partial_kernel<T, true>, grid1,
