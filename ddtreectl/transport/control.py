@@ -30,7 +30,6 @@ MAX_CONTROL_PATH = 108 - 18
 OFF_WORDS = frozenset({"0", "no", "false", "off"})
 
 
-
 def debug(message: str, *args: object) -> None:
     """A debug note (why reuse was skipped). `logging` loads only when there is one to write:
     it costs a few ms of every start, and the normal path has nothing to say."""

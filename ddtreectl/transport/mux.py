@@ -58,7 +58,6 @@ KEX_WITHOUT_SNTRUP = "-sntrup761x25519-sha512@openssh.com,sntrup761x25519-sha512
 _NETWORK_HINT = "check the address and the network path to the host"
 
 
-
 def open_mux(host: Host, inventory: Inventory | None) -> "MuxTransport | None":
     """A MuxTransport for `host`, or None when this host must take the Paramiko path: reuse off
     (`ssh_reuse: false` in the inventory, $DDTREECTL_SSH_REUSE=0), no `ssh` binary, a jump
