@@ -1,0 +1,135 @@
+"""Inventory errors as users meet them: the shipped inventory loaded with no network, every bad case
+through the CLI's error boundary (exit 3, no traceback), and randomly mutated inventories raising
+only InventoryError. The loader's own cases are in test_loader.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddtreectl.errors import InventoryError
+
+from tests.inventory.test_loader import REPO, SHIPPED, write
+
+
+# ---- the shipped inventory, isolated from the network ------------------------------------------
+
+
+def test_shipped_inventory_loads_without_a_network() -> None:
+    """Loads the shipped file (ct200 in scope) in a process that has no network at all."""
+    code = (
+        "from pathlib import Path; from ddtreectl.inventory.loader import load;"
+        f"inv = load(Path({str(SHIPPED)!r})); print(sorted(inv.hosts))"
+    )
+    proc = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", code],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    if proc.returncode != 0 and "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip("unshare --net needs privileges here")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['ct200', 'local']"
+
+
+# ---- through the CLI's error boundary -----------------------------------------------------------
+# Every address below is loopback: if a case ever loaded by mistake, `status` would stay local.
+
+CLI_CASES = [
+    ("hosts:\n  ct200:\n    address: 127.0.0.\n",
+     "error: hosts.yaml:3: hosts.ct200.address: '127.0.0.' is not an IP address or hostname"),
+    ("hosts:\n  a: {address: 127.0.0.2}\n  a: {address: 127.0.0.3}\n",
+     "error: hosts.yaml:3: hosts.a: duplicate key 'a' (first defined at line 2)"),
+    ("hosts:\n  a: {address: 127.0.0.2, prot: 22}\n",
+     "error: hosts.yaml:2: hosts.a.prot: unknown key 'prot' (did you mean 'port'?)"),
+    ("hosts:\n  a: {address: 127.0.0.2, port: 70000}\n",
+     "error: hosts.yaml:2: hosts.a.port: 70000 is out of range 1..65535"),
+    ("hosts:\n  a: {address: 127.0.0.2}\ngroups:\n  g: [a, b]\n",
+     "error: hosts.yaml:4: groups.g[1]: group 'g' names unknown host 'b'"),
+    ("hosts:\n  a: {address: 127.0.0.2, service: nope}\n",
+     "error: hosts.yaml:2: hosts.a.service: unknown service profile 'nope'"),
+    ("hosts:\n  a: {address: 127.0.0.2\n",
+     "error: hosts.yaml:3:1: malformed YAML: while parsing a flow mapping did not find expected ',' or '}'"),
+]
+
+
+@pytest.mark.parametrize(("text", "first_line"), CLI_CASES)
+def test_cli_reports_inventory_errors_with_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, first_line: str
+) -> None:
+    from ddtreectl.cli.main import run
+
+    write(tmp_path, text)
+    os.chdir(tmp_path)
+    code = run(["-i", "hosts.yaml", "status", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0] == first_line
+    assert lines[-1].startswith("hint: ")
+    assert "Traceback" not in err
+
+
+def test_cli_missing_inventory_via_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddtreectl.cli.main import run
+
+    monkeypatch.setenv("DDTREECTL_INVENTORY", str(tmp_path / "gone.yaml"))
+    assert run(["status"]) == 3
+    assert capsys.readouterr().err.splitlines()[0] == f"error: {tmp_path}/gone.yaml: inventory file not found"
+
+
+def test_installed_command_exit_code_without_network(tmp_path: Path) -> None:
+    """The real entry point, in a process without a network: file:line message, exit 3, no traceback."""
+    write(tmp_path, "hosts:\n  ct200:\n    address: 10.1.230.\n")
+    proc = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", "from ddtreectl.cli.main import main; main()",
+         "-i", "hosts.yaml", "status"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        "error: hosts.yaml:3: hosts.ct200.address: '10.1.230.' is not an IP address or hostname"
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_mutated_inventories_raise_only_inventory_errors() -> None:
+    """Seeded random damage to the shipped file: the loader either loads it or raises
+    InventoryError with a file:line message; never another exception (a traceback for the user)."""
+    import random
+
+    from ddtreectl.inventory.loader import parse
+
+    base = SHIPPED.read_text().replace("groups:", (
+        "  extra: &x {address: 127.0.0.9, gpus: 1, jump_host: ct200}\n"
+        "  other:\n    <<: *x\n    address: 127.0.0.8\ngroups:"))
+    tokens = ["[]", "{}", "null", "~", "-1", "0", "70000", "yes", "'x'", "[a, b]", "{a: 1}", "*x", "&y",
+              "!!str", "!foo", ":", "- ", "\t", "<<: *x", "1.5", '"\\u0000"', "|\n  text\n"]
+    rng = random.Random(11)
+    failures = 0
+    for _ in range(3000):
+        lines = base.splitlines()
+        for _ in range(rng.randint(1, 3)):
+            j = rng.randrange(len(lines))
+            op = rng.random()
+            if op < 0.5 and ":" in lines[j]:
+                lines[j] = lines[j][: lines[j].index(":") + 1] + " " + rng.choice(tokens)
+            elif op < 0.7:
+                del lines[j]
+            elif op < 0.85:
+                lines.insert(j, lines[rng.randrange(len(lines))])
+            else:
+                lines[j] = " " * rng.randint(0, 6) + lines[j].strip()
+        try:
+            parse("\n".join(lines) + "\n", Path("hosts.yaml"))
+        except InventoryError as err:
+            assert str(err).startswith("hosts.yaml:"), str(err)
+            failures += 1
+    assert failures > 1000  # most mutations are errors; each one was reported, not crashed
