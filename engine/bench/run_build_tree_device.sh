@@ -2,7 +2,7 @@
 # One device call for build_tree: build (sm_90, this op only), ddtree-selftest, compute-sanitizer
 # (memcheck + racecheck), GPU pytest vs the reference heap, bench table, phase profile. Logs go to $OUT.
 # STAGES (default "build selftest sanitize pytest bench profile") picks stages; "ncu" adds stall reasons,
-# "variants" the inline-all / 256-thread / 128-thread comparison, e.g.
+# "variants" the out-of-line / 256-thread / 128-thread comparison, "ncusrc" per-line stall samples, e.g.
 # STAGES="build selftest pytest bench profile ncu variants".
 # Run from the repository root:  bash engine/bench/run_build_tree_device.sh
 set -u
@@ -73,11 +73,28 @@ if has ncu; then
   echo "ncu rc=$?"
   grep -E "Warp Cycles Per Issued|Executed Instructions  |stall|Stall" "$OUT/profile.log" | head -20
 fi
+# Per-line stall samples (stage "ncusrc"): one M=256 K=64 sharpness-4 launch of the profile tool built
+# with -lineinfo, sampled every 32 cycles; the CUDA-line view and the hottest SASS lines go to ncusrc.log.
+if has ncusrc; then
+  stamp ncusrc
+  nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -Iengine/include engine/bench/profile/build_tree_profile.cu \
+    -o "$build/bt_profile_li" || exit 1
+  rm -f "$build/bt.ncu-rep"
+  timeout 150 ncu --clock-control none -k regex:build_tree_kernel --launch-count 1 --warp-sampling-interval 0 \
+    --section WarpStateStats --section SourceCounters --import-source yes -o "$build/bt" "$build/bt_profile_li" \
+    > "$OUT/ncusrc.log" 2>&1
+  echo "ncu rc=$?"
+  ncu -i "$build/bt.ncu-rep" --page source --csv --print-source sass > "$build/sass.csv" 2>>"$OUT/ncusrc.log"
+  python3 engine/bench/profile/ncu_top_sass.py "$build/sass.csv" --top 80 >> "$OUT/ncusrc.log" 2>&1
+  ncu -i "$build/bt.ncu-rep" --page source --csv --print-source cuda > "$build/cuda.csv" 2>>"$OUT/ncusrc.log"
+  python3 engine/bench/profile/ncu_top_sass.py "$build/cuda.csv" --top 80 >> "$OUT/ncusrc.log" 2>&1
+  gzip -c "$build/sass.csv" > "$OUT/sass.csv.gz"
+fi
 # Variant experiment (stage "variants"): the phase profile and the quick bench of the kernel built with
-# everything inlined (v5's code layout, 300 KB of SASS) and with 256 / 128 threads per CTA, appended to
+# v6's out-of-line helper layout and with 256 / 128 threads per CTA, appended to
 # profile.log / bench.log, so one call compares them with the default build above.
 if has variants; then
-  for v in "inline:-DDDTREE_BUILD_TREE_INLINE_ALL" "t256:-DDDTREE_BUILD_TREE_THREADS=256" \
+  for v in "outline:-DDDTREE_BUILD_TREE_OUTLINE" "t256:-DDDTREE_BUILD_TREE_THREADS=256" \
            "t128:-DDDTREE_BUILD_TREE_THREADS=128"; do
     name=${v%%:*}; flag=${v#*:}
     stamp "profile, $name"
