@@ -22,7 +22,7 @@ import torch
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 ROUND_REPS = 20  # each replay of the whole round commits up to L + 1 tokens: leave room in the context
 
-from ddtree_engine.backend import default_backend
+from ddtree_engine.backend import OpBackend, cuda_backend, default_backend, mixed_backend
 from ddtree_engine.decode import DDTreeEngine, Request
 from ddtree_engine.drafter import NoisyOracleDrafter, TinyDrafter, distill_drafter
 from ddtree_engine.model import ModelConfig, TinyTransformer
@@ -88,11 +88,11 @@ def overhead_share(eng: DDTreeEngine) -> tuple[float, float, float]:
 
 
 def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
-        refs: list[list[int]]) -> tuple[list[list[int]], float, float, DDTreeEngine]:
+        refs: list[list[int]], backend: OpBackend) -> tuple[list[list[int]], float, float, DDTreeEngine]:
     L = drafter.block_len  # type: ignore[attr-defined]
-    eng = DDTreeEngine(model, drafter, default_backend(DEV), slots=len(prompts), max_budget=budget,
+    eng = DDTreeEngine(model, drafter, backend, slots=len(prompts), max_budget=budget,
                        max_context=max(len(p) for p in prompts) + 2 * tokens + (ROUND_REPS + 8) * (L + 1))
-    if DEV == "cuda":
+    if DEV == "cuda" and backend.graph_safe:
         eng.capture_graph()
     reqs = [Request(p, tokens, budget=budget) for p in prompts]
     hook = (lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i])) if refs else None  # type: ignore[attr-defined]
@@ -121,6 +121,11 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64, help="64 (the default tiny model), 128 or 256")
     ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
                     help="drafters to run (distilled trains a drafter first: slow on large models)")
+    ap.add_argument("--exact", action="store_true",
+                    help="GPU: the lossless tests' numerics instead of the fast path (model in exact mode, fp64 "
+                         "accumulation; attention through the PyTorch reference, since the kernel is bf16 only; no "
+                         "CUDA graphs, no round-time split). Checks that DDTree reproduces AR on this model: a "
+                         "correctness run, its tok/s are not the engine's speed")
     args = ap.parse_args()
     torch.manual_seed(0)
     if DEV == "cpu":
@@ -129,7 +134,14 @@ def main() -> None:
     # head_dim 64 by default: the smallest the tree-attention kernel takes.
     cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=args.heads,
                       n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
-    if DEV == "cuda":
+    backend = default_backend(DEV)
+    if DEV == "cuda" and args.exact:
+        from ddtree_engine.reference.tree_attention import tree_attention as reference_attention
+
+        model = TinyTransformer.random(cfg, seed=0, device="cuda")
+        backend = mixed_backend("cuda+ref-attention", cuda_backend(), tree_attention=reference_attention)
+        name = torch.cuda.get_device_name() + " (exact mode, reference attention, no graphs)"
+    elif DEV == "cuda":
         model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
         name = torch.cuda.get_device_name()
     else:
@@ -146,16 +158,21 @@ def main() -> None:
         prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
                    for k in torch.randint(4, 64, (batch,), generator=g)]
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
-        ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [])
-        print(f"\nbatch {batch}: AR (budget 0, same engine{', graphs' if DEV == 'cuda' else ''}): {ar_tps:,.0f} tok/s")
+        ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [], backend)
+        graphs = ", graphs" if DEV == "cuda" and backend.graph_safe else ""
+        print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}): {ar_tps:,.0f} tok/s")
         for budget, kind in [(b, k) for b in args.budgets for k in args.kinds]:
             if kind == "noisy":
                 dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
-                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref)
+                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref, backend)
             else:
                 dr = distilled
-                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, [])
+                toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, [], backend)
             agree_tok = sum(a == b for t, r in zip(toks, ref) for a, b in zip(t, r)) / sum(map(len, ref))
+            if not backend.graph_safe and DEV == "cuda":  # --exact: no graphs to split the round with
+                print(f"  DDTree {kind:9s} budget {budget:4d}: {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
+                      f"accept {acc:5.2f}   tokens equal to AR {agree_tok:.3f}")
+                continue
             for s, p in enumerate(prompts):
                 if kind == "noisy":
                     dr.set_reference(s, p + ref[s])

@@ -24,7 +24,13 @@ stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 B=$PWD/engine/build-final
 export PYTHONPATH="$PWD/engine/python" DDTREE_LIB=$B/libddtree.so DDTREE_BENCH_OUT=$SUB
 
-if [ ! -f "$B/libddtree.so" ] || [ "$STAGE" = check ]; then
+# PREBUILT=1: use the library and self-test already in $B (built on the dev machine with the same CMake
+# line and carried with the call), which saves the device the build.
+if [ "${PREBUILT:-0}" = 1 ] && [ -f "$B/libddtree.so" ]; then
+  echo "prebuilt library: $B/libddtree.so"
+  [ -f "$B/build.log" ] && cp "$B/build.log" "$SUB/build.log" \
+    && echo "spill lines with non-zero bytes: $(grep -cE '[1-9][0-9]* bytes spill' "$SUB/build.log")"
+elif [ ! -f "$B/libddtree.so" ] || [ "$STAGE" = check ]; then
   stamp "build (sm_90a, all ops)"
   (cmake -S engine -B "$B" -G Ninja -DDDTREE_CUDA_ARCHS=90a -DCMAKE_BUILD_TYPE=Release -DDDTREE_PTXAS_VERBOSE=ON \
      && cmake --build "$B" -j 16) > "$SUB/build.log" 2>&1 || { tail -30 "$SUB/build.log"; echo BUILD FAILED; exit 1; }
@@ -81,5 +87,9 @@ else
   timeout 120 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 96 --kinds noisy \
     --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$OUT/bench_e2e_large.log" 2>&1; echo "rc=$?"
   tail -8 "$OUT/bench_e2e_large.log"
+  stamp "end to end, ~0.7B model, batch 8, exact mode (does DDTree reproduce AR without bf16 rounding?)"
+  timeout 150 python3 engine/bench/bench_e2e.py --exact --batch 8 --budgets 16 --tokens 48 --kinds noisy \
+    --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$SUB/bench_e2e_large_exact.log" 2>&1
+  echo "rc=$?"; tail -4 "$SUB/bench_e2e_large_exact.log"
   stamp "bench done"
 fi
