@@ -4,7 +4,9 @@ the copy bandwidth measured here). Every library implementation is timed in the 
 and "v4" (v3 and v4 apply to k <= 64; where a version resolves to another one the cell says "=v2" or
 "=v3"); the speedups are of the default (what the library picks), against both torch columns. Every
 configuration's kernel output is checked against the reference before it is timed.
-Usage: python engine/bench/bench_draft_topk_lse.py [--quick]   (--quick: k = 1, 16 only)"""
+Usage: python engine/bench/bench_draft_topk_lse.py [--quick] [--ks=1,16,32,64] [--shapes=1x15x163840,...]
+    [--impls=v4]   (--quick: k = 1, 16 only; --impls: the versions timed besides the default, which is always
+    timed; the others' cells say "-")"""
 
 from __future__ import annotations
 
@@ -21,12 +23,18 @@ from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402
 
 def main() -> None:
     quick = "--quick" in sys.argv
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     bw = copy_bandwidth()
     print(f"{device_name()}: copy bandwidth {bw / 1e12:.2f} TB/s")
     shapes = [(1, 15, 163840), (1, 15, 151936), (8, 15, 163840)]
     if quick:
         shapes = [(1, 15, 163840), (8, 15, 163840)]
     ks = [1, 16, 32, 64, 1024] if not quick else [1, 16]
+    if "ks" in opts:
+        ks = [int(v) for v in opts["ks"].split(",")]
+    if "shapes" in opts:
+        shapes = [tuple(int(d) for d in sh.split("x")) for sh in opts["shapes"].split(",")]  # type: ignore[misc]
+    timed = opts["impls"].split(",") if "impls" in opts else ["v2", "v3", "v4"]
     rows = []
     for batch, positions, vocab in shapes:
         nbytes = batch * positions * vocab * 2
@@ -36,17 +44,20 @@ def main() -> None:
             wlp, wids, wlse = ref(xs[0], k)
             times = {}
             cells: dict[str, object] = {}
+            default = resolved_impl(k)
             for impl in ("v2", "v3", "v4"):
                 runs = resolved_impl(k, impl)
                 if runs != impl:
                     cells[impl] = f"={runs}"
+                    continue
+                if impl not in timed and impl != default:
+                    cells[impl] = "-"
                     continue
                 lp, ids, lse = draft_topk_lse_impl(xs[0], k, impl)
                 ok = torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
                 assert ok, f"{impl} kernel != reference at {batch}x{positions}x{vocab} k={k}"
                 times[impl] = time_calls([lambda x=x, i=impl: draft_topk_lse_impl(x, k, i) for x in xs])
                 cells[impl] = times[impl]
-            default = resolved_impl(k)
             ours = times[default]
 
             def torch_f32(x: torch.Tensor) -> None:

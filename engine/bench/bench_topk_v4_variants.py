@@ -1,9 +1,10 @@
-"""Sweep of draft_topk_lse v4's CTA size, largest cluster and exchange (DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]", read
-once per process, so each shape runs in its own child process), on the shapes of bench_draft_topk_lse.py:
-1x15x163840 bf16 at K = 1, 16 and 8x15x163840 at K = 16. Same timing as the main bench (CUDA-graph replay
-medians over rotating inputs); every child checks its output against the reference before timing. The
-library default is 512 threads, clusters of 8 (timed here too, as the in-run baseline).
-Usage: python engine/bench/bench_topk_v4_variants.py [threads,cluster ...]"""
+"""Sweep of draft_topk_lse v4's CTA size, largest cluster and exchange (DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]",
+read once per process, so each shape runs in its own child process; cluster 0 = the library's choice by row
+count; async 1 = st.async exchange, 0 = closing cluster barrier), on 1x15x163840 bf16 at K = 1, 16 and
+8x15x163840 at K = 1, 16, 32, 64. Same timing as the main bench (CUDA-graph replay medians over rotating
+inputs); every child checks its output against the reference before timing. "default" runs without the
+variable (the library default: 512 threads, st.async, cluster by row count).
+Usage: python engine/bench/bench_topk_v4_variants.py [threads,cluster[,async] | default ...]"""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import os
 import subprocess
 import sys
 
-CASES = [(1, 15, 163840, 1), (1, 15, 163840, 16), (8, 15, 163840, 16)]
-DEFAULT_CONFIGS = ["512,8", "512,8,1", "1024,8", "256,8", "512,4"]  # ",1": the st.async exchange
+CASES = [(1, 15, 163840, 1), (1, 15, 163840, 16), (8, 15, 163840, 1), (8, 15, 163840, 16), (8, 15, 163840, 32),
+         (8, 15, 163840, 64)]
+DEFAULT_CONFIGS = ["default", "512,8,1", "512,4,1", "512,8,0", "512,4,0"]
 
 
 def child() -> None:
@@ -40,10 +42,13 @@ def child() -> None:
 
 
 def main() -> None:
-    configs = [a for a in sys.argv[1:] if "," in a] or DEFAULT_CONFIGS
+    configs = [a for a in sys.argv[1:] if "," in a or a == "default"] or DEFAULT_CONFIGS
     results = {}
     for cfg in configs:
-        env = dict(os.environ, DDTREE_TOPK_V4_CONFIG=cfg, DDTREE_V4_SWEEP_CHILD="1")
+        env = dict(os.environ, DDTREE_V4_SWEEP_CHILD="1")
+        env.pop("DDTREE_TOPK_V4_CONFIG", None)
+        if cfg != "default":
+            env["DDTREE_TOPK_V4_CONFIG"] = cfg
         proc = subprocess.run([sys.executable, __file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=120)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -55,7 +60,7 @@ def main() -> None:
         return
     cases = list(next(iter(results.values())))
     print("\ndraft_topk_lse v4 shapes (threads,cluster): µs per call, median of graph replays")
-    print(f"{'threads,cluster':>16} " + " ".join(f"{c:>24}" for c in cases))
+    print(f"{'config':>16} " + " ".join(f"{c:>24}" for c in cases))
     for cfg, row in results.items():
         print(f"{cfg:>16} " + " ".join(f"{row[c]:24.2f}" for c in cases))
     out = os.environ.get("DDTREE_BENCH_OUT")

@@ -75,25 +75,46 @@ bool cluster_launch() {
   return cache[dev] == 2;
 }
 
-// v4's CTA size, largest cluster and exchange: 512 threads, 8 CTAs, closing cluster barrier, unless
-// DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]" (threads 256, 512 or 1024; cluster 1-8; async 1 = the
-// st.async/mbarrier exchange, 512 threads only, not yet run on a GPU; read once per process) asks for
-// another, for the bench's variant sweep (engine/bench/NOTES.md, v4).
+// Multiprocessors of the current device, cached per device (an attribute read: no sync, capturable).
+int sm_count() {
+  static int cache[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = -1;
+    cache[dev] = n;
+  }
+  return cache[dev] > 0 ? cache[dev] : 0;
+}
+
+// v4's CTA size, largest cluster and exchange. Default (v5, engine/bench/NOTES.md): 512 threads, the
+// st.async/mbarrier exchange, and the cluster size from the row count: 8 CTAs per row while the grid
+// fits in one wave of 2 CTAs per SM, else 4 (fewer, longer CTAs: NOTES, v4.1 shape sweep).
+// DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]" (threads 256, 512 or 1024; cluster 1-8, fixed; async 1 =
+// st.async, 0 = the closing cluster barrier, default 1 at 512 threads; read once per process) asks for
+// another, for the bench's variant sweep.
 struct V4Config {
-  int threads, cluster;
+  int threads, cluster;  // cluster 0: by row count
   bool async;
 };
 V4Config v4_config() {
   static const V4Config cfg = [] {
-    V4Config c{k::kV4Threads, k::kV4MaxCluster, false};
+    V4Config c{k::kV4Threads, 0, true};
     const char* e = std::getenv("DDTREE_TOPK_V4_CONFIG");
-    int t = 0, cl = 0, as = 0;
+    int t = 0, cl = 0, as = 1;
     const int got = e != nullptr ? std::sscanf(e, "%d,%d,%d", &t, &cl, &as) : 0;
-    if (got >= 2 && (t == 256 || t == 512 || t == 1024) && cl >= 1 && cl <= k::kV4MaxCluster)
-      c = V4Config{t, cl, got == 3 && as == 1 && t == 512};
+    if (got >= 2 && (t == 256 || t == 512 || t == 1024) && cl >= 0 && cl <= k::kV4MaxCluster)
+      c = V4Config{t, cl, as == 1 && t == 512};
     return c;
   }();
   return cfg;
+}
+int v4_max_cluster(int64_t rows) {
+  const int fixed = v4_config().cluster;
+  if (fixed > 0) return fixed;
+  const int sms = sm_count();
+  return (sms > 0 && rows * k::kV4MaxCluster > 2 * int64_t(sms)) ? k::kV4MaxCluster / 2 : k::kV4MaxCluster;
 }
 
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
@@ -103,7 +124,7 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
                        int32_t* error_flags, cudaStream_t stream) {
   const int64_t rows = int64_t(batch) * positions;
-  const auto split = k::v4_split<T, THREADS>(vocab, v4_config().cluster);
+  const auto split = k::v4_split<T, THREADS>(vocab, v4_max_cluster(rows));
   const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(split.cluster), unsigned(rows), 1u);

@@ -224,6 +224,34 @@ def test_op_cuda_graph_capture_and_replay(impl: str, k: int) -> None:
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("k", [1, 16, 32, 64])
+def test_op_v4_many_rows_cluster_by_row_count(k: int) -> None:
+    # Since v5 the launcher gives each row 4 CTAs instead of 8 when 8 per row would not fit in one wave
+    # (8 x 15 rows: two register rounds per bf16 thread, the candidate pass re-loads): normal, tie-heavy
+    # and -inf rows of many-row batches, bf16 and fp32, against the reference; also inside a CUDA graph.
+    from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl
+
+    gen = torch.Generator().manual_seed(900 + k)
+    _compare(_logits(8, 15, 163840, torch.bfloat16, "normal", gen), k, "v4")
+    _compare(_logits(3, 12, 163840, torch.float32, "normal", gen), k, "v4")
+    for kind in ("ties", "dyadic", "neginf"):
+        _compare(_logits(6, 8, 40000, torch.bfloat16, kind, gen), k, "v4")
+    x = _logits(8, 15, 163840, torch.bfloat16, "normal", gen)
+    draft_topk_lse_impl(x, k, "v4")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        lp, ids, lse = draft_topk_lse_impl(x, k, "v4")
+    x.copy_(make_logits(tuple(x.shape), "normal", gen).to(x))
+    graph.replay()
+    want_lp, want_ids, want_lse = ref_topk(x, k)
+    assert torch.equal(ids, want_ids)
+    torch.testing.assert_close(lp, want_lp, atol=4e-6, rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=4e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_op_v4_back_to_back_calls_and_streams() -> None:
     # v4 keeps no state between calls (the cluster barrier replaces tickets): many calls queued back to back
     # (programmatic dependent launch lets each start while the previous ends) and calls on two streams at

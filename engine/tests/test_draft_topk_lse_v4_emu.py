@@ -26,15 +26,16 @@ def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4")
 
 
-def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
-    """run_emulator with v4's CTA size and, with async_xchg, the opt-in st.async/mbarrier exchange
-    instead of the closing cluster barrier."""
-    return run_emulator(binary, x, k, (threads, int(async_xchg)))
+def run_emu(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False,
+            max_cluster: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
+    """run_emulator with v4's CTA size, with async_xchg the st.async/mbarrier exchange (the library's
+    default) instead of the closing cluster barrier, and the launcher's largest cluster."""
+    return run_emulator(binary, x, k, (threads, int(async_xchg), max_cluster))
 
 
-def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False) -> dict[str, int]:
-    return compare_with_reference(binary, x, k, (threads, int(async_xchg)))
+def compare(binary: Path, x: torch.Tensor, k: int, threads: int = 512, async_xchg: bool = False,
+            max_cluster: int = 8) -> dict[str, int]:
+    return compare_with_reference(binary, x, k, (threads, int(async_xchg), max_cluster))
 
 @pytest.mark.parametrize("k", [1, 2, 16, 17, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -116,3 +117,46 @@ def test_v4_emulated_async_exchange(emu_binary: Path, k: int) -> None:
     compare(emu_binary, x[:, :1], k, 128, async_xchg=True)
     events = compare(emu_binary, logits((1, 1, 163840), "normal", torch.bfloat16, seed=340 + k), k, async_xchg=True)
     assert events["cluster"] == 8
+
+
+@pytest.mark.parametrize("k", [1, 16, 32, 64])
+def test_v5_emulated_default_exchange_and_row_count_clusters(emu_binary: Path, k: int) -> None:
+    # The library's defaults since v5: 512 threads and the st.async exchange, 8 CTAs per row for one request
+    # and 4 when rows are many (bf16 at 163,840: two register rounds, so the candidate pass re-loads the
+    # vectors whose maximum reaches the bound). Same answers, no radix fallback on normal rows.
+    x = logits((1, 2, 163840), "normal", torch.bfloat16, seed=400 + k)
+    events = compare(emu_binary, x, k, async_xchg=True, max_cluster=4)
+    assert events["cluster"] == 4 and events.get("cta_radix", 0) == 0
+    events = compare(emu_binary, x[:, :1], k, async_xchg=True)
+    assert events["cluster"] == 8 and events.get("cta_radix", 0) == 0
+
+
+@pytest.mark.parametrize("k", [2, 16, 64])
+def test_v5_emulated_lane_local_candidates_many_per_lane(emu_binary: Path, k: int) -> None:
+    # The lane-local candidate pass appends a vector's admitted logits with one atomic: rows whose top
+    # logits crowd into few vectors (a block of large logits, dyadic ties inside it) and rows whose top
+    # logits sit one per vector of different lanes must both come out exact; 4 CTAs per row and 2 rounds.
+    g = torch.Generator().manual_seed(500 + k)
+    x = torch.randn(1, 2, 40000, generator=g)
+    x[0, 0, 1000:1200] = 8.0 + torch.randint(0, 4, (200,), generator=g).float() / 4  # crowded, tied
+    x[0, 1, ::97] += 12.0  # spread: one large logit every 97 ids
+    compare(emu_binary, x.to(torch.bfloat16), k, threads=128, async_xchg=True, max_cluster=4)
+    compare(emu_binary, x, k, threads=128, async_xchg=True, max_cluster=4)
+    compare(emu_binary, x, k, threads=128)
+
+
+@pytest.mark.parametrize("async_xchg", [False, True])
+def test_v5_emulated_nan_or_inf_among_neg_inf(emu_binary: Path, async_xchg: bool) -> None:
+    # v5 sums each thread's vectors as they land, against the first finite maximum: a NaN or +inf whose
+    # vector (or whole slice) is otherwise -inf must still flag its row; finite rows beside them stay exact.
+    x = torch.full((1, 4, 9000), -INF)
+    x[0, 0, 123] = float("nan")
+    x[0, 1, 8999] = INF
+    x[0, 2, :] = torch.randn(9000, generator=torch.Generator().manual_seed(6)) - 300.0  # far below 0
+    x[0, 3, 4000] = -150.0  # one finite logit among -inf
+    lp, ids, lse, events = run_emu(emu_binary, x, 16, threads=128, async_xchg=async_xchg)
+    assert events["flags"] == 1
+    for r in (0, 1):
+        assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
+    compare(emu_binary, x[:, 2:], 16, threads=128, async_xchg=async_xchg)
+    compare(emu_binary, x[:, 2:].to(torch.bfloat16), 1, async_xchg=async_xchg)

@@ -1,8 +1,9 @@
 // Runs the real draft_topk_lse v4 kernel source (include/ddtree/kernels/draft_topk_lse_v4.cuh) on the CPU
 // through cluster_emu.h: one cluster per row, its CTAs concurrently, as the launcher configures them.
-// stdin: a text header "rows vocab k dtype threads async" (dtype 0 = fp32, 1 = bf16; threads 128 or 512 =
-// the kernel's CTA size: the library runs 512, 128 splits small rows over more CTAs; async 1 = the opt-in
-// st.async/mbarrier exchange instead of the closing cluster barrier) and a newline, then
+// stdin: a text header "rows vocab k dtype threads async [max_cluster]" (dtype 0 = fp32, 1 = bf16; threads
+// 128 or 512 = the kernel's CTA size: the library runs 512, 128 splits small rows over more CTAs; async 1 =
+// the st.async/mbarrier exchange (the library's default), 0 = the closing cluster barrier; max_cluster =
+// the launcher's largest cluster, 8 unless given: 4 when rows are many) and a newline, then
 // rows*vocab little-endian float32 logits (bf16 inputs must already be bf16-exact). stdout: per row one
 // line "lse_hex | lp_hex... | id...". stderr: "events flags=F barriers=B cluster=C [cta_radix=N]".
 #include <cstdio>
@@ -22,11 +23,12 @@ static std::mutex g_events_mu;
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
 
 namespace k = ddtree::kernels;
+static int g_max_cluster = k::kV4MaxCluster;
 
 template <typename T, int THREADS, bool ASYNC>
 static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp, std::vector<int>& id,
                std::vector<float>& lse, int& flags) {
-  const auto split = k::v4_split<T, THREADS>(vocab);
+  const auto split = k::v4_split<T, THREADS>(vocab, g_max_cluster);
   // As the launcher: 16-byte loads only when every row starts 16-byte aligned (rows are contiguous here).
   const bool vec = vocab % (16 / int(sizeof(T))) == 0;
   emu4::launch_clusters(split.cluster, rows, THREADS, [&] {
@@ -56,7 +58,14 @@ int main() {
   int rows = 0, vocab = 0, kk = 0, dtype = 0, threads = 0, async = 0;
   if (std::scanf("%d %d %d %d %d %d", &rows, &vocab, &kk, &dtype, &threads, &async) != 6) return 2;
   if (threads != 128 && threads != k::kV4Threads) return 4;
-  std::getchar();  // the newline before the binary payload
+  // An optional max_cluster before the newline that ends the header.
+  int ch = std::getchar();
+  while (ch == ' ') ch = std::getchar();
+  if (ch != '\n') {
+    std::ungetc(ch, stdin);
+    if (std::scanf("%d", &g_max_cluster) != 1 || g_max_cluster < 1 || g_max_cluster > k::kV4MaxCluster) return 5;
+    std::getchar();  // the newline before the binary payload
+  }
   std::vector<float> xf(size_t(rows) * vocab);
   if (std::fread(xf.data(), 4, xf.size(), stdin) != xf.size()) return 3;
   std::vector<float> lp(size_t(rows) * kk, 12345.f), lse(rows, 12345.f);  // poisoned

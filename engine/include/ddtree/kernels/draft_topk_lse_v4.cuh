@@ -244,6 +244,22 @@ __device__ __forceinline__ void v4_set_elem(uint4& v, int q, uint32_t e) {
   else v.w = w;
 }
 
+// How many of buf[0, n) are greater than `it` (buf holds kV4Cap entries, n <= kV4Cap): eight independent
+// broadcast loads per step instead of one dependent chain; entries at n and past it are read (inside
+// the buffer) and not counted.
+__device__ __forceinline__ int v4_count_greater(const uint64_t* buf, int n, uint64_t it) {
+  static_assert(kV4Cap % 8 == 0, "steps of 8 stay inside the buffer");
+  int r0 = 0, r1 = 0;
+  for (int q = 0; q < n; q += 8) {
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      r0 += int(q + i < n && buf[q + i] > it);
+      r1 += int(q + i + 1 < n && buf[q + i + 1] > it);
+    }
+  }
+  return r0 + r1;
+}
+
 // grid = (cluster, rows), cluster dims (cluster, 1, 1), block = THREADS. pv = vectors per CTA
 // (v4_split). Outputs as draft_topk_lse.h; flags gets DDTREE_FLAG_NAN_INPUT (bit 0) for NaN/+inf rows.
 // <= 64 registers at any CTA size (1024 threads: 1 CTA/SM, 512: 2, 256: 4).
@@ -305,32 +321,39 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 
   pdl_wait();  // the previous kernel's writes (logits) are visible; ours start after it ended
   uint4 raw[kV4Vecs];
-  float tmax = -INFINITY;       // this thread's maximum
-  float wmax = -INFINITY;       // the warp's running maximum (warp-uniform)
-  float ref = 0.f;              // log2-domain reference of s: fl(wmax * log2e), 0 while wmax = -inf
+  float tmax = -INFINITY;  // this thread's maximum
+  // v5: sums per thread, vector by vector as the loads land (v4 waited for all of a round's vectors and a
+  // warp maximum before the first exp2, so the MUFU-bound sums, ~0.6 µs per SM at 1x15, ran after the DRAM
+  // wait instead of under it). The log2-domain reference is the first finite vector maximum and moves only
+  // when a vector's maximum exceeds it by more than 2^64 (then s is rescaled): terms stay below 2^64, s
+  // below 2^70, and the vector that set the reference contributes >= 1, so flushed terms are negligible.
+  float ref = -INFINITY;  // -inf until a finite (or +inf) maximum was seen; the sums then use 0
   float s0 = 0.f, s1 = 0.f;
   for (int r = 0; r < rounds; ++r) {
 #pragma unroll
     for (int j = 0; j < kV4Vecs; ++j) raw[j] = load((r * kV4Vecs + j) * THREADS + tid);
-    float m = v4_vec_max<T>(raw[0]);
 #pragma unroll
-    for (int j = 1; j < kV4Vecs; ++j) m = fmaxf(m, v4_vec_max<T>(raw[j]));
-    tmax = fmaxf(tmax, m);
-    const float wm = fmaxf(wmax, key_to_float(__reduce_max_sync(0xffffffffu, ordered_key(m))));
-    const float nref = wm == -INFINITY ? 0.f : wm * kV4Log2e;
-    if (r > 0 && nref != ref) {  // rescale (s == 0 whenever the old reference was the -inf placeholder)
-      const float f = v4_ex2(ref - nref);
-      s0 = s0 != 0.f ? s0 * f : s0;
-      s1 = s1 != 0.f ? s1 * f : s1;
+    for (int j = 0; j < kV4Vecs; ++j) {
+      const float m = v4_vec_max<T>(raw[j]);
+      tmax = fmaxf(tmax, m);
+      const float mr = m * kV4Log2e;
+      if (mr > ref + 64.f) {  // the first finite (or +inf) maximum, or far above the reference
+        const float f = v4_ex2(ref - mr);  // 0 when ref is -inf
+        s0 *= f;
+        s1 *= f;
+        ref = mr;
+      }
+      // NaN/+inf make s NaN; a NaN among -inf (vector maximum -inf) too, through the placeholder 0.
+      v4_vec_sum<T>(raw[j], ref == -INFINITY ? 0.f : ref, s0, s1);
     }
-    wmax = wm;
-    ref = nref;
-#pragma unroll
-    for (int j = 0; j < kV4Vecs; ++j) v4_vec_sum<T>(raw[j], ref, s0, s1);
   }
-  float s = warp_sum(s0 + s1);
+  // The warp's (reference, sum): the lanes' sums scaled to the warp's largest reference.
+  const float warp_ref = key_to_float(__reduce_max_sync(0xffffffffu, ordered_key(ref)));
+  float s = s0 + s1;
+  s = s != 0.f ? s * v4_ex2(ref - warp_ref) : s;  // NaN stays NaN
+  s = warp_sum(s);
   if (lane == 0) {
-    sm.wref[warp] = ref;
+    sm.wref[warp] = warp_ref;
     sm.wsum[warp] = s;
   }
   // Keys of this thread's maximum: a lower bound for the group bound (-0 when the maximum is a zero of
@@ -347,18 +370,23 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 
   if (tid < kV4Groups) {
     // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it.
+    // (k = 1: the largest, no counting.)
     const uint32_t mine = sm.gmax[tid];
-    int ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;  // four independent chains
-    const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax);
+    bool enough = true;
+    if (k > 1) {
+      int ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;  // four independent chains
+      const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax);
 #pragma unroll
-    for (int i = 0; i < kV4Groups / 4; ++i) {
-      const uint4 v = g4[i];
-      ge0 += int(v.x >= mine);
-      ge1 += int(v.y >= mine);
-      ge2 += int(v.z >= mine);
-      ge3 += int(v.w >= mine);
+      for (int i = 0; i < kV4Groups / 4; ++i) {
+        const uint4 v = g4[i];
+        ge0 += int(v.x >= mine);
+        ge1 += int(v.y >= mine);
+        ge2 += int(v.z >= mine);
+        ge3 += int(v.w >= mine);
+      }
+      enough = ge0 + ge1 + ge2 + ge3 >= k;
     }
-    const uint32_t q = __reduce_max_sync(0xffffffffu, ge0 + ge1 + ge2 + ge3 >= k ? mine : 0u);
+    const uint32_t q = __reduce_max_sync(0xffffffffu, enough ? mine : 0u);
     if (lane == 0) sm.red_t[warp] = q;
   }
   if (warp == WARPS - 1) {
@@ -390,42 +418,54 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       const uint32_t key = ordered_key(f);
       return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
     };
-    // Warp-cooperative: a warp looks at a vector only when one of its lanes' vector maximum reaches thr
-    // (a few vectors per CTA), then all 32 lanes test their 8 (bf16) logits in step and append the
-    // admitted ones with one ballot and one atomic per warp. (A lane walking its 40 logits alone, as the
-    // first v4 did, is a ~1,000-instruction dependent chain in the critical path of every CTA.)
-    unsigned long long best = 0ull;  // k = 1: the lane's best admitted item, merged by atomicMax
-    if (__any_sync(0xffffffffu, key_hi >= thr)) {
-      for (int r = 0; r < rounds; ++r) {
+    // Lane-local (v5): only a lane whose maximum reaches thr looks at its vectors again, and only at those
+    // whose maximum reaches thr (a few per CTA); it appends that vector's admitted logits with ONE shared
+    // atomic (their count) and plain stores. No warp votes, ballots or shuffles per logit: v4.1's
+    // warp-cooperative pass ran a ballot -> atomic -> shuffle chain per logit of every hit vector in
+    // every warp holding a candidate, the block barrier after it was the hottest stall (NOTES, v4.1 ncu).
+    // The vectors of this lane whose maximum reaches thr: f(v, base) for each.
+    auto for_hit_vectors = [&](auto f) {
+      auto visit = [&](const uint4& v, int lv) {
+        const float vm = v4_vec_max<T>(v);
+        if (lv < nv_cta && ordered_key(vm == 0.f ? 0.f : vm) >= thr) f(v, (v0 + lv) * VN);  // +0 for zeros
+      };
+      if (rounds == 1) {  // still in registers
 #pragma unroll
-        for (int j = 0; j < kV4Vecs; ++j) {
-          const int lv = (r * kV4Vecs + j) * THREADS + tid;
-          const bool valid = lv < nv_cta;
-          const uint4 v = rounds == 1 ? raw[j] : (valid && key_hi >= thr ? load(lv) : v4_neg_inf_vec<T>());
-          const float vm = v4_vec_max<T>(v);
-          const uint32_t vk = valid ? ordered_key(vm == 0.f ? 0.f : vm) : 0u;  // upper bound: +0 for zeros
-          if (!__any_sync(0xffffffffu, vk >= thr)) continue;
-          const int base = (v0 + lv) * VN;
+        for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+      } else {
+        for (int lv = tid; lv < nv_cta; lv += THREADS) visit(load(lv), lv);
+      }
+    };
+    if (key_hi >= thr) {
+      if (k == 1) {
+        unsigned long long best = 0ull;  // the lane's best admitted item, merged by atomicMax
+        for_hit_vectors([&](const uint4& v, int base) {
 #pragma unroll
           for (int q = 0; q < VN; ++q) {
-            const uint64_t it = valid && base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
-            if (k == 1) {
-              best = it > best ? it : best;
-            } else {
-              const unsigned bal = __ballot_sync(0xffffffffu, it != 0ull);
-              if (bal != 0u) {
-                const int first = __ffs(int(bal)) - 1;
-                int pos = 0;
-                if (lane == first) pos = atomicAdd(&sm.cnt, __popc(bal));
-                pos = __shfl_sync(0xffffffffu, pos, first) + __popc(bal & ((1u << lane) - 1u));
-                if (it != 0ull && pos < kV4Cap) sm.cbuf[pos] = it;
+            const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
+            best = it > best ? it : best;
+          }
+        });
+        if (best != 0ull) atomicMax(&sm.best, best);
+      } else {
+        for_hit_vectors([&](const uint4& v, int base) {
+          unsigned m = 0u;
+#pragma unroll
+          for (int q = 0; q < VN; ++q)
+            m |= (base + q < vocab && item_of(v4_elem<T>(v, q), base + q) != 0ull) ? 1u << q : 0u;
+          if (m != 0u) {
+            int pos = atomicAdd(&sm.cnt, __popc(m));
+#pragma unroll
+            for (int q = 0; q < VN; ++q) {
+              if ((m >> q) & 1u) {
+                if (pos < kV4Cap) sm.cbuf[pos] = pack_item(ordered_key(v4_elem<T>(v, q)), base + q);
+                ++pos;
               }
             }
           }
-        }
+        });
       }
     }
-    if (best != 0ull) atomicMax(&sm.best, best);
     __syncthreads();
     uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
     auto put = [&](int r, uint64_t it) {
@@ -460,8 +500,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
       for (int p = tid; p < n; p += THREADS) {
         const uint64_t it = sm.cbuf[p];
-        int rank = 0;
-        for (int q = 0; q < n; ++q) rank += sm.cbuf[q] > it;
+        const int rank = v4_count_greater(sm.cbuf, n, it);
         if (rank < kc) put(rank, it);
       }
     }
@@ -491,11 +530,14 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e), in fp64: sum_x 2^(x fl(log2 e) - ref) is what
     // the CTAs summed, and x fl(log2 e) is exact inside the FMA.
     const float big = warp_max(p.y != 0.f ? p.x : -INFINITY);
-    double sd = p.y != 0.f ? double(p.y) * exp2(double(p.x) - double(big)) : 0.0;
-    sd = warp_sum(sd);
+    // v5: the terms in fp32 (MUFU.EX2, 2^-22 relative, as each CTA combines its warps), the sum in fp32
+    // (<= 8 terms in [0, 2^24)), log2 of it in fp32 (its result in [0, 27): <= 2^-20 absolute), only the
+    // last add and scale in fp64: the fp64 exp2/log2/div chain was ~0.2 µs of CTA 0's critical path.
+    float sf = p.y != 0.f ? p.y * v4_ex2(p.x - big) : 0.f;
+    sf = warp_sum(sf);
     if (lane == 0) {
       sm.bad = bad;
-      sm.lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + log2(sd)) / double(kV4Log2e);
+      sm.lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
     }
   } else if (warp == 1) {
     // Bound: the best of the ksel-th items of the CTAs that hold at least ksel logits; gather the items
@@ -536,8 +578,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const double lse_d = sm.lse_d;
   for (int q = tid; q < n2; q += THREADS) {
     const uint64_t it = sm.cbuf[q];
-    int rank = 0;
-    for (int u = 0; u < n2; ++u) rank += sm.cbuf[u] > it;
+    const int rank = v4_count_greater(sm.cbuf, n2, it);
     if (rank < ksel) {
       const float f = key_to_float(item_key(it));
       lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
