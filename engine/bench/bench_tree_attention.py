@@ -64,8 +64,17 @@ def ddtree_like_parents(n: int, gen: torch.Generator, max_depth: int = 15) -> li
     return par
 
 
+# fa3 launch features toggled per call by the launcher's environment switches (--ab).
+FA3_AB = {
+    "fa3_no_cluster": {"DDTREE_TA_CLUSTER_MERGE": "0"},
+    "fa3_no_pdl": {"DDTREE_TA_FA3_PDL": "0"},
+    "fa3_v8_launch": {"DDTREE_TA_CLUSTER_MERGE": "0", "DDTREE_TA_FA3_PDL": "0"},
+}
+
+
 def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,
-              use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128) -> dict:
+              use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128,
+              ab: bool = False) -> dict:
     gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
     parents = torch.tensor([ddtree_like_parents(n, gen)])
     anc = ref.anc_from_parents(parents).cuda()
@@ -109,6 +118,22 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         row[f"{name}_us"] = graph_time(ours) * 1e6
         outs[name] = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
     ta_ops.set_impl("auto")
+    if ab and default == "fa3":
+        # The default back end again with each launch feature of fa3 v9 switched off (per-call
+        # environment switches of the launcher), same inputs and process: what each one is worth.
+        for name, env in FA3_AB.items():
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                row[f"{name}_us"] = graph_time(ours) * 1e6
+                o_ab = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
+                row[f"{name}_bits_equal"] = bool(torch.equal(o_ab.view(torch.int16), outs[default].view(torch.int16)))
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
     row["default_impl"] = default
     row["ours_us"] = row[f"{default}_us"]
     o_ours = outs[default]
@@ -184,6 +209,22 @@ def print_table(rows: list[dict], impls: list[str]) -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
+def print_ab(rows: list[dict]) -> None:
+    """fa3 (default) next to the same kernel with a launch feature off (µs, same process)."""
+    names = [n for n in FA3_AB if any(f"{n}_us" in r for r in rows)]
+    if not names:
+        return
+    cols = ["Hq/Hkv", "N", "C", "fa3 µs"] + [f"{n} µs" for n in names] + ["same bits"]
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in rows:
+        if f"{names[0]}_us" not in r:
+            continue
+        cells = [f"{r['hq']}/{r['hkv']}", str(r["n"]), f"{r['ctx'] // 1024}k", f"{r['fa3_us']:.1f}"]
+        cells += [f"{r[f'{n}_us']:.1f}" for n in names]
+        cells.append("yes" if all(r.get(f"{n}_bits_equal") for n in names) else "NO")
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
 _PROBE = r"""
 import sys, torch
 sys.path.insert(0, {python!r})
@@ -235,6 +276,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="only the 4k-context shapes")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--impls", default="", help="comma list of back ends to time (default: all available)")
+    ap.add_argument("--ab", action="store_true", help="also time the default fa3 back end with each of its "
+                    "launch features off (cluster merge, PDL; the launcher's per-call environment switches)")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
                     "(default: all; it has never compiled at 64 nodes here, and each attempt is slow)")
     ap.add_argument("--flex-hq", default="", help="comma list of query-head counts to run flex_attention at "
@@ -260,10 +303,12 @@ def main() -> None:
     # Pass 1: kernel + SDPA (fast). Pass 2: flex_attention, whose compiles are slow, shape by shape.
     rows = []
     for hq, hkv, n, ctx in shapes:
-        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False))
+        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False, ab=args.ab))
         print(json.dumps(rows[-1]), flush=True)
     save(rows)
     print_table(rows, impls)
+    if args.ab:
+        print_ab(rows)
     if args.no_flex:
         return
     # N=512 first: flex compiled there in earlier measurements; N=64 may fail to compile (inductor).

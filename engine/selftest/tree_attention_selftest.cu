@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -249,6 +250,30 @@ void chain_equals_causal_bitwise() {
   }
 }
 
+// fa3 merges a split row tile inside a thread-block cluster when the plan allows it (2-8 splits, every
+// cluster resident at once) and with the merge kernel otherwise; DDTREE_TA_CLUSTER_MERGE=0 forces the
+// merge kernel. Both must give the same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
+// request; the shorter ones leave CTAs past their length (idle cluster members) or need a single chunk
+// (no merge) inside the same launch.
+void cluster_merge_matches_kernel_merge() {
+  TaCase c = make_case(8, 1, 128, 16, {900, 200, 0}, {60, 33, 17}, 2, 4242, 11);
+  const Reference ref = reference_of(c);
+  for_each_impl(128, [&](const char* impl) {
+    for (int chunk : {512, 192, 128}) {
+      setenv("DDTREE_TA_CLUSTER_MERGE", "0", 1);
+      const Result kern = run(c, false, chunk);
+      unsetenv("DDTREE_TA_CLUSTER_MERGE");
+      const Result clus = run(c, false, chunk);
+      size_t diff = 0;
+      for (size_t i = 0; i < kern.o.size(); ++i) diff += kern.o[i] != clus.o[i];
+      for (size_t i = 0; i < kern.lse.size(); ++i) diff += std::memcmp(&kern.lse[i], &clus.lse[i], 4) != 0;
+      ST_EXPECT(diff == 0, "%s chunk %d: %zu elements differ between the cluster merge and the merge kernel", impl,
+                chunk, diff);
+      check_against_reference(c, clus, ref, st::format("%s cluster merge chunk=%d", impl, chunk).c_str());
+    }
+  });
+}
+
 }  // namespace
 
 DDTREE_SELFTEST(tree_attention_random_trees) { random_trees(); }
@@ -270,4 +295,5 @@ DDTREE_SELFTEST(tree_attention_zz_fa3_backend) {
   star_and_ctx0();
   long_pipelines();
   chain_equals_causal_bitwise();
+  cluster_merge_matches_kernel_merge();
 }

@@ -25,6 +25,7 @@ constexpr int kMinChunk = 256;
 struct Plan {
   int bm = 0, bn = 0, row_tiles = 0, num_splits = 0, chunk = 0;
   int impl = DDTREE_TA_IMPL_MMA;
+  bool cluster_merge = false;  // fa3: merge the splits inside a cluster (see fa3_cluster_merge_fits)
   size_t part_o_bytes = 0, part_ml_bytes = 0;
   size_t workspace() const { return part_o_bytes + part_ml_bytes; }
 };
@@ -133,6 +134,49 @@ ddtree_status_t prepare_fa3(int* ctas_per_sm) {
   return DDTREE_STATUS_SUCCESS;
 }
 
+// fa3 split merge through distributed shared memory: the num_splits CTAs of a row tile form one
+// thread-block cluster and merge in the kernel, so the fp32 partials never leave the SMs and the merge
+// kernel is not launched. Used when 2 <= num_splits <= 8 (portable cluster size) and every cluster of
+// the grid can be resident at once (cudaOccupancyMaxActiveClusters, cached per device and size): a
+// cluster needs num_splits free SMs of one GPC, so a grid that fits one wave as single CTAs may not as
+// clusters, and the second wave would cost more than the merge saves. DDTREE_TA_CLUSTER_MERGE=0 turns
+// it off; it is read on every plan (not once) so that a test can compare both merges in one process.
+// The two merges compute the same bits (same arithmetic, see cluster_merge_epilogue).
+bool cluster_merge_enabled() {
+  const char* e = std::getenv("DDTREE_TA_CLUSTER_MERGE");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+int fa3_max_active_clusters(int size) {
+  static int cache[64][ta::Fa3Config::MAX_CLUSTER + 1] = {};  // + 1 so that 0 means "not queried"
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (cache[dev][size] == 0) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(size), 1, 1);
+    cfg.blockDim = dim3(ta::Fa3Config::NT, 1, 1);
+    cfg.dynamicSmemBytes = ta::Fa3Config::SMEM;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(size);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel), &cfg) !=
+        cudaSuccess) {
+      cudaGetLastError();  // not sticky; leave no error behind for the launch check
+      n = 0;
+    }
+    cache[dev][size] = n + 1;
+  }
+  return cache[dev][size] - 1;
+}
+bool fa3_cluster_merge_fits(int num_splits, int64_t clusters) {
+  if (num_splits < 2 || num_splits > ta::Fa3Config::MAX_CLUSTER || !cluster_merge_enabled()) return false;
+  return clusters <= fa3_max_active_clusters(num_splits);
+}
+
 ddtree_status_t prepare_for(int d, int impl, int* ctas_per_sm) {
   if (impl == DDTREE_TA_IMPL_FA3) return prepare_fa3(ctas_per_sm);
   if (impl == DDTREE_TA_IMPL_WGMMA) return prepare<ta::WgmmaConfig128>(ctas_per_sm);
@@ -198,7 +242,10 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   DDTREE_REQUIRE(static_cast<int64_t>(p.row_tiles) * p.num_splits <= 0x7fffffff,
                  "tree_attention: %d row tiles x %d splits exceed the grid", p.row_tiles, p.num_splits);
   const int64_t tiles = static_cast<int64_t>(batch) * hkv * p.row_tiles;
+  p.cluster_merge = p.impl == DDTREE_TA_IMPL_FA3 && fa3_cluster_merge_fits(p.num_splits, tiles);
   using ddtree::detail::align_up;
+  // The partial buffers stay in the workspace size in cluster mode too: the size must not depend on
+  // the environment variable above (a caller may size the workspace before a test flips it).
   if (p.num_splits > 1) {
     const size_t slots = static_cast<size_t>(tiles) * p.num_splits * p.bm;
     p.part_o_bytes = align_up(slots * d * sizeof(float));
@@ -208,24 +255,67 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
   return DDTREE_STATUS_SUCCESS;
 }
 
-// The merge kernel follows the fa3 kernel with programmatic dependent launch: its launch overlaps the
-// fa3 kernel's tail (it waits for the partials with griddepcontrol.wait). DDTREE_DISABLE_PDL=1 turns
-// that off.
+// The fa3 kernel itself is launched with programmatic dependent launch as well (unless
+// DDTREE_DISABLE_PDL=1 or DDTREE_TA_FA3_PDL=0, the latter read on every launch so that a bench can
+// compare both in one process): its CTAs may be scheduled while the previous kernel in the stream
+// drains, and they execute griddepcontrol.wait before their first global access, so nothing is read
+// before that kernel's results are visible. The merge kernel (when the plan splits without the
+// cluster merge) follows with PDL too and waits for this kernel's partials the same way.
+bool fa3_pdl_enabled() {
+  const char* e = std::getenv("DDTREE_TA_FA3_PDL");
+  return ddtree::detail::pdl_enabled() && (e == nullptr || std::strcmp(e, "0") != 0);
+}
+
 ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
   using F = ta::Fa3Config;
   static_assert(F::BM == ta::WgmmaConfig128::BM, "fa3 shares the wgmma plan and merge kernel");
-  dim3 grid(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
-            static_cast<unsigned>(batch));
-  ta::tree_attention_fa3_kernel<<<grid, F::NT, F::SMEM, stream>>>(params);
-  if (plan.num_splits > 1) {
-    ddtree_status_t st = ddtree::detail::check_launch("tree_attention fa3 kernel");
-    if (st != DDTREE_STATUS_SUCCESS) return st;
-    dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
-               static_cast<unsigned>(batch));
-    return ddtree::detail::launch("tree_attention merge kernel", &ta::tree_attention_merge_kernel<F::D, F::BM>,
-                                  mgrid, dim3(128), stream, /*pdl=*/true, params);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(plan.row_tiles * plan.num_splits), static_cast<unsigned>(hkv),
+                     static_cast<unsigned>(batch));
+  cfg.blockDim = dim3(F::NT, 1, 1);
+  cfg.dynamicSmemBytes = F::SMEM;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attr = 0;
+  ta::Params kp = params;
+  if (plan.cluster_merge) {  // the clusters merge their splits themselves: no merge kernel
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = static_cast<unsigned>(plan.num_splits);
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+    kp.cluster_merge = 1;
   }
-  return ddtree::detail::check_launch("tree_attention fa3 kernel");
+  // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
+  // at once and not sticky), launch without it from then on.
+  static bool pdl_refused = false;
+  cudaError_t err = cudaErrorInvalidValue;
+  bool launched = false;
+  if (fa3_pdl_enabled() && !pdl_refused) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = n_attr + 1;
+    err = cudaLaunchKernelEx(&cfg, ta::tree_attention_fa3_kernel, kp);
+    launched = true;
+    if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported || err == cudaErrorInvalidConfiguration) {
+      (void)cudaGetLastError();
+      pdl_refused = true;
+      launched = false;
+    }
+  }
+  if (!launched) {
+    cfg.attrs = n_attr ? attr : nullptr;
+    cfg.numAttrs = n_attr;
+    err = cudaLaunchKernelEx(&cfg, ta::tree_attention_fa3_kernel, kp);
+  }
+  if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "tree_attention fa3 kernel");
+  ddtree_status_t st = ddtree::detail::check_launch("tree_attention fa3 kernel");
+  if (st != DDTREE_STATUS_SUCCESS || plan.num_splits == 1 || plan.cluster_merge) return st;
+  dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
+             static_cast<unsigned>(batch));
+  return ddtree::detail::launch("tree_attention merge kernel", &ta::tree_attention_merge_kernel<F::D, F::BM>, mgrid,
+                                dim3(128), stream, /*pdl=*/true, params);
 }
 
 template <class C>

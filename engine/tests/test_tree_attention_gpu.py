@@ -171,6 +171,23 @@ def test_backends_agree(impl: str) -> None:
         torch.testing.assert_close(lse, outs["mma"][1], atol=1e-3, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kv_chunk", [512, 192, 128])
+def test_cluster_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 merges a split row tile inside a thread-block cluster (2-8 splits, every cluster resident at
+    # once) unless DDTREE_TA_CLUSTER_MERGE=0 (read on every call) forces the merge kernel. Same
+    # arithmetic, so the same bits; requests shorter than the longest leave idle cluster members.
+    if _impl[0] != "fa3":
+        pytest.skip("the cluster merge is fa3's")
+    case = make_case(8, 1, 128, ctx=[900, 200, 0], n=[60, 33, 17], page=16, seed=kv_chunk).to("cuda")
+    monkeypatch.setenv("DDTREE_TA_CLUSTER_MERGE", "0")
+    o_kernel, lse_kernel = kernel(case, kv_chunk=kv_chunk)
+    monkeypatch.delenv("DDTREE_TA_CLUSTER_MERGE")
+    o_cluster, lse_cluster = kernel(case, kv_chunk=kv_chunk)
+    assert torch.equal(o_cluster.view(torch.int16), o_kernel.view(torch.int16))
+    assert torch.equal(lse_cluster.view(torch.int32), lse_kernel.view(torch.int32))
+    assert_close_to_reference(case, o_cluster, lse_cluster)
+
+
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:
     case = make_case(8, 1, 128, ctx=[500], n=[90], page=16, seed=8).to("cuda")
     o, lse = kernel(case, kv_chunk=128)

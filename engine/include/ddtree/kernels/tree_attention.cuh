@@ -52,6 +52,10 @@ struct Params {
   int num_tokens, hq, hkv, group, page_size, page_shift, max_pages, n_max, words;
   int row_tiles, num_splits, chunk;
   float scale_log2;     // sm_scale * log2(e)
+  // fa3 only: 1 = the CTAs of a row tile's num_splits chunks form one thread-block cluster (grid x =
+  // row tile * num_splits + split) and merge their partials through distributed shared memory instead
+  // of part_o / part_ml and the merge kernel. 0 = the layout above (grid x = split * row_tiles + rt).
+  int cluster_merge;
 };
 
 template <int D_, int MT_, int BN_, int NW_, bool WG_>

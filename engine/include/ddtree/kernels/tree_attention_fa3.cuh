@@ -60,8 +60,15 @@ struct Fa3Config {
   // 32 x 128 + 232 x 256 = 63488 <= 65536 registers.
   static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = 232;
   static constexpr int EMPTY_ARRIVALS = 8;  // one per consumer warp
+  // cluster_merge: after the main loop a CTA's unnormalized O (fp32, rows padded to 136 floats so the
+  // float2 stores of a quad row group hit distinct banks) and (m, l) per row sit at the start of its
+  // shared memory (over Q and the first K stages, no longer read by then), read by the cluster's CTAs.
+  static constexpr int PART_PITCH = D + 8;                      // floats per row
+  static constexpr int PART_ML_OFF = BM * PART_PITCH * 4;       // 69632
+  static constexpr int MAX_CLUSTER = 8;                         // portable cluster size
 };
 static_assert(Fa3Config::SMEM <= 227 * 1024, "sm_90 allows 227 KB of shared memory per block");
+static_assert(Fa3Config::PART_ML_OFF + Fa3Config::BM * 8 <= Fa3Config::V_OFF, "partials fit below the V ring");
 static_assert(Fa3Config::ROWS_OFF % 16 == 0 && Fa3Config::MASK_OFF % 8 == 0, "small-region alignment");
 
 // ---- sm_90 synchronization helpers ------------------------------------------------------------------
@@ -140,6 +147,51 @@ __device__ __forceinline__ void regs_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 #endif
 }
+// Cluster primitives for the split merge through distributed shared memory (cluster_merge).
+// Every thread of every CTA of the cluster arrives (release: this CTA's shared-memory partials become
+// visible to the cluster) and waits (acquire).
+__device__ __forceinline__ void cluster_sync_all() {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+// The closing barrier orders nothing (every remote load's value is consumed before it); it only keeps
+// each CTA's shared memory alive until the cluster is done reading it. relaxed: without release
+// semantics ptxas emits no MEMBAR.GPU in front of it (which would wait for this CTA's output stores).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
+#endif
+}
+// Address of shared-memory address `addr` of this CTA in cluster CTA `rank`, and loads from there.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
+  uint32_t out = addr;
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+#endif
+  return out;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ void st_shared_f2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr) {
+  float2 v = make_float2(0.f, 0.f);
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+
 // Pin registers that an in-flight wgmma reads or writes: the compiler may not move their other uses
 // across this point (CUTLASS's warpgroup_fence_operand).
 __device__ __forceinline__ void pin(float (&x)[16][4]) {
@@ -207,6 +259,79 @@ __device__ __forceinline__ void tile_visibility(uint32_t (&win)[4], const uint32
   }
 }
 
+// Split merge inside a cluster (cluster_merge, nact > 1), run by the 256 consumer threads of each CTA:
+// 1. both consumer warpgroups are past their last GEMM (named barrier 6), so Q and the K stages at the
+//    start of shared memory are dead: each thread stores its unnormalized O and, per row, (m, l);
+// 2. cluster barrier: every CTA's partials are visible cluster-wide;
+// 3. CTA `rank` merges rows rank, rank + ns, ...: one warp per row, lane = 4 output columns, the
+//    partials of splits 0 .. nact-1 read from the CTAs' shared memory;
+// 4. cluster barrier: no CTA exits (freeing its shared memory) while another still reads it.
+// The arithmetic is tree_attention_merge_kernel's, operation for operation (max and sum butterflies
+// over lanes = splits, exp2f weights, fmaf in chunk order, the same validity rule), so a row's bits do
+// not depend on which of the two merges ran.
+__device__ __forceinline__ void cluster_merge_epilogue(const Params& p, uint32_t q_s, const float (&acc)[16][4],
+                                                       const float (&m_run)[2], const float (&l_run)[2],
+                                                       const unsigned char* s_row_valid, int wg, int wrow, int g4,
+                                                       int t4, int lane, int warp, int rank, int nact, int row0,
+                                                       int rows_b, int t0, int h, int G) {
+  using C = Fa3Config;
+  constexpr int D = C::D, BM = C::BM;
+  named_sync(6, 256);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int lr = wrow + g4 + 8 * hf;
+    const uint32_t row_s = q_s + (lr * C::PART_PITCH + 2 * t4) * 4;
+#pragma unroll
+    for (int j = 0; j < C::DT8; ++j) st_shared_f2(row_s + j * 32, acc[j][2 * hf], acc[j][2 * hf + 1]);
+    if (t4 == 0) st_shared_f2(q_s + C::PART_ML_OFF + lr * 8, m_run[hf], l_run[hf]);
+  }
+  cluster_sync_all();
+  const int ns = p.num_splits;
+  const int cw = (wg - 1) * 4 + warp;  // consumer warp 0..7
+  for (int lr = rank + ns * cw; lr < BM; lr += ns * 8) {
+    const int gr = row0 + lr;
+    if (gr >= rows_b) break;  // warp-uniform; later rows are larger
+    const uint32_t ml_addr = q_s + C::PART_ML_OFF + lr * 8;
+    const uint32_t o_addr = q_s + (lr * C::PART_PITCH + lane * 4) * 4;
+    float2 ml_lane = make_float2(-INFINITY, 0.f);
+    if (lane < nact) ml_lane = ld_cluster_f2(cluster_map(ml_addr, lane));
+    float4 x[C::MAX_CLUSTER];
+#pragma unroll
+    for (int sp = 0; sp < C::MAX_CLUSTER; ++sp)
+      x[sp] = sp < nact ? ld_cluster_f4(cluster_map(o_addr, sp)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float mx = -INFINITY;
+    if (lane < nact) mx = fmaxf(mx, ml_lane.x);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float lsum = 0.f;
+    if (mx != -INFINITY) {
+      if (lane < nact) lsum += ml_lane.y * exp2f(ml_lane.x - mx);
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+    const bool valid = lsum > 0.f && (s_row_valid[lr] | s_row_valid[BM + lr]);
+    const float inv = valid ? 1.f / lsum : 0.f;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid) {
+#pragma unroll
+      for (int sp = 0; sp < C::MAX_CLUSTER; ++sp) {
+        if (sp >= nact) break;
+        const float wt = exp2f(__shfl_sync(0xffffffffu, ml_lane.x, sp) - mx);
+        sum.x = fmaf(x[sp].x, wt, sum.x);
+        sum.y = fmaf(x[sp].y, wt, sum.y);
+        sum.z = fmaf(x[sp].z, wt, sum.z);
+        sum.w = fmaf(x[sp].w, wt, sum.w);
+      }
+    }
+    const int64_t qrow = static_cast<int64_t>(t0 + gr / G) * p.hq + static_cast<int64_t>(h) * G + gr % G;
+    const uint2 packed = make_uint2(pack_bf16(valid ? sum.x * inv : 0.f, valid ? sum.y * inv : 0.f),
+                                    pack_bf16(valid ? sum.z * inv : 0.f, valid ? sum.w * inv : 0.f));
+    *reinterpret_cast<uint2*>(p.o + qrow * D + lane * 4) = packed;
+    if (p.lse && lane == 0) p.lse[qrow] = valid ? (mx + log2f(lsum)) * 0.69314718055994531f : -INFINITY;
+  }
+  cluster_sync_relaxed();
+}
+
 __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(const Params p) {
 #if defined(__CUDA_ARCH__)
 #if !DDTREE_TA_HAVE_WGMMA
@@ -226,18 +351,27 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 
   const int tid = threadIdx.x;
   const int b = blockIdx.z, h = blockIdx.y;
-  const int rt = blockIdx.x % p.row_tiles, split = blockIdx.x / p.row_tiles;
+  // cluster_merge: the num_splits CTAs of a row tile are adjacent in x (one cluster, rank = split).
+  const bool cl = p.cluster_merge != 0;
+  const int rt = cl ? static_cast<int>(blockIdx.x) / p.num_splits : static_cast<int>(blockIdx.x) % p.row_tiles;
+  const int split = cl ? static_cast<int>(blockIdx.x) % p.num_splits : static_cast<int>(blockIdx.x) / p.row_tiles;
 
+  // Launched with programmatic dependent launch: the previous kernel in the stream (which may have
+  // written q, the K/V cache, the tree or the lengths) must be complete before the first global read.
+  ddtree::kernels::pdl_wait();
   const int t0 = p.qo_indptr[b];
   const int n_b = max(0, min(min(p.qo_indptr[b + 1], p.num_tokens) - t0, p.n_max));
   const int G = p.group;
   const int rows_b = n_b * G;
   const int row0 = rt * BM;
-  if (row0 >= rows_b) return;  // CTA-uniform: before any barrier
+  if (row0 >= rows_b) return;  // CTA- and cluster-uniform (same row tile): before any barrier
   const int ctx = max(p.ctx_len[b], 0);
   const int kv_len = min(ctx + n_b, p.max_pages * p.page_size);
   const int nact = (kv_len + p.chunk - 1) / p.chunk;
-  if (split >= nact) return;
+  // A cluster that merges (nact > 1) needs every CTA at its cluster barriers: a CTA past the request's
+  // length stays, with an empty key range (no tiles: O = 0, m = -inf, l = 0, never read by the merge).
+  const bool cmerge = cl && nact > 1;
+  if (split >= nact && !cmerge) return;
   const int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
   const int tb0 = (ctx / BN) * BN;
   const int* bt = p.block_table + static_cast<int64_t>(b) * p.max_pages;
@@ -468,6 +602,10 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     ddtree::kernels::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
+    if (cmerge) {  // the producer's part of the consumers' two cluster barriers (see the epilogue)
+      cluster_sync_all();
+      cluster_sync_relaxed();
+    }
   } else {
     // =================================== consumers ==================================================
     regs_alloc<C::CONSUMER_REGS>();
@@ -722,6 +860,9 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
               pack_bf16(valid ? acc[j][2 * hf] * inv : 0.f, valid ? acc[j][2 * hf + 1] * inv : 0.f);
         if (p.lse && t4 == 0) p.lse[qrow] = valid ? (m_run[hf] + log2f(l)) * kLn2 : -INFINITY;
       }
+    } else if (cmerge) {
+      cluster_merge_epilogue(p, q_s, acc, m_run, l_run, s_row_valid, wg, wrow, g4, t4, lane, warp, split, nact,
+                             row0, rows_b, t0, h, G);
     } else {
       const int64_t slot = ((static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt) * p.num_splits + split;
       float* po = p.part_o + slot * BM * D;
