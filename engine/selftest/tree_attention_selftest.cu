@@ -250,9 +250,9 @@ void chain_equals_causal_bitwise() {
   }
 }
 
-// fa3 merges a split row tile inside a thread-block cluster when the plan allows it (2-8 splits, every
-// cluster resident at once) and with the merge kernel otherwise; DDTREE_TA_CLUSTER_MERGE=0 forces the
-// merge kernel. Both must give the same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
+// fa3 merges a split row tile with the merge kernel, or (opt-in, DDTREE_TA_CLUSTER_MERGE=1, where the
+// plan allows it: 2-8 splits, every cluster resident at once) inside a thread-block cluster. Both must
+// give the same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
 // request; the shorter ones leave CTAs past their length (idle cluster members) or need a single chunk
 // (no merge) inside the same launch.
 void cluster_merge_matches_kernel_merge() {
@@ -260,10 +260,11 @@ void cluster_merge_matches_kernel_merge() {
   const Reference ref = reference_of(c);
   for_each_impl(128, [&](const char* impl) {
     for (int chunk : {512, 192, 128}) {
-      setenv("DDTREE_TA_CLUSTER_MERGE", "0", 1);
-      const Result kern = run(c, false, chunk);
       unsetenv("DDTREE_TA_CLUSTER_MERGE");
+      const Result kern = run(c, false, chunk);
+      setenv("DDTREE_TA_CLUSTER_MERGE", "1", 1);
       const Result clus = run(c, false, chunk);
+      unsetenv("DDTREE_TA_CLUSTER_MERGE");
       size_t diff = 0;
       for (size_t i = 0; i < kern.o.size(); ++i) diff += kern.o[i] != clus.o[i];
       for (size_t i = 0; i < kern.lse.size(); ++i) diff += std::memcmp(&kern.lse[i], &clus.lse[i], 4) != 0;

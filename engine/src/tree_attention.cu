@@ -134,17 +134,18 @@ ddtree_status_t prepare_fa3(int* ctas_per_sm) {
   return DDTREE_STATUS_SUCCESS;
 }
 
-// fa3 split merge through distributed shared memory: the num_splits CTAs of a row tile form one
-// thread-block cluster and merge in the kernel, so the fp32 partials never leave the SMs and the merge
-// kernel is not launched. Used when 2 <= num_splits <= 8 (portable cluster size) and every cluster of
-// the grid can be resident at once (cudaOccupancyMaxActiveClusters, cached per device and size): a
-// cluster needs num_splits free SMs of one GPC, so a grid that fits one wave as single CTAs may not as
-// clusters, and the second wave would cost more than the merge saves. DDTREE_TA_CLUSTER_MERGE=0 turns
-// it off; it is read on every plan (not once) so that a test can compare both merges in one process.
-// The two merges compute the same bits (same arithmetic, see cluster_merge_epilogue).
+// fa3 split merge through distributed shared memory (opt-in: DDTREE_TA_CLUSTER_MERGE=1): the
+// num_splits CTAs of a row tile form one thread-block cluster and merge in the kernel, so the fp32
+// partials never leave the SMs and the merge kernel is not launched. Used when the switch is set,
+// 2 <= num_splits <= 8 (portable cluster size) and every cluster of the grid can be resident at once
+// (cudaOccupancyMaxActiveClusters, cached per device and size). Off by default because it measured
+// slower on the H200 (engine/bench/NOTES.md, tree_attention v9): 8/1 x 512 x 4k at 2 and 3 chunks
+// +2.8 and +1.4 µs against the merge kernel, and the planned 4 chunks (32 clusters of 4) do not fit
+// one wave there, so the plan never took it. The switch is read on every plan (not once) so that a
+// test can compare both merges in one process; they compute the same bits (cluster_merge_epilogue).
 bool cluster_merge_enabled() {
   const char* e = std::getenv("DDTREE_TA_CLUSTER_MERGE");
-  return e == nullptr || std::strcmp(e, "0") != 0;
+  return e != nullptr && std::strcmp(e, "1") == 0;
 }
 int fa3_max_active_clusters(int size) {
   static int cache[64][ta::Fa3Config::MAX_CLUSTER + 1] = {};  // + 1 so that 0 means "not queried"

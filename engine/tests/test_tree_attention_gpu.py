@@ -173,15 +173,16 @@ def test_backends_agree(impl: str) -> None:
 
 @pytest.mark.parametrize("kv_chunk", [512, 192, 128])
 def test_cluster_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # fa3 merges a split row tile inside a thread-block cluster (2-8 splits, every cluster resident at
-    # once) unless DDTREE_TA_CLUSTER_MERGE=0 (read on every call) forces the merge kernel. Same
-    # arithmetic, so the same bits; requests shorter than the longest leave idle cluster members.
+    # fa3 merges a split row tile with the merge kernel, or, opted in with DDTREE_TA_CLUSTER_MERGE=1
+    # (read on every call) where the plan allows (2-8 splits, every cluster resident at once), inside a
+    # thread-block cluster. Same arithmetic, so the same bits; requests shorter than the longest leave
+    # idle cluster members.
     if _impl[0] != "fa3":
         pytest.skip("the cluster merge is fa3's")
     case = make_case(8, 1, 128, ctx=[900, 200, 0], n=[60, 33, 17], page=16, seed=kv_chunk).to("cuda")
-    monkeypatch.setenv("DDTREE_TA_CLUSTER_MERGE", "0")
+    monkeypatch.delenv("DDTREE_TA_CLUSTER_MERGE", raising=False)
     o_kernel, lse_kernel = kernel(case, kv_chunk=kv_chunk)
-    monkeypatch.delenv("DDTREE_TA_CLUSTER_MERGE")
+    monkeypatch.setenv("DDTREE_TA_CLUSTER_MERGE", "1")
     o_cluster, lse_cluster = kernel(case, kv_chunk=kv_chunk)
     assert torch.equal(o_cluster.view(torch.int16), o_kernel.view(torch.int16))
     assert torch.equal(lse_cluster.view(torch.int32), lse_kernel.view(torch.int32))

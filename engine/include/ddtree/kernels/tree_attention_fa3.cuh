@@ -356,6 +356,20 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int rt = cl ? static_cast<int>(blockIdx.x) / p.num_splits : static_cast<int>(blockIdx.x) % p.row_tiles;
   const int split = cl ? static_cast<int>(blockIdx.x) % p.num_splits : static_cast<int>(blockIdx.x) / p.row_tiles;
 
+  // v9: the mbarriers are initialized (and published by the one __syncthreads that needs no global
+  // data) before anything else, so that the producer can issue its first K/V copies as soon as its
+  // block-table entries arrive, without waiting for the consumers' Q copies to be issued.
+  if (tid == 0) {
+    s_tile_mask[0] = 0ull;
+#pragma unroll
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full_k + 8 * s, 128);  // every producer thread's copies land once per fill
+      mbar_init(full_v + 8 * s, 128);
+      mbar_init(empty_k + 8 * s, C::EMPTY_ARRIVALS);  // every consumer warp once per use
+      mbar_init(empty_v + 8 * s, C::EMPTY_ARRIVALS);
+    }
+  }
+  __syncthreads();
   // Launched with programmatic dependent launch: the previous kernel in the stream (which may have
   // written q, the K/V cache, the tree or the lengths) must be complete before the first global read.
   ddtree::kernels::pdl_wait();
@@ -364,7 +378,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int G = p.group;
   const int rows_b = n_b * G;
   const int row0 = rt * BM;
-  if (row0 >= rows_b) return;  // CTA- and cluster-uniform (same row tile): before any barrier
+  if (row0 >= rows_b) return;  // CTA- and cluster-uniform (same row tile): no barrier after this yet
   const int ctx = max(p.ctx_len[b], 0);
   const int kv_len = min(ctx + n_b, p.max_pages * p.page_size);
   const int nact = (kv_len + p.chunk - 1) / p.chunk;
@@ -381,21 +395,9 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int wg = tid >> 7;
 
   // ---- prologue: three things overlap before the tile mask is published ----------------------------
-  // consumers start loading Q; the producer looks up (then, after the barrier init, issues) the first
-  // K tile when it is a context tile, which the mask cannot skip; warpgroup 1 computes the mask.
-  if (wg != 0) {  // Q: each consumer its 64 rows (rows past rows_b are zero), resident for the whole loop
-    const int c = wg - 1, wtid = tid & 127;
-    for (int idx = wtid; idx < 64 * CPR; idx += 128) {
-      const int r = c * 64 + idx / CPR, cc = idx % CPR;
-      const int gr = row0 + r;
-      const bool ok = gr < rows_b;
-      const int node = ok ? gr / G : 0, g = ok ? gr % G : 0;
-      const __nv_bfloat16* src =
-          p.q + (static_cast<int64_t>(t0 + node) * p.hq + static_cast<int64_t>(h) * G + g) * D + cc * 8;
-      cp_async16(q_s + swz<BM>(r, cc), ok ? src : p.q, ok);
-    }
-    cp_async_commit();
-  }
+  // the producer looks up and issues the first K (and V) tiles when they are context tiles, which the
+  // mask cannot skip; the consumers issue their ancestor-word loads, then their Q copies, then compute
+  // the mask from the words.
   // Producer helpers (v7 copy mapping). Thread tid copies 16-byte chunks cp_s and cp_s + 8 (one per
   // 64-column panel) of key rows cp_g + 16*i (i < 8) of every K and V tile, cp_g = tid / 8,
   // cp_s = tid % 8. So:
@@ -474,17 +476,6 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     if (kpre_known && kpre + tid < kv_len) page_next = page_of(kpre + tid);
   }
 
-  if (tid == 0) {
-    s_tile_mask[0] = 0ull;
-#pragma unroll
-    for (int s = 0; s < ST; ++s) {
-      mbar_init(full_k + 8 * s, 128);  // every producer thread's copies land once per fill
-      mbar_init(full_v + 8 * s, 128);
-      mbar_init(empty_k + 8 * s, C::EMPTY_ARRIVALS);  // every consumer warp once per use
-      mbar_init(empty_v + 8 * s, C::EMPTY_ARRIVALS);
-    }
-  }
-  __syncthreads();
   if (wg == 0 && first_is_ctx) {  // steps 0 (K_0) and, with a second context tile, 1 (K_1, then V_0)
     s_rows[rows_slot] = cache_row(c_begin + tid, page0);
     if (second_is_ctx) s_rows[BN + rows_slot] = cache_row(c_begin + BN + tid, page1);
@@ -505,6 +496,36 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     const int lr = tid & 127, r = row0 + lr, half = wg - 1;
     bool valid = false;
     unsigned long long tiles = 0ull;
+    // v9: the first round of ancestor words goes out before the Q copies, whose issue then hides its
+    // latency (each thread waits for the words only when it processes them below).
+    uint32_t wd[8];
+    if (r < rows_b && anc_b != nullptr) {
+      const uint32_t* row = anc_b + static_cast<int64_t>(r / G) * p.words;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) wd[u] = (8 * half + u) * 32 < n_b ? __ldg(row + 8 * half + u) : 0u;
+    }
+    {  // Q: each consumer its 64 rows (rows past rows_b are zero), resident for the whole loop. Thread
+       // wtid copies 16-byte chunk wtid % 16 of rows wtid / 16 + 8 k (k < 8): the (node, head) of the
+       // row advances by 8 rows per step without a division.
+      const int c = wg - 1, wtid = tid & 127, cc = wtid % CPR;
+      int r0 = c * 64 + wtid / CPR;
+      int gr = row0 + r0, node = gr / G, g = gr - node * G;
+#pragma unroll 1
+      for (int k = 0; k < 64 / (128 / CPR); ++k) {
+        const bool ok = gr < rows_b;
+        const __nv_bfloat16* src =
+            p.q + (static_cast<int64_t>(t0 + node) * p.hq + static_cast<int64_t>(h) * G + g) * D + cc * 8;
+        cp_async16(q_s + swz<BM>(r0, cc), ok ? src : p.q, ok);
+        r0 += 128 / CPR;
+        gr += 128 / CPR;
+        g += 128 / CPR;
+        while (g >= G) {  // at most 8 / G steps; one when G >= 8
+          g -= G;
+          ++node;
+        }
+      }
+      cp_async_commit();
+    }
     if (r < rows_b) {
       const int node = r / G;
       if (anc_b == nullptr) {
@@ -518,9 +539,10 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       } else {
         const uint32_t* row = anc_b + static_cast<int64_t>(node) * p.words;
         for (int w0 = 8 * half; w0 * 32 < n_b; w0 += 16) {
-          uint32_t wd[8];
+          if (w0 != 8 * half) {  // later rounds (n_b > 512); the first one was loaded before the Q copies
 #pragma unroll
-          for (int u = 0; u < 8; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;  // 8 in flight
+            for (int u = 0; u < 8; ++u) wd[u] = (w0 + u) * 32 < n_b ? __ldg(row + w0 + u) : 0u;
+          }
 #pragma unroll
           for (int u = 0; u < 8; ++u) {
             const int w = w0 + u;
