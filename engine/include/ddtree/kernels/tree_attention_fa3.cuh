@@ -20,6 +20,12 @@
 //   released as soon as S_j is done, V of tile j once P_j V_j is done.
 // No __syncthreads in the main loop.
 //
+// Launch (v9): with programmatic dependent launch (griddepcontrol.wait before the first global read);
+// the mbarriers are initialized and published before any global load, so the producer issues the first
+// K/V tiles as soon as its block-table entries arrive. A split row tile is merged by the merge kernel,
+// or, opt-in (DDTREE_TA_CLUSTER_MERGE=1; measured slower on the H200, see engine/bench/NOTES.md), by its
+// own CTAs as one thread-block cluster through distributed shared memory (cluster_merge_epilogue).
+//
 // Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
 // arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
 // their wgmma (async proxy) reads the stage. A consumer warp arrives on a stage's empty barrier only
