@@ -160,3 +160,15 @@ def test_v5_emulated_nan_or_inf_among_neg_inf(emu_binary: Path, async_xchg: bool
         assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
     compare(emu_binary, x[:, 2:], 16, threads=128, async_xchg=async_xchg)
     compare(emu_binary, x[:, 2:].to(torch.bfloat16), 1, async_xchg=async_xchg)
+
+
+@pytest.mark.parametrize("k", [1, 2, 16])
+def test_v5_emulated_signed_zeros_tie_by_id(emu_binary: Path, k: int) -> None:
+    # -0 == +0 in the reference's order (by value, then lower id): a -0 at a lower id than a +0 comes first.
+    # v4.1 compared raw ordered keys, which put every +0 above every -0.
+    x = torch.full((1, 2, 3000), -5.0)
+    x[0, 0, 0], x[0, 0, 7] = -0.0, 0.0
+    x[0, 1, 2999], x[0, 1, 1500], x[0, 1, 40] = 0.0, -0.0, -0.0
+    for dtype in (torch.float32, torch.bfloat16):
+        compare(emu_binary, x.to(dtype), k, threads=128, async_xchg=True)
+        compare(emu_binary, x.to(dtype), k, threads=128)

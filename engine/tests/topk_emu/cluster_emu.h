@@ -204,6 +204,7 @@ inline P* v4_map_rank(P* p, unsigned rank) {
   }
   return reinterpret_cast<P*>(emu4::cluster->ctas[rank]->smem + off);
 }
+inline int v4_atomic_add_shared(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline float v4_ex2(float x) { return std::exp2(x); }
 inline uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {
   const float alo = __uint_as_float(a << 16), blo = __uint_as_float(b << 16);

@@ -8,21 +8,23 @@
 // No workspace, no tickets, no second kernel, nothing to initialize: the cluster barrier is the
 // "last CTA" signal, so CUDA-graph replays and concurrent calls on other streams need no care.
 //
-// Per CTA (THREADS = 512, <= 64 registers: 2 CTAs per SM; a 15 x 163,840 bf16 call is 120 CTAs):
+// Per CTA (THREADS = 512, <= 64 registers: 2 CTAs per SM; a 15 x 163,840 bf16 call is 120 CTAs). v5
+// (NOTES, "v5 (session 3)") changed steps 1-3 and the merge as marked:
 //   1. all 16-byte loads of a round (kV4Vecs per thread) issued first; bf16 pairs maxed packed
-//      (max.bf16x2: 0.5 instruction per logit), then the warp maximum (redux.sync) is the reference of
-//      one pass of exp2(fma(x, log2 e, -ref)) sums (~4 instructions per logit: unpack, FFMA, MUFU, FADD).
-//      NaN or +inf make the sum NaN (checked once per CTA, no per-logit flag).
+//      (max.bf16x2: 0.5 instruction per logit); v5: each thread sums exp2(fma(x, log2 e, -ref)) against
+//      its first finite vector maximum (~4 instructions per logit: unpack, FFMA, MUFU, FADD), the warp
+//      combines the lanes' (ref, sum) once. NaN or +inf make the sum NaN (checked once per CTA).
 //   2. a lower bound on the slice's k-th largest key: the k-th largest of the 128 lane-group maxima
-//      (k groups hold k distinct logits >= it). Only warps holding a vector whose maximum reaches it look
-//      at that vector's logits again, all 32 lanes in step; those >= it (about 20 for k = 16, 90 for
-//      k = 64) go to shared memory (one ballot and one atomic per warp; k = 1: one atomicMax).
-//   3. exact ranks among the candidates by counting (items are distinct (key, id) pairs); ranks < k
-//      are stored into CTA 0's slot for this CTA. More than kV4Cap candidates (tie-heavy slices): the
-//      block radix select of v2 over the re-read slice (exact, slower).
-//   CTA 0, after the cluster barrier: lse from the CTAs' partials in fp64 (warp 0); bound = best of the
-//   CTAs' ksel-th items and the items above it (k..2k) gathered (warp 1); ranked by counting and written
-//   as x - lse. (Opt-in ASYNC: st.async + mbarrier instead of the closing cluster barrier; see the kernel.)
+//      (k groups hold k distinct logits >= it; k = 1: their maximum). Selection keys read -0 as +0.
+//   3. v5: k = 1: each lane whose maximum reaches the bound keeps its best item (one atomicMax). k > 1: a
+//      warp looks at vector j only when a lane's vector j reaches the bound; branch-free bit masks, eight
+//      ballots and ONE atomicAdd per (warp, vector) append the logits >= it (about 17 per CTA for k = 16,
+//      90 for k = 64); exact ranks by counting (items are distinct (key, id) pairs); ranks < k go into
+//      CTA 0's slot for this CTA, sorted. More than kV4Cap candidates (tie-heavy slices): the block radix
+//      select of v2 over the re-read slice (exact, slower).
+//   CTA 0 (v5): once every CTA's bytes landed (st.async + mbarrier, the default; or a closing cluster
+//   barrier), every warp computes the lse from the partials and every slot item its row rank (its index
+//   plus a binary search in each other CTA's sorted slot); ranks < k are written as x - lse.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,7 +56,7 @@ constexpr int kV4Vecs = 5;       // 16-byte vectors per thread held in registers
 constexpr float kV4Log2e = 1.4426950408889634f;  // fl(log2 e); the merge divides by the same float
 constexpr uint32_t kV4KeyNegInf = 0x007FFFFFu;    // ordered_key(-inf)
 
-static_assert(kV4Cap >= kV4MaxCluster * kV4MaxK, "the merge reuses the candidate buffer");
+static_assert(kV4Cap >= kV4MaxK, "a CTA ranks at least k candidates");
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
@@ -85,7 +87,7 @@ __device__ __forceinline__ P* v4_map_rank(P* p, unsigned rank) {
   return p;
 #endif
 }
-// The asynchronous exchange (opt-in, ASYNC = true): st.async into CTA 0's shared memory, completing bytes
+// The asynchronous exchange (ASYNC = true, the default since v5): st.async into CTA 0's shared memory, completing bytes
 // on CTA 0's mbarrier. No GPU-scope fence: the cluster barrier's release compiles to MEMBAR.ALL.GPU.
 __device__ __forceinline__ uint32_t v4_smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -130,6 +132,13 @@ __device__ __forceinline__ void v4_st_async(float2* p, unsigned rank, float2 v, 
                : "memory");
 #endif
 }
+// Shared-memory atomicAdd returning the old value, as one ATOMS (inline PTX: the compiler would wrap
+// atomicAdd in its own warp aggregation, a vote/popc/shuffle chain, even when one lane calls it).
+__device__ __forceinline__ int v4_atomic_add_shared(int* p, int v) {
+  int old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(v4_smem_u32(p)), "r"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ float v4_ex2(float x) {  // one MUFU.EX2 (2^-22 relative), 0 for -inf
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -152,15 +161,14 @@ __device__ __forceinline__ uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {
 template <int THREADS>
 struct V4Smem {
   SelectSmem sel;                                // fallback radix select only
-  uint64_t cbuf[kV4Cap];                         // candidates; CTA 0 reuses it for the merge
+  uint64_t cbuf[kV4Cap];                         // candidates
   uint64_t slot[kV4MaxCluster][kV4MaxK];         // CTA 0: each CTA's best items, sorted (remote stores)
   float2 part[kV4MaxCluster];                    // CTA 0: each CTA's (log2-domain reference, sum)
   alignas(16) uint32_t gmax[kV4Groups];          // lane-group maxima (keys; lower bounds)
   float wref[THREADS / 32], wsum[THREADS / 32];  // per warp (log2-domain reference, sum)
-  uint32_t red_t[kV4Groups / 32];
+  uint32_t red_t[THREADS / 32];                  // per warp: its best group maximum with k groups above
   unsigned long long best;  // k = 1: the best item (atomicMax)
-  double lse_d;             // CTA 0: the row's lse
-  int cnt, cnt2, bad;
+  int cnt, bad;
   uint64_t mbar;  // CTA 0, ASYNC only: completes when every other CTA's bytes landed
 };
 
@@ -178,6 +186,10 @@ __host__ __device__ inline V4Split<T> v4_split(int vocab, int max_cluster = kV4M
   const int pv = (nvec + cs - 1) / cs;
   return V4Split<T>{(nvec + pv - 1) / pv, pv};  // every CTA gets at least one vector
 }
+
+// The key of a logit for selection: ordered_key with -0 read as +0. The reference orders by value, so
+// -0 and +0 tie and the lower id comes first; ordered_key alone puts every +0 above every -0 (v4.1 did).
+__device__ __forceinline__ uint32_t v4_key(float f) { return ordered_key(f == 0.f ? 0.f : f); }
 
 template <typename T>
 __device__ __forceinline__ uint4 v4_neg_inf_vec() {
@@ -253,18 +265,30 @@ __device__ __forceinline__ int v4_count_greater(const uint64_t* buf, int n, uint
   for (int q = 0; q < n; q += 8) {
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
-      r0 += int(q + i < n && buf[q + i] > it);
-      r1 += int(q + i + 1 < n && buf[q + i + 1] > it);
+      r0 += int((q + i < n) & (buf[q + i] > it));
+      r1 += int((q + i + 1 < n) & (buf[q + i + 1] > it));
     }
   }
   return r0 + r1;
 }
 
+// How many of list[0, n) (sorted descending, n <= kV4MaxK) are greater than `it`: a branch-free binary
+// search (those items form a prefix), 7 dependent shared loads at most.
+__device__ __forceinline__ int v4_count_greater_sorted(const uint64_t* list, int n, uint64_t it) {
+  int pos = 0;
+#pragma unroll
+  for (int s = kV4MaxK; s > 0; s >>= 1) {
+    const uint64_t v = pos + s <= n ? list[pos + s - 1] : 0ull;
+    pos += (v > it) ? s : 0;
+  }
+  return pos;
+}
+
 // grid = (cluster, rows), cluster dims (cluster, 1, 1), block = THREADS. pv = vectors per CTA
 // (v4_split). Outputs as draft_topk_lse.h; flags gets DDTREE_FLAG_NAN_INPUT (bit 0) for NaN/+inf rows.
 // <= 64 registers at any CTA size (1024 threads: 1 CTA/SM, 512: 2, 256: 4).
-// ASYNC (opt-in, DDTREE_TOPK_V4_CONFIG="512,8,1"; not yet run on a GPU): the other CTAs st.async their
-// partial and items into CTA 0 against an mbarrier and exit; no closing cluster barrier.
+// ASYNC (the default at 512 threads since v5; DDTREE_TOPK_V4_CONFIG="512,0,0" turns it off): the other
+// CTAs st.async their partial and items into CTA 0 against an mbarrier and exit; no closing cluster barrier.
 template <typename T, bool VEC, int THREADS, bool ASYNC = false>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     draft_topk_lse_v4_kernel(const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride,
@@ -299,7 +323,6 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const int rounds = (nv_cta + THREADS * kV4Vecs - 1) / (THREADS * kV4Vecs);
   if (tid == 0) {
     sm.cnt = 0;
-    sm.cnt2 = 0;
     sm.best = 0ull;
   }
 
@@ -356,47 +379,58 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     sm.wref[warp] = warp_ref;
     sm.wsum[warp] = s;
   }
-  // Keys of this thread's maximum: a lower bound for the group bound (-0 when the maximum is a zero of
-  // either sign) and an upper bound for the candidate filter (+0); 0 when the thread holds no logit.
+  // Key of this thread's maximum (selection keys read -0 as +0, so it is exact for zeros of either sign):
+  // the group bound's input and the candidate filter's test; 0 when the thread holds no logit.
   const bool has = tid < nv_cta;
-  const uint32_t key_lo = has ? ordered_key(tmax == 0.f ? -0.f : tmax) : 0u;
-  const uint32_t key_hi = has ? ordered_key(tmax == 0.f ? 0.f : tmax) : 0u;
-  uint32_t g = key_lo;
+  const uint32_t tkey = has ? v4_key(tmax) : 0u;
+  uint32_t g = tkey;
 #pragma unroll
   for (int o = 1; o < G; o <<= 1) g = max(g, __shfl_xor_sync(0xffffffffu, g, o));
   if ((lane & (G - 1)) == 0) sm.gmax[tid / G] = g;
   __syncthreads();
   v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
 
-  if (tid < kV4Groups) {
-    // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it.
-    // (k = 1: the largest, no counting.)
-    const uint32_t mine = sm.gmax[tid];
+  if (warp != WARPS - 1 || k == 1) {
+    // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it (k = 1:
+    // the largest, no counting). v5: the G lanes of a group each count 128 / G of the maxima (v4.1: 128
+    // threads counted all 128, a 4x longer chain). The last warp combines the CTA's partial instead: its
+    // groups are left out of the bound for k > 1, which stays a valid lower bound (the maximum over the
+    // other groups that have k groups at or above them).
+    const uint32_t mine = sm.gmax[tid / G];
     bool enough = true;
     if (k > 1) {
+      constexpr int PER = kV4Groups / G;  // maxima counted per lane
+      static_assert(PER % 4 == 0, "16-byte reads of the maxima");
+      const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax) + (lane & (G - 1)) * (PER / 4);
       int ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;  // four independent chains
-      const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax);
-#pragma unroll
-      for (int i = 0; i < kV4Groups / 4; ++i) {
+#pragma unroll 4
+      for (int i = 0; i < PER / 4; ++i) {  // (unrolled fully, ptxas spills at 64 registers)
         const uint4 v = g4[i];
         ge0 += int(v.x >= mine);
         ge1 += int(v.y >= mine);
         ge2 += int(v.z >= mine);
         ge3 += int(v.w >= mine);
       }
-      enough = ge0 + ge1 + ge2 + ge3 >= k;
+      int ge = ge0 + ge1 + ge2 + ge3;
+#pragma unroll
+      for (int o = 1; o < G; o <<= 1) ge += __shfl_xor_sync(0xffffffffu, ge, o);
+      enough = ge >= k;
     }
     const uint32_t q = __reduce_max_sync(0xffffffffu, enough ? mine : 0u);
     if (lane == 0) sm.red_t[warp] = q;
+  } else if (lane == 0) {
+    sm.red_t[warp] = 0u;
   }
   if (warp == WARPS - 1) {
-    // This CTA's (reference, sum) from its warps', in fp32, into CTA 0's part[c].
+    // This CTA's (reference, sum) from its warps', in fp32, into CTA 0's part[c]. (The largest reference
+    // by one redux on ordered keys; key 0 = no warp with a nonzero sum. NaN sums keep their reference.)
     const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
     const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
-    const float big = warp_max(ws != 0.f ? wr : -INFINITY);  // NaN sums keep their reference
-    const float cref = big == -INFINITY ? 0.f : big;
+    const uint32_t kb = __reduce_max_sync(0xffffffffu, ws != 0.f ? ordered_key(wr) : 0u);
+    const float cref = kb == 0u ? 0.f : key_to_float(kb);
     float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
-    term = warp_sum(term);
+#pragma unroll
+    for (int o = WARPS / 2; o > 0; o >>= 1) term += __shfl_xor_sync(0xffffffffu, term, o);  // lanes < WARPS
     if (lane == 0) {
       if (ASYNC && c != 0) v4_st_async(&sm.part[c], 0u, make_float2(cref, term), &sm.mbar);
       else *v4_map_rank(&sm.part[c], 0u) = make_float2(cref, term);
@@ -409,61 +443,86 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     uint32_t thr = 1u;  // key 0 = no logit; 1 admits every valid one
     if (kc < n_valid) {
 #pragma unroll
-      for (int w = 0; w < kV4Groups / 32; ++w) thr = max(thr, sm.red_t[w]);
+      for (int w = 0; w < WARPS; ++w) thr = max(thr, sm.red_t[w]);
     }
     // Candidates: keys > thr, and keys == thr except that when thr is -inf's key only the -inf logits of
     // the first kc ids qualify (the slice's best items are its finite logits, then its lowest -inf ids).
     const int id_lim = thr == kV4KeyNegInf ? id0 + kc : 0x7fffffff;
     auto item_of = [&](float f, int id) -> uint64_t {
-      const uint32_t key = ordered_key(f);
+      const uint32_t key = v4_key(f);
       return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
     };
-    // Lane-local (v5): only a lane whose maximum reaches thr looks at its vectors again, and only at those
-    // whose maximum reaches thr (a few per CTA); it appends that vector's admitted logits with ONE shared
-    // atomic (their count) and plain stores. No warp votes, ballots or shuffles per logit: v4.1's
-    // warp-cooperative pass ran a ballot -> atomic -> shuffle chain per logit of every hit vector in
-    // every warp holding a candidate, the block barrier after it was the hottest stall (NOTES, v4.1 ncu).
-    // The vectors of this lane whose maximum reaches thr: f(v, base) for each.
-    auto for_hit_vectors = [&](auto f) {
-      auto visit = [&](const uint4& v, int lv) {
+    // K = 1, lane-local (v5): only a lane whose maximum reaches thr looks at its vectors again, only at
+    // those whose maximum reaches it, and keeps its best admitted item (one atomicMax per such lane).
+    // K > 1, warp-uniform (v5): a warp looks at vector j only when one of its lanes' vector j reaches thr;
+    // each lane builds the bit mask of its admitted logits without branches, eight independent ballots
+    // give every admitted logit its slot, and ONE atomicAdd per (warp, vector) reserves them. v4.1 ran a
+    // ballot -> branch -> atomic -> shuffle chain per logit (the hottest stall was the barrier after it);
+    // a lane-local append (a scan-aggregated atomic per lane and vector, first v5 try) was slower still.
+    if (k == 1) {
+      if (tkey >= thr) {
+        unsigned long long best = 0ull;
+        auto visit = [&](const uint4& v, int lv) {
+          const float vm = v4_vec_max<T>(v);
+          if (lv < nv_cta && v4_key(vm) >= thr) {
+            const int base = (v0 + lv) * VN;
+#pragma unroll
+            for (int q = 0; q < VN; ++q) {
+              const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
+              best = it > best ? it : best;
+            }
+          }
+        };
+        if (rounds == 1) {  // still in registers
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+        } else {
+          for (int lv = tid; lv < nv_cta; lv += THREADS) visit(load(lv), lv);
+        }
+        if (best != 0ull) atomicMax(&sm.best, best);
+      }
+    } else if (__any_sync(0xffffffffu, tkey >= thr)) {
+      const unsigned lt = (1u << lane) - 1u;
+      auto visit = [&](const uint4& v, int lv) {  // warp-uniform call
         const float vm = v4_vec_max<T>(v);
-        if (lv < nv_cta && ordered_key(vm == 0.f ? 0.f : vm) >= thr) f(v, (v0 + lv) * VN);  // +0 for zeros
+        const bool hit = lv < nv_cta && v4_key(vm) >= thr;
+        if (!__any_sync(0xffffffffu, hit)) return;
+        const int base = (v0 + lv) * VN;
+        unsigned m = 0u;
+#pragma unroll
+        for (int q = 0; q < VN; ++q) {
+          const uint32_t key = v4_key(v4_elem<T>(v, q));
+          const bool in = hit & (base + q < vocab) & ((key > thr) | ((key == thr) & (base + q < id_lim)));
+          m |= unsigned(in) << q;
+        }
+        int off[VN];
+        int total = 0;
+#pragma unroll
+        for (int q = 0; q < VN; ++q) {  // slots in (element, lane) order
+          const unsigned bq = __ballot_sync(0xffffffffu, (m >> q) & 1u);
+          off[q] = total + __popc(bq & lt);
+          total += __popc(bq);
+        }
+        int pos0 = 0;
+        if (lane == 0) pos0 = v4_atomic_add_shared(&sm.cnt, total);
+        pos0 = __shfl_sync(0xffffffffu, pos0, 0);
+#pragma unroll
+        for (int q = 0; q < VN; ++q) {
+          const int pos = pos0 + off[q];
+          if (((m >> q) & 1u) && pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v, q)), base + q);
+        }
       };
-      if (rounds == 1) {  // still in registers
+      if (rounds == 1) {
 #pragma unroll
         for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
       } else {
-        for (int lv = tid; lv < nv_cta; lv += THREADS) visit(load(lv), lv);
-      }
-    };
-    if (key_hi >= thr) {
-      if (k == 1) {
-        unsigned long long best = 0ull;  // the lane's best admitted item, merged by atomicMax
-        for_hit_vectors([&](const uint4& v, int base) {
+        for (int r = 0; r < rounds; ++r) {
 #pragma unroll
-          for (int q = 0; q < VN; ++q) {
-            const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
-            best = it > best ? it : best;
+          for (int j = 0; j < kV4Vecs; ++j) {
+            const int lv = (r * kV4Vecs + j) * THREADS + tid;
+            visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
           }
-        });
-        if (best != 0ull) atomicMax(&sm.best, best);
-      } else {
-        for_hit_vectors([&](const uint4& v, int base) {
-          unsigned m = 0u;
-#pragma unroll
-          for (int q = 0; q < VN; ++q)
-            m |= (base + q < vocab && item_of(v4_elem<T>(v, q), base + q) != 0ull) ? 1u << q : 0u;
-          if (m != 0u) {
-            int pos = atomicAdd(&sm.cnt, __popc(m));
-#pragma unroll
-            for (int q = 0; q < VN; ++q) {
-              if ((m >> q) & 1u) {
-                if (pos < kV4Cap) sm.cbuf[pos] = pack_item(ordered_key(v4_elem<T>(v, q)), base + q);
-                ++pos;
-              }
-            }
-          }
-        });
+        }
       }
     }
     __syncthreads();
@@ -511,59 +570,25 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   if (ASYNC) {
     if (c != 0) return;  // st.async needs nothing more from the sender
     __syncthreads();     // CTA 0's own partial and items (plain stores) are in
-    if (warp < 2) v4_mbar_wait0(&sm.mbar);  // the warps that read the others' bytes
+    v4_mbar_wait0(&sm.mbar);  // every warp reads the others' bytes
   } else {
     v4_cluster_arrive_release();
     v4_cluster_wait();
     if (c != 0) return;
   }
 
-  // ---- CTA 0: merge the cluster's partials and items. Warp 0 does the fp64 lse (its exp2/log2/div are
-  // ~100 double instructions: 16 warps doing it redundantly cost ~0.4 µs of fp64 issue in the tail) while
-  // warp 1 finds the bound and gathers the items above it; then every thread ranks.
+  // ---- CTA 0: merge (v5). No gather, no second bound, no barrier: every warp computes the row's lse from
+  // the partials itself (fp32 terms, two fp64 operations), and every item of every CTA's sorted slot gets
+  // its row rank as its index in its own slot plus, for each other CTA, how many of that CTA's items beat
+  // it (a branch-free binary search of <= 64 sorted items). v4.1's warp 1 gathered the items above the
+  // best CTA's ksel-th one (about 5k of them, not k..2k: the CTAs' ksel-th items are close; 85 at K = 16,
+  // 420 at K = 64 on the bench's rows) in a serial loop with an integer division per step, then every
+  // thread counted over all of them.
   float* lp_out = top_lp + int64_t(row) * k;
   int32_t* id_out = top_id + int64_t(row) * k;
   const int ksel = min(k, vocab);
-  if (warp == 0) {
-    const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
-    const bool bad = __any_sync(0xffffffffu, p.y != p.y);
-    // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e), in fp64: sum_x 2^(x fl(log2 e) - ref) is what
-    // the CTAs summed, and x fl(log2 e) is exact inside the FMA.
-    const float big = warp_max(p.y != 0.f ? p.x : -INFINITY);
-    // v5: the terms in fp32 (MUFU.EX2, 2^-22 relative, as each CTA combines its warps), the sum in fp32
-    // (<= 8 terms in [0, 2^24)), log2 of it in fp32 (its result in [0, 27): <= 2^-20 absolute), only the
-    // last add and scale in fp64: the fp64 exp2/log2/div chain was ~0.2 µs of CTA 0's critical path.
-    float sf = p.y != 0.f ? p.y * v4_ex2(p.x - big) : 0.f;
-    sf = warp_sum(sf);
-    if (lane == 0) {
-      sm.bad = bad;
-      sm.lse_d = big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
-    }
-  } else if (warp == 1) {
-    // Bound: the best of the ksel-th items of the CTAs that hold at least ksel logits; gather the items
-    // >= it (k..2k) into cbuf. (Meaningless for a NaN row, which warp 0 flags.)
-    const int step = pv * VN;
-    uint64_t tb = 0ull;
-    if (lane < cluster && min(k, min(step, vocab - lane * step)) >= ksel) tb = sm.slot[lane][ksel - 1];
-    tb = warp_max_u64(tb);
-    int n2 = 0;
-    for (int q0 = 0; q0 < cluster * k; q0 += 32) {
-      const int q = q0 + lane;
-      const int cc = q / k, r = q - cc * k;
-      uint64_t it = 0ull;
-      if (q < cluster * k && r < min(k, min(step, vocab - cc * step))) {
-        it = sm.slot[cc][r];
-        it = it >= tb ? it : 0ull;
-      }
-      const unsigned bal = __ballot_sync(0xffffffffu, it != 0ull);
-      if (it != 0ull) sm.cbuf[n2 + __popc(bal & ((1u << lane) - 1u))] = it;
-      n2 += __popc(bal);
-    }
-    if (lane == 0) sm.cnt2 = n2;
-  }
-  __syncthreads();
-  const int n2 = sm.cnt2;
-  if (sm.bad) {  // NaN or +inf in the row
+  const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
+  if (__any_sync(0xffffffffu, p.y != p.y)) {  // NaN or +inf in the row
     const float qnan = __int_as_float(0x7fc00000);
     for (int r = tid; r < k; r += THREADS) {
       lp_out[r] = qnan;
@@ -575,10 +600,26 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     }
     return;
   }
-  const double lse_d = sm.lse_d;
-  for (int q = tid; q < n2; q += THREADS) {
-    const uint64_t it = sm.cbuf[q];
-    const int rank = v4_count_greater(sm.cbuf, n2, it);
+  // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e): sum_x 2^(x fl(log2 e) - ref) is what the CTAs
+  // summed (x fl(log2 e) is exact inside the FMA). The terms in fp32 (MUFU.EX2, 2^-22 relative, as each CTA
+  // combines its warps), their sum in fp32 (<= 8 terms), log2 in fp32 (result in [0, 27): <= 2^-20
+  // absolute), the last add and scale in fp64.
+  const uint32_t kb = __reduce_max_sync(0xffffffffu, p.y != 0.f ? ordered_key(p.x) : 0u);
+  const float big = kb == 0u ? -INFINITY : key_to_float(kb);
+  const float sf = warp_sum(p.y != 0.f ? p.y * v4_ex2(p.x - big) : 0.f);  // every lane needs it
+  const double lse_d =
+      big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
+  const int step = pv * VN;
+  auto n_of = [&](int cc) { return min(k, min(step, vocab - cc * step)); };  // items CTA cc sent (cc < cluster)
+  for (int t = tid; t < cluster * kV4MaxK; t += THREADS) {
+    const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
+    if (r >= n_of(cc)) continue;
+    const uint64_t it = sm.slot[cc][r];
+    int rank = r;
+#pragma unroll
+    for (int o = 0; o < kV4MaxCluster; ++o) {
+      if (o < cluster && o != cc) rank += v4_count_greater_sorted(&sm.slot[o][0], n_of(o), it);
+    }
     if (rank < ksel) {
       const float f = key_to_float(item_key(it));
       lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
