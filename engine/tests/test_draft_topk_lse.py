@@ -203,6 +203,22 @@ def test_op_rejects_bad_arguments() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("impl", IMPLS + ["default"])
+@pytest.mark.parametrize("k", [1, 2, 16, 1024])
+def test_op_signed_zeros_tie_by_id(impl: str, k: int) -> None:
+    # The reference orders by value, then lower id: -0 and +0 tie, so a -0 at a lower id than a +0 comes
+    # first (every implementation compared raw ordered keys, which put +0 above -0, before v5).
+    x = torch.full((2, 3, 40000), -5.0)
+    x[0, 0, 0], x[0, 0, 7] = -0.0, 0.0
+    x[1, 2, 39999], x[1, 2, 20000], x[1, 2, 40] = 0.0, -0.0, -0.0
+    x[0, 1, :] = 0.0
+    x[0, 1, 1::3] = -0.0  # a row of zeros of both signs
+    for dtype in (torch.float32, torch.bfloat16):
+        _compare(x.to(dtype).cuda(), k, impl)
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("impl,k", [("v2", 64), ("v3", 16), ("v4", 1), ("v4", 16), ("v4", 64)])
 def test_op_cuda_graph_capture_and_replay(impl: str, k: int) -> None:
     from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl

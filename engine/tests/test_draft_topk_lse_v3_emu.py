@@ -77,3 +77,13 @@ def test_v3_emulated_nan_row(emu_binary: Path) -> None:
     for r in (1, 2):
         assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
     compare(emu_binary, x[:, :1], 16)
+
+
+@pytest.mark.parametrize("k", [1, 2, 16])
+def test_v3_emulated_signed_zeros_tie_by_id(emu_binary: Path, k: int) -> None:
+    # -0 == +0 in the reference's order (by value, then lower id); raw ordered keys put +0 above -0.
+    x = torch.full((1, 2, 3000), -5.0)
+    x[0, 0, 0], x[0, 0, 7] = -0.0, 0.0
+    x[0, 1, 2999], x[0, 1, 1500], x[0, 1, 40] = 0.0, -0.0, -0.0
+    compare(emu_binary, x, k)
+    compare(emu_binary, x.to(torch.bfloat16), k)

@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kTopkThreads, 2) draft_topk_partial_kernel(
         const bool valid = base + q < vocab;
         const bool invalid_value = valid && !(f < INFINITY);  // NaN or +inf
         bad |= invalid_value;
-        key[j * VN + q] = (valid && !invalid_value) ? ordered_key(f) : 0u;
+        // -0 reads as +0: the reference orders by value, so zeros of either sign tie (lower id first).
+        key[j * VN + q] = (valid && !invalid_value) ? ordered_key(f == 0.f ? 0.f : f) : 0u;
         if (valid && !invalid_value) tmax = fmaxf(tmax, f);
       }
     }

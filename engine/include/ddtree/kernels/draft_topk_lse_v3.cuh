@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kV3Threads, VEC ? 3 : 2) draft_topk_partial_v3
 #pragma unroll
     for (int q = 0; q < VN; ++q)
       if (base + q < vocab) vm = fmaxf(vm, to_float<T>(e[q]));
-    vkey[j] = base < vocab ? ordered_key(vm) : 0u;
+    vkey[j] = base < vocab ? ordered_key(vm == 0.f ? 0.f : vm) : 0u;  // -0 reads as +0 (as item keys)
     const float mn = fmaxf(m, vm);
     const float ms = mn == -INFINITY ? 0.f : mn;  // all -inf so far: every term is exp(-inf) = 0
     s *= __expf(m - ms);
@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(kV3Threads, VEC ? 3 : 2) draft_topk_partial_v3
   auto item_at = [&](int j, int q) -> uint64_t {
     const int id = start + (j * kV3Threads + int(threadIdx.x)) * VN + q;
     if (id >= vocab) return 0ull;
-    const uint32_t key = ordered_key(to_float<T>(reinterpret_cast<const T*>(&raw[j])[q]));
+    const float f = to_float<T>(reinterpret_cast<const T*>(&raw[j])[q]);
+    const uint32_t key = ordered_key(f == 0.f ? 0.f : f);  // -0 and +0 tie (lower id first), as in the reference
     return key >= thr ? pack_item(key, id) : 0ull;
   };
   auto append = [&](uint64_t it) {  // warp-uniform call
