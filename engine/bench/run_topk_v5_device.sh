@@ -38,7 +38,7 @@ if has bench; then
 fi
 if has sweep; then
   stamp sweep
-  timeout 150 python3 engine/bench/bench_topk_v4_variants.py > "$OUT/sweep.log" 2>&1
+  timeout 150 python3 engine/bench/bench_topk_v4_variants.py ${SWEEP:-} > "$OUT/sweep.log" 2>&1
   echo "sweep rc=$?"; tail -8 "$OUT/sweep.log"
 fi
 if has pytest; then
