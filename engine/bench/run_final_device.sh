@@ -46,7 +46,7 @@ if [ "$STAGE" = check ]; then
   stamp "2. compute-sanitizer on the self-tests of the kernels changed this session"
   for t in "memcheck build_tree_golden" "racecheck build_tree_golden" "memcheck build_tree_medium_all_phases" \
            "racecheck build_tree_medium_all_phases" "memcheck draft_topk_lse_sanitizer_sized" \
-           "racecheck draft_topk_lse_sanitizer_sized" "memcheck round_update" "racecheck round_update" \
+           "racecheck draft_topk_lse_sanitizer_sized" \
            "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3"; do
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
