@@ -1,0 +1,264 @@
+// draft_topk_lse v4, part 1: configuration, the cluster / mbarrier / st.async primitives, the
+// shared-memory layout, the row split, and the per-vector and rank-counting helpers. Overview and the kernel
+// in ../draft_topk_lse_v4.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "ddtree/kernels/block_select.cuh"
+#include "ddtree/kernels/common.cuh"
+
+// The CPU emulation (tests/topk_emu/topk_v4_emu.cpp) counts the fallbacks and gives each emulated CTA
+// its own shared memory; on the GPU these are no-ops / a plain __shared__ declaration.
+#ifndef DDTREE_TOPK_V4_EVENT
+#define DDTREE_TOPK_V4_EVENT(name) ((void)0)
+#endif
+#ifndef DDTREE_V4_SHARED
+#define DDTREE_V4_SHARED(type, name) __shared__ type name
+#endif
+
+namespace ddtree {
+namespace kernels {
+
+constexpr int kV4Threads = 512;
+constexpr int kV4MaxCluster = 8;  // portable cluster size
+constexpr int kV4MaxK = 64;
+constexpr int kV4Groups = 128;   // lane groups (THREADS / 128 lanes each) whose maxima bound the k-th key
+constexpr int kV4Cap = 512;      // candidates per CTA ranked by counting (>= kV4MaxCluster * kV4MaxK)
+constexpr int kV4Vecs = 5;       // 16-byte vectors per thread held in registers per round
+constexpr float kV4Log2e = 1.4426950408889634f;  // fl(log2 e); the merge divides by the same float
+constexpr uint32_t kV4KeyNegInf = 0x007FFFFFu;    // ordered_key(-inf)
+
+static_assert(kV4Cap >= kV4MaxK, "a CTA ranks at least k candidates");
+
+#ifndef DDTREE_V4_EMULATED
+// Cluster and special-function primitives (sm_90+; the emulator defines its own).
+__device__ __forceinline__ void v4_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void v4_cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void v4_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// Generic address of `p` (this CTA's shared memory) in the shared memory of cluster CTA `rank`.
+template <typename P>
+__device__ __forceinline__ P* v4_map_rank(P* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<P*>(out);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+// The asynchronous exchange (ASYNC = true, the default since v5): st.async into CTA 0's shared memory, completing bytes
+// on CTA 0's mbarrier. No GPU-scope fence: the cluster barrier's release compiles to MEMBAR.ALL.GPU.
+__device__ __forceinline__ uint32_t v4_smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t v4_mapa_u32(uint32_t addr, unsigned rank) {
+  uint32_t out = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+#endif
+  return out;
+}
+// Initializes an mbarrier of one arrival, arms it for `bytes` of transactions (that arrival) and makes the
+// initialization visible to the cluster (waited for through the entry cluster barrier).
+__device__ __forceinline__ void v4_mbar_init_expect(uint64_t* mbar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(v4_smem_u32(mbar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(v4_smem_u32(mbar)), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void v4_mbar_wait0(uint64_t* mbar) {  // phase 0 completed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n.reg .pred p;\nV4_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra V4_WAIT;\n}"
+      ::"r"(v4_smem_u32(mbar)) : "memory");
+#endif
+}
+// *p (this CTA's layout) in CTA `rank` := v, completing its bytes on `mbar` (this CTA's layout) in CTA `rank`.
+__device__ __forceinline__ void v4_st_async(uint64_t* p, unsigned rank, uint64_t v, uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+               ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "l"(v), "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void v4_st_async(float2* p, unsigned rank, float2 v, uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+               ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "f"(v.x), "f"(v.y),
+               "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
+               : "memory");
+#endif
+}
+// Shared-memory atomicAdd returning the old value, as one ATOMS (inline PTX: the compiler would wrap
+// atomicAdd in its own warp aggregation, a vote/popc/shuffle chain, even when one lane calls it).
+__device__ __forceinline__ int v4_atomic_add_shared(int* p, int v) {
+  int old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(v4_smem_u32(p)), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ float v4_ex2(float x) {  // one MUFU.EX2 (2^-22 relative), 0 for -inf
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Packed max of two bf16 pairs; a NaN input yields the other one (NaN is caught through the sum).
+__device__ __forceinline__ uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t d;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const float alo = __uint_as_float(a << 16), blo = __uint_as_float(b << 16);
+  const float ahi = __uint_as_float(a & 0xffff0000u), bhi = __uint_as_float(b & 0xffff0000u);
+  return (__float_as_uint(fmaxf(alo, blo)) >> 16) | (__float_as_uint(fmaxf(ahi, bhi)) & 0xffff0000u);
+#endif
+}
+#endif  // DDTREE_V4_EMULATED
+
+template <int THREADS>
+struct V4Smem {
+  SelectSmem sel;                                // fallback radix select only
+  uint64_t cbuf[kV4Cap];                         // candidates
+  uint64_t slot[kV4MaxCluster][kV4MaxK];         // CTA 0: each CTA's best items, sorted (remote stores)
+  float2 part[kV4MaxCluster];                    // CTA 0: each CTA's (log2-domain reference, sum)
+  alignas(16) uint32_t gmax[kV4Groups];          // lane-group maxima (keys; lower bounds)
+  float wref[THREADS / 32], wsum[THREADS / 32];  // per warp (log2-domain reference, sum)
+  uint32_t red_t[THREADS / 32];                  // per warp: its best group maximum with k groups above
+  unsigned long long best;  // k = 1: the best item (atomicMax)
+  int cnt, bad;
+  uint64_t mbar;  // CTA 0, ASYNC only: completes when every other CTA's bytes landed
+};
+
+// How a row is split (host and device agree): nvec 16-byte vectors per row, pv per CTA, `cluster` CTAs.
+template <typename T>
+struct V4Split {
+  int cluster, pv;
+};
+template <typename T, int THREADS = kV4Threads>
+__host__ __device__ inline V4Split<T> v4_split(int vocab, int max_cluster = kV4MaxCluster) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const int nvec = (vocab + VN - 1) / VN;
+  int cs = (nvec + 2 * THREADS - 1) / (2 * THREADS);  // at least ~2 vectors per thread before splitting
+  cs = cs < 1 ? 1 : (cs > max_cluster ? max_cluster : cs);
+  const int pv = (nvec + cs - 1) / cs;
+  return V4Split<T>{(nvec + pv - 1) / pv, pv};  // every CTA gets at least one vector
+}
+
+// The key of a logit for selection: ordered_key with -0 read as +0. The reference orders by value, so
+// -0 and +0 tie and the lower id comes first; ordered_key alone puts every +0 above every -0 (v4.1 did).
+__device__ __forceinline__ uint32_t v4_key(float f) { return ordered_key(f == 0.f ? 0.f : f); }
+
+template <typename T>
+__device__ __forceinline__ uint4 v4_neg_inf_vec() {
+  const uint32_t w = sizeof(T) == 2 ? 0xFF80FF80u : 0xFF800000u;
+  return uint4{w, w, w, w};
+}
+
+// Maximum of the valid logits of one vector (invalid ones are -inf).
+template <typename T>
+__device__ __forceinline__ float v4_vec_max(const uint4& v);
+template <>
+__device__ __forceinline__ float v4_vec_max<__nv_bfloat16>(const uint4& v) {
+  const uint32_t p = v4_bf16x2_max(v4_bf16x2_max(v.x, v.y), v4_bf16x2_max(v.z, v.w));
+  return fmaxf(__uint_as_float(p << 16), __uint_as_float(p & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float v4_vec_max<float>(const uint4& v) {
+  return fmaxf(fmaxf(__uint_as_float(v.x), __uint_as_float(v.y)), fmaxf(__uint_as_float(v.z), __uint_as_float(v.w)));
+}
+
+// Adds exp2(x * log2e - ref) of the vector's logits to s0/s1 (two chains for latency).
+template <typename T>
+__device__ __forceinline__ void v4_vec_sum(const uint4& v, float ref, float& s0, float& s1);
+template <>
+__device__ __forceinline__ void v4_vec_sum<__nv_bfloat16>(const uint4& v, float ref, float& s0, float& s1) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s0 += v4_ex2(fmaf(__uint_as_float(w[i] << 16), kV4Log2e, -ref));
+    s1 += v4_ex2(fmaf(__uint_as_float(w[i] & 0xffff0000u), kV4Log2e, -ref));
+  }
+}
+template <>
+__device__ __forceinline__ void v4_vec_sum<float>(const uint4& v, float ref, float& s0, float& s1) {
+  s0 += v4_ex2(fmaf(__uint_as_float(v.x), kV4Log2e, -ref));
+  s1 += v4_ex2(fmaf(__uint_as_float(v.y), kV4Log2e, -ref));
+  s0 += v4_ex2(fmaf(__uint_as_float(v.z), kV4Log2e, -ref));
+  s1 += v4_ex2(fmaf(__uint_as_float(v.w), kV4Log2e, -ref));
+}
+
+// Element q of a vector, and the bits of one logit (no type punning through pointers: the CPU
+// emulation compiles this with g++ -O2, where that would be undefined behaviour).
+__device__ __forceinline__ uint32_t v4_word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+template <typename T>
+__device__ __forceinline__ float v4_elem(const uint4& v, int q) {
+  if (sizeof(T) == 2) {
+    const uint32_t w = v4_word(v, q >> 1);
+    return __uint_as_float((q & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  return __uint_as_float(v4_word(v, q));
+}
+__device__ __forceinline__ uint32_t v4_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ uint32_t v4_bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
+// Sets element q of a vector to the logit with bits `e`.
+template <typename T>
+__device__ __forceinline__ void v4_set_elem(uint4& v, int q, uint32_t e) {
+  const int i = sizeof(T) == 2 ? q >> 1 : q;
+  uint32_t w = v4_word(v, i);
+  if (sizeof(T) == 2) w = (q & 1) ? ((w & 0x0000ffffu) | (e << 16)) : ((w & 0xffff0000u) | e);
+  else w = e;
+  if (i == 0) v.x = w;
+  else if (i == 1) v.y = w;
+  else if (i == 2) v.z = w;
+  else v.w = w;
+}
+
+// How many of buf[0, n) are greater than `it` (buf holds kV4Cap entries, n <= kV4Cap): eight independent
+// broadcast loads per step instead of one dependent chain; entries at n and past it are read (inside
+// the buffer) and not counted.
+__device__ __forceinline__ int v4_count_greater(const uint64_t* buf, int n, uint64_t it) {
+  static_assert(kV4Cap % 8 == 0, "steps of 8 stay inside the buffer");
+  int r0 = 0, r1 = 0;
+  for (int q = 0; q < n; q += 8) {
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      r0 += int((q + i < n) & (buf[q + i] > it));
+      r1 += int((q + i + 1 < n) & (buf[q + i + 1] > it));
+    }
+  }
+  return r0 + r1;
+}
+
+// How many of list[0, n) (sorted descending, n <= kV4MaxK) are greater than `it`: a branch-free binary
+// search (those items form a prefix), 7 dependent shared loads at most.
+__device__ __forceinline__ int v4_count_greater_sorted(const uint64_t* list, int n, uint64_t it) {
+  int pos = 0;
+#pragma unroll
+  for (int s = kV4MaxK; s > 0; s >>= 1) {
+    const uint64_t v = pos + s <= n ? list[pos + s - 1] : 0ull;
+    pos += (v > it) ? s : 0;
+  }
+  return pos;
+}
+
+}  // namespace kernels
+}  // namespace ddtree
