@@ -6,17 +6,35 @@ the device-to-device copy bandwidth measured in the same process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+
+@contextlib.contextmanager
+def scoped_env(env: dict[str, str]) -> Iterator[None]:
+    """Set `env`'s variables for the block, then restore what was there before (unset ones unset again).
+    The launchers read their per-call switches (e.g. DDTREE_TA_FA3_PDL) at every launch, so a bench can
+    A/B them in one process."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def warm_gpu(seconds: float = 0.3) -> None:

@@ -29,7 +29,7 @@ ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
 from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401  (binds the name)
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
-from _timing import graph_time  # noqa: E402
+from _timing import graph_time, scoped_env  # noqa: E402
 
 
 def measure_ceilings() -> tuple[float, float]:
@@ -121,18 +121,10 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         # The default back end again with each launch switch of fa3 v9 flipped (the launcher's per-call
         # environment switches: the opt-in cluster merge on, PDL off), same inputs and process.
         for name, env in FA3_AB.items():
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with scoped_env(env):
                 row[f"{name}_us"] = graph_time(ours) * 1e6
                 o_ab = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
                 row[f"{name}_bits_equal"] = bool(torch.equal(o_ab.view(torch.int16), outs[default].view(torch.int16)))
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
     row["default_impl"] = default
     row["ours_us"] = row[f"{default}_us"]
     o_ours = outs[default]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ddtree_engine.ops import tree_attention  # noqa: E402
 from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
-from _timing import graph_time  # noqa: E402
+from _timing import graph_time, scoped_env  # noqa: E402
 from bench_tree_attention import ddtree_like_parents  # noqa: E402
 
 SWITCHES = {"default": {}, "cluster_merge": {"DDTREE_TA_CLUSTER_MERGE": "1"}, "no_pdl": {"DDTREE_TA_FA3_PDL": "0"}}
@@ -67,16 +66,8 @@ def main() -> None:
 
         times = []
         for env in SWITCHES.values():
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with scoped_env(env):
                 times.append(graph_time(call) * 1e6)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         eff = chunk or 0
         if eff:
             eff = (eff + 127) // 128 * 128
@@ -91,9 +82,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         for name, env in SWITCHES.items():
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with scoped_env(env):
                 for _ in range(3):
                     tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, d ** -0.5)
                 torch.cuda.synchronize()
@@ -102,12 +91,6 @@ def main() -> None:
                         j = k % sets
                         tree_attention(qs[j], kcs[j], vcs[j], indptr, bts[j], ctx_t, anc, d ** -0.5)
                     torch.cuda.synchronize()
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             for ev in prof.key_averages():
                 if ev.device_type is not None and "tree_attention" in ev.key and ev.count:
                     dev_us = getattr(ev, "device_time_total", getattr(ev, "cuda_time_total", 0.0)) / ev.count
