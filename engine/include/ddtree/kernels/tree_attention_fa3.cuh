@@ -43,6 +43,14 @@
 // (visibility words, in-cluster merge); this file holds the kernel.
 #include "ddtree/kernels/tree_attention/fa3_epilogue.cuh"
 
+// Phase trace (bench/profile/fa3_trace.py): a build with -DDDTREE_TA_FA3_TRACE_BUILD defines this in
+// src/tree_attention.cu to record %globaltimer and clock64 per CTA at the marks below (tid 0: entry,
+// lengths loaded, prologue published, producer done; tid 128, the first consumer warpgroup: Q landed,
+// first S + softmax, main loop done, epilogue stores issued). A no-op otherwise.
+#ifndef DDTREE_TA_FA3_TRACE
+#define DDTREE_TA_FA3_TRACE(tag) ((void)0)
+#endif
+
 namespace ddtree {
 namespace tree_attn {
 
@@ -64,6 +72,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const uint32_t empty_k = small_s + C::BAR_EMPTY_K, empty_v = small_s + C::BAR_EMPTY_V;
 
   const int tid = threadIdx.x;
+  if (tid == 0) DDTREE_TA_FA3_TRACE(0);
   const int b = blockIdx.z, h = blockIdx.y;
   // cluster_merge: the num_splits CTAs of a row tile are adjacent in x (one cluster, rank = split).
   const bool cl = p.cluster_merge != 0;
@@ -93,6 +102,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int rows_b = n_b * G;
   const int row0 = rt * BM;
   if (row0 >= rows_b) return;  // CTA- and cluster-uniform (same row tile): no barrier after this yet
+  if (tid == 0) DDTREE_TA_FA3_TRACE(1);
   const int ctx = max(p.ctx_len[b], 0);
   const int kv_len = min(ctx + n_b, p.max_pages * p.page_size);
   const int nact = (kv_len + p.chunk - 1) / p.chunk;
@@ -284,6 +294,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   }
   __syncthreads();
   const unsigned long long tile_mask = *s_tile_mask;
+  if (tid == 0) DDTREE_TA_FA3_TRACE(2);
   auto next_tile = [&](int k0) {
     while (k0 < c_end && k0 >= ctx && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 += BN;
     return k0;
@@ -338,6 +349,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     ddtree::kernels::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
+    if (tid == 0) DDTREE_TA_FA3_TRACE(7);
     if (cmerge) {  // the producer's part of the consumers' two cluster barriers (see the epilogue)
       cluster_sync_all();
       cluster_sync_relaxed();
@@ -353,6 +365,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     cp_async_wait<0>();
     fence_proxy_async();
     named_sync(3 + c, 128);
+    if (tid == 128) DDTREE_TA_FA3_TRACE(3);
     // Shared-memory descriptors: desc(addr + off) = desc(addr) + off / 16 (the 14-bit address field
     // cannot carry: shared addresses stay below 256 KB), so each GEMM computes one base descriptor.
     // The broadcast makes q_wg provably warp-uniform, so its descriptor can live in uniform registers.
@@ -505,6 +518,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       pin(s);
       release(empty_k);  // S_0 no longer reads K_0
       softmax(kt);
+      if (tid == 128) DDTREE_TA_FA3_TRACE(4);
       kt = kn;
       ++it;
       // ---- steady state: S of tile it with P.V of tile it-1 ----
@@ -571,6 +585,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     }
 
     // ---- epilogue (as tree_attention_kernel with MT = 1) -------------------------------------------
+    if (tid == 128) DDTREE_TA_FA3_TRACE(5);
     ddtree::kernels::pdl_launch_dependents();
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -612,6 +627,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         if (t4 == 0) __stcg(reinterpret_cast<float2*>(pml + lr * 2), make_float2(m_run[hf], l_run[hf]));
       }
     }
+    if (tid == 128) DDTREE_TA_FA3_TRACE(6);
   }
 #endif
 #endif

@@ -1,0 +1,80 @@
+"""Where a fa3 tree-attention call spends its time, CTA by CTA.
+
+Needs a library built with the phase trace (never the default build):
+    cmake -S engine -B engine/build-trace -G Ninja -DDDTREE_CUDA_ARCHS=90a -DDDTREE_OPS=tree_attention \
+          -DCMAKE_CUDA_FLAGS=-DDDTREE_TA_FA3_TRACE_BUILD && cmake --build engine/build-trace
+    DDTREE_LIB=engine/build-trace/libddtree.so python3 engine/bench/profile/fa3_trace.py
+The kernel records %globaltimer (ns) and clock64 at eight marks per CTA (tree_attention_fa3.cuh:
+DDTREE_TA_FA3_TRACE). For each shape this prints, over the CTAs of one call made after a warm-up, the
+spread of their start times and the median / max of each phase, in µs (globaltimer) and in SM cycles
+(clock64), plus the kernel's span from the first CTA's entry to the last CTA's exit.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from profile_ops import attention  # noqa: E402  (puts engine/python and engine/bench on sys.path)
+from ddtree_engine import _lib  # noqa: E402
+
+TAGS = 8
+PHASES = [  # (name, from mark, to mark); marks: 0 entry, 1 lengths, 2 prologue published, 3 Q landed,
+    # 4 first S + softmax, 5 main loop done, 6 epilogue stores issued (consumer 0), 7 producer done
+    ("entry -> lengths loaded (PDL wait, global loads)", 0, 1),
+    ("lengths -> prologue published (mask, first copies)", 1, 2),
+    ("prologue -> Q landed (consumer 0)", 2, 3),
+    ("Q landed -> first S + softmax", 3, 4),
+    ("first softmax -> main loop done", 4, 5),
+    ("epilogue (partials or output stores)", 5, 6),
+    ("entry -> producer done", 0, 7),
+    ("entry -> consumer 0 done", 0, 6),
+]
+
+
+def read_trace() -> list[list[int]]:
+    fn = _lib.function("ddtree_debug_fa3_trace", [ctypes.POINTER(ctypes.c_ulonglong)])
+    buf = (ctypes.c_ulonglong * (2048 * 2 * TAGS))()
+    n = fn(buf)
+    if n < 0:
+        raise RuntimeError("ddtree_debug_fa3_trace failed")
+    return [list(buf[i * 2 * TAGS:(i + 1) * 2 * TAGS]) for i in range(n)]
+
+
+def show(name: str, call) -> None:
+    for _ in range(20):
+        call()
+    torch.cuda.synchronize()
+    read_trace()  # clears the table
+    call()
+    torch.cuda.synchronize()
+    rows = [r for r in read_trace() if r[0] and r[6]]
+    if not rows:
+        print(f"== {name}: no trace (not the fa3 back end, or a library without the trace build)")
+        return
+    t0 = min(r[0] for r in rows)
+    starts = sorted((r[0] - t0) / 1e3 for r in rows)
+    span = (max(max(r[6], r[7]) for r in rows) - t0) / 1e3
+    print(f"== {name}: {len(rows)} CTAs, kernel span {span:.2f} µs (first entry to last exit); "
+          f"CTA starts: median {statistics.median(starts):.2f}, max {starts[-1]:.2f} µs after the first")
+    for label, a, b in PHASES:
+        us = [(r[b] - r[a]) / 1e3 for r in rows if r[a] and r[b]]
+        cyc = [r[TAGS + b] - r[TAGS + a] for r in rows if r[TAGS + a] and r[TAGS + b]]
+        if us:
+            print(f"  {label:52s} median {statistics.median(us):6.2f} µs / {statistics.median(cyc):7.0f} cyc, "
+                  f"max {max(us):6.2f} µs")
+
+
+def main() -> None:
+    show("8/1 x 512 x 4k", attention(8, 1, 512, 4096))
+    show("8/1 x 64 x 4k", attention(8, 1, 64, 4096))
+    show("64/8 x 512 x 4k", attention(64, 8, 512, 4096))
+
+
+if __name__ == "__main__":
+    main()
