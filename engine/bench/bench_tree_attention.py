@@ -64,10 +64,12 @@ def ddtree_like_parents(n: int, gen: torch.Generator, max_depth: int = 15) -> li
     return par
 
 
-# fa3 launch features toggled per call by the launcher's environment switches (--ab).
+# fa3 launch features toggled per call by the launcher's environment switches (--ab): v10's fused merge
+# off (the merge kernel), its lazy tile-mask wait off (v9b's eager wait), and both off (the v9b launch).
 FA3_AB = {
-    "fa3_cluster_merge": {"DDTREE_TA_CLUSTER_MERGE": "1"},  # opt-in
-    "fa3_no_pdl": {"DDTREE_TA_FA3_PDL": "0"},
+    "fa3_merge_kernel": {"DDTREE_TA_FA3_FUSED_MERGE": "0"},
+    "fa3_eager_mask": {"DDTREE_TA_FA3_LAZY_MASK": "0"},
+    "fa3_v9b": {"DDTREE_TA_FA3_FUSED_MERGE": "0", "DDTREE_TA_FA3_LAZY_MASK": "0"},
 }
 
 
@@ -118,8 +120,8 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         outs[name] = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
     ta_ops.set_impl("auto")
     if ab and default == "fa3":
-        # The default back end again with each launch switch of fa3 v9 flipped (the launcher's per-call
-        # environment switches: the opt-in cluster merge on, PDL off), same inputs and process.
+        # The default back end again with each launch switch of fa3 v10 flipped (the launcher's per-call
+        # environment switches: fused merge off, lazy mask wait off, both), same inputs and process.
         for name, env in FA3_AB.items():
             with scoped_env(env):
                 row[f"{name}_us"] = graph_time(ours) * 1e6
@@ -268,7 +270,8 @@ def main() -> None:
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--impls", default="", help="comma list of back ends to time (default: all available)")
     ap.add_argument("--ab", action="store_true", help="also time the default fa3 back end with each launch "
-                    "switch flipped (opt-in cluster merge on, PDL off; the launcher's per-call environment switches)")
+                    "switch flipped (fused merge off, lazy mask wait off, both; the launcher's per-call environment "
+                    "switches)")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
                     "(default: all; it has never compiled at 64 nodes here, and each attempt is slow)")
     ap.add_argument("--flex-hq", default="", help="comma list of query-head counts to run flex_attention at "

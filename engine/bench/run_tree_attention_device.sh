@@ -7,7 +7,8 @@
 # torch SDPA and flex.
 # Logs go to $OUT. STAGES (default "build selftest sanitize pytest bench"; "ncu" on request) picks
 # stages; PYTEST_K narrows pytest (-k), BENCH_ARGS is passed to the bench (e.g. "--impls fa3 --no-flex"),
-# SAN_BACKENDS=fa3 sanitizes only the fa3 selftest, NCU_CASE picks the profile_ops.py case (ta8x512).
+# SAN_BACKENDS=fa3 sanitizes only the fa3 selftest, NCU_CASE picks the profile_ops.py case (ta8x512),
+# BUILD_DIR points at a carried build (then leave "build" out of STAGES).
 # Run from the repository root:  bash engine/bench/run_tree_attention_device.sh
 set -u
 OUT=${OUT:-/tmp/tree_attention_out}
@@ -16,7 +17,7 @@ export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-"build selftest sanitize pytest bench"}
 ARCHS=${ARCHS:-90a}
 root=$(pwd)
-build=$root/engine/build-ta
+build=${BUILD_DIR:-$root/engine/build-ta}  # BUILD_DIR: a library built elsewhere and carried (skip "build")
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv,noheader || true

@@ -127,9 +127,14 @@ Result run(const TaCase& c, bool causal, int kv_chunk) {
                                                                c.page, kv_chunk);
   ST_REQUIRE(ddtree_tree_attention_plan_chunk(c.B(), c.hq, c.hkv, c.d, c.n_max, c.max_pages, c.page, kv_chunk) > 0,
              "plan: %s", ddtree_last_error());
+  const size_t cnt_bytes = ddtree_tree_attention_workspace_counter_bytes(c.B(), c.hq, c.hkv, c.d, c.n_max,
+                                                                         c.max_pages, c.page, kv_chunk);
+  ST_REQUIRE(cnt_bytes <= ws_bytes, "counter bytes %zu > workspace %zu", cnt_bytes, ws_bytes);
   st::DeviceBuffer<unsigned char> ws(ws_bytes);
   ws.poison(0xFF);  // partials need no initialization: NaN garbage there must not matter
-  for (int rep = 0; rep < 2; ++rep)  // twice: a launch must not depend on what the last one left
+  if (cnt_bytes) ST_CUDA(cudaMemset(ws.ptr, 0, cnt_bytes));  // the arrival counters start at zero, once
+  // twice: a launch must not depend on what the last one left (the fused merge's counters must be back
+  // at zero after the first)
     ST_CHECK_STATUS(ddtree_tree_attention(q.ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, causal ? nullptr : anc.ptr,
                                           o.ptr, lse.ptr, c.T(), c.B(), c.hq, c.hkv, c.d, c.num_pages, c.page,
                                           c.max_pages, c.n_max, c.sm_scale, kv_chunk, DDTREE_DTYPE_BFLOAT16, ws.ptr,
@@ -250,9 +255,10 @@ void chain_equals_causal_bitwise() {
   }
 }
 
-// fa3 merges a split row tile with the merge kernel, or (opt-in, DDTREE_TA_CLUSTER_MERGE=1, where the
-// plan allows it: 2-8 splits, every cluster resident at once) inside a thread-block cluster. Both must
-// give the same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
+// fa3 merges a split row tile in its last CTA (fused merge, default for 2-4 splits), with the merge kernel
+// (DDTREE_TA_FA3_FUSED_MERGE=0, or more splits), or (opt-in, DDTREE_TA_CLUSTER_MERGE=1, where the plan
+// allows it: 2-8 splits, every cluster resident at once) inside a thread-block cluster. All must give the
+// same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
 // request; the shorter ones leave CTAs past their length (idle cluster members) or need a single chunk
 // (no merge) inside the same launch.
 void cluster_merge_matches_kernel_merge() {
@@ -271,6 +277,30 @@ void cluster_merge_matches_kernel_merge() {
       ST_EXPECT(diff == 0, "%s chunk %d: %zu elements differ between the cluster merge and the merge kernel", impl,
                 chunk, diff);
       check_against_reference(c, clus, ref, st::format("%s cluster merge chunk=%d", impl, chunk).c_str());
+    }
+    // Fused merge (default) against the merge kernel: chunks 512 / 320 / 256 split the longest request
+    // into 2, 3 and 4 (the fused maximum); the others need one chunk or leave CTAs past their length.
+    // Each run launches twice on one workspace (run()), so the counters' self-reset is exercised too.
+    for (int chunk : {512, 320, 256}) {
+      const Result fused = run(c, false, chunk);
+      setenv("DDTREE_TA_FA3_FUSED_MERGE", "0", 1);
+      const Result kern = run(c, false, chunk);
+      unsetenv("DDTREE_TA_FA3_FUSED_MERGE");
+      size_t diff = 0;
+      for (size_t i = 0; i < kern.o.size(); ++i) diff += kern.o[i] != fused.o[i];
+      for (size_t i = 0; i < kern.lse.size(); ++i) diff += std::memcmp(&kern.lse[i], &fused.lse[i], 4) != 0;
+      ST_EXPECT(diff == 0, "%s chunk %d: %zu elements differ between the fused merge and the merge kernel", impl,
+                chunk, diff);
+      check_against_reference(c, fused, ref, st::format("%s fused merge chunk=%d", impl, chunk).c_str());
+      // The eager tile-mask wait (DDTREE_TA_FA3_LAZY_MASK=0, v9b's schedule) must not change a bit either.
+      setenv("DDTREE_TA_FA3_LAZY_MASK", "0", 1);
+      const Result eager = run(c, false, chunk);
+      unsetenv("DDTREE_TA_FA3_LAZY_MASK");
+      diff = 0;
+      for (size_t i = 0; i < eager.o.size(); ++i) diff += eager.o[i] != fused.o[i];
+      for (size_t i = 0; i < eager.lse.size(); ++i) diff += std::memcmp(&eager.lse[i], &fused.lse[i], 4) != 0;
+      ST_EXPECT(diff == 0, "%s chunk %d: %zu elements differ between the lazy and the eager mask wait", impl, chunk,
+                diff);
     }
   });
 }

@@ -49,8 +49,10 @@ struct Plan {
   int bm = 0, bn = 0, row_tiles = 0, num_splits = 0, chunk = 0;
   int impl = DDTREE_TA_IMPL_MMA;
   bool cluster_merge = false;  // fa3: merge the splits inside a cluster (see fa3_cluster_merge_fits)
-  size_t part_o_bytes = 0, part_ml_bytes = 0;
-  size_t workspace() const { return part_o_bytes + part_ml_bytes; }
+  bool fused_merge = false;    // fa3: the last CTA of a split row tile merges it (see fa3_fused_merge_enabled)
+  // Workspace layout: [arrival counters, zero between launches][fp32 partial O][fp32 partial (m, l)].
+  size_t cnt_bytes = 0, part_o_bytes = 0, part_ml_bytes = 0;
+  size_t workspace() const { return cnt_bytes + part_o_bytes + part_ml_bytes; }
 };
 
 // The library holds sm_90a code (wgmma) iff CMake built it for "90a" (DDTREE_CUDA_ARCHS_STRING
@@ -196,6 +198,20 @@ int fa3_max_active_clusters(int size) {
   }
   return cache[dev][size] - 1;
 }
+// fa3 v10: a row tile split into 2..MAX_FUSED_SPLITS chunks is merged by the last of its CTAs to finish
+// (fused_merge_epilogue), so no merge kernel runs. On by default; DDTREE_TA_FA3_FUSED_MERGE=0 (read on
+// every plan, like the cluster switch, so that a test or bench can compare both in one process) goes
+// back to the merge kernel. Both merges compute the same bits.
+bool fa3_fused_merge_enabled() {
+  const char* e = std::getenv("DDTREE_TA_FA3_FUSED_MERGE");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+// fa3 v10: the tile mask is waited for lazily (default); DDTREE_TA_FA3_LAZY_MASK=0 (read per launch)
+// makes every thread wait for it after the prologue, as v9b's __syncthreads did.
+bool fa3_lazy_mask_enabled() {
+  const char* e = std::getenv("DDTREE_TA_FA3_LAZY_MASK");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
 bool fa3_cluster_merge_fits(int num_splits, int64_t clusters) {
   if (num_splits < 2 || num_splits > ta::Fa3Config::MAX_CLUSTER || !cluster_merge_enabled()) return false;
   return clusters <= fa3_max_active_clusters(num_splits);
@@ -267,11 +283,16 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
                  "tree_attention: %d row tiles x %d splits exceed the grid", p.row_tiles, p.num_splits);
   const int64_t tiles = static_cast<int64_t>(batch) * hkv * p.row_tiles;
   p.cluster_merge = p.impl == DDTREE_TA_IMPL_FA3 && fa3_cluster_merge_fits(p.num_splits, tiles);
+  p.fused_merge = p.impl == DDTREE_TA_IMPL_FA3 && !p.cluster_merge && p.num_splits >= 2 &&
+                  p.num_splits <= ta::Fa3Config::MAX_FUSED_SPLITS && fa3_fused_merge_enabled();
   using ddtree::detail::align_up;
-  // The partial buffers stay in the workspace size in cluster mode too: the size must not depend on
-  // the environment variable above (a caller may size the workspace before a test flips it).
+  // The partial buffers and counters stay in the workspace size whatever the merge: the size must not
+  // depend on the environment variables above (a caller may size the workspace before a test flips
+  // them). The counters come first, so a plan's counters never overlap its own partials; one u32 per
+  // (request, kv head, row tile).
   if (p.num_splits > 1) {
     const size_t slots = static_cast<size_t>(tiles) * p.num_splits * p.bm;
+    p.cnt_bytes = align_up(static_cast<size_t>(tiles) * sizeof(uint32_t));
     p.part_o_bytes = align_up(slots * d * sizeof(float));
     p.part_ml_bytes = align_up(slots * 2 * sizeof(float));
   }
@@ -310,6 +331,8 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
     ++n_attr;
     kp.cluster_merge = 1;
   }
+  kp.fused_merge = plan.fused_merge ? 1 : 0;
+  kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
   // at once and not sticky), launch without it from then on.
   static bool pdl_refused = false;
@@ -335,7 +358,7 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   }
   if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "tree_attention fa3 kernel");
   ddtree_status_t st = ddtree::detail::check_launch("tree_attention fa3 kernel");
-  if (st != DDTREE_STATUS_SUCCESS || plan.num_splits == 1 || plan.cluster_merge) return st;
+  if (st != DDTREE_STATUS_SUCCESS || plan.num_splits == 1 || plan.cluster_merge || plan.fused_merge) return st;
   dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
              static_cast<unsigned>(batch));
   return ddtree::detail::launch("tree_attention merge kernel", &ta::tree_attention_merge_kernel<F::D, F::BM>, mgrid,
@@ -367,6 +390,17 @@ DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_hea
     return 0;
   ddtree::detail::succeed();
   return plan.workspace();
+}
+
+DDTREE_API size_t ddtree_tree_attention_workspace_counter_bytes(int batch, int num_qo_heads, int num_kv_heads,
+                                                               int head_dim, int n_max, int max_pages,
+                                                               int page_size, int kv_chunk) {
+  Plan plan;
+  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                &plan) != DDTREE_STATUS_SUCCESS)
+    return 0;
+  ddtree::detail::succeed();
+  return plan.cnt_bytes;
 }
 
 DDTREE_API ddtree_status_t ddtree_tree_attention_set_impl(int impl) {
@@ -431,8 +465,9 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
   params.o = static_cast<__nv_bfloat16*>(o);
   params.lse = lse;
   auto* ws = static_cast<unsigned char*>(workspace);
-  params.part_o = reinterpret_cast<float*>(ws);
-  params.part_ml = reinterpret_cast<float*>(ws + plan.part_o_bytes);
+  params.merge_cnt = reinterpret_cast<uint32_t*>(ws);
+  params.part_o = reinterpret_cast<float*>(ws + plan.cnt_bytes);
+  params.part_ml = reinterpret_cast<float*>(ws + plan.cnt_bytes + plan.part_o_bytes);
   params.num_tokens = num_tokens;
   params.hq = num_qo_heads;
   params.hkv = num_kv_heads;

@@ -189,6 +189,73 @@ def test_cluster_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatc
     assert_close_to_reference(case, o_cluster, lse_cluster)
 
 
+@pytest.mark.parametrize("kv_chunk", [512, 320, 256])
+def test_fused_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 v10: a row tile split into 2-4 chunks is merged by its last CTA (default) instead of the merge
+    # kernel (DDTREE_TA_FA3_FUSED_MERGE=0, read on every call). Same arithmetic, so the same bits; the
+    # chunks split the longest request into 2, 3 and 4, the shorter ones need one chunk or leave CTAs
+    # past their length. The eager tile-mask wait (DDTREE_TA_FA3_LAZY_MASK=0) must not change a bit.
+    if _impl[0] != "fa3":
+        pytest.skip("the fused merge is fa3's")
+    case = make_case(8, 1, 128, ctx=[900, 200, 0], n=[60, 33, 17], page=16, seed=kv_chunk + 1).to("cuda")
+    monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE", raising=False)
+    o_fused, lse_fused = kernel(case, kv_chunk=kv_chunk)
+    monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "0")
+    o_kernel, lse_kernel = kernel(case, kv_chunk=kv_chunk)
+    monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE")
+    monkeypatch.setenv("DDTREE_TA_FA3_LAZY_MASK", "0")
+    o_eager, lse_eager = kernel(case, kv_chunk=kv_chunk)
+    assert torch.equal(o_fused.view(torch.int16), o_kernel.view(torch.int16))
+    assert torch.equal(lse_fused.view(torch.int32), lse_kernel.view(torch.int32))
+    assert torch.equal(o_eager.view(torch.int16), o_fused.view(torch.int16))
+    assert torch.equal(lse_eager.view(torch.int32), lse_fused.view(torch.int32))
+    assert_close_to_reference(case, o_fused, lse_fused)
+
+
+def test_fused_merge_counters_survive_graph_replays_and_plan_changes() -> None:
+    # The fused merge's arrival counters live in the workspace and must be back at zero after every
+    # launch: CUDA-graph replays of several calls (each sees the counters the previous one left), eager
+    # calls with other plans on the same stream in between (other counter and partial layouts), and the
+    # results must equal the eager ones bit for bit each time. A counter left non-zero would make a
+    # CTA wait forever (watchdog trap) or skip a merge (unwritten rows, caught by the poison).
+    from ddtree_engine.ops import tree_attention
+
+    if _impl[0] != "fa3":
+        pytest.skip("the fused merge is fa3's")
+    case = make_case(8, 1, 128, ctx=[1500, 700], n=[64, 40], page=16, seed=21).to("cuda")
+    other = make_case(16, 2, 128, ctx=[2500], n=[100], page=16, seed=22).to("cuda")
+    args = case.args()
+    want = tree_attention(*args, kv_chunk=512)  # 3 splits of the longest request: fused merge
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        tree_attention(*args, kv_chunk=512)  # warm-up on the capture stream: its workspace exists
+        graph = torch.cuda.CUDAGraph()
+        outs = []
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(3):
+                outs.append(tree_attention(*args, kv_chunk=512))
+    torch.cuda.current_stream().wait_stream(stream)
+    for rep in range(3):
+        for o in outs:
+            o[0].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for o, lse in outs:
+            assert torch.equal(o.view(torch.int16), want[0].view(torch.int16)), f"replay {rep}"
+            assert torch.equal(lse.view(torch.int32), want[1].view(torch.int32)), f"replay {rep}"
+        # other plans in between, eager, on the default stream and the capture stream
+        for chunk in (256, 1024, 384):
+            o2, lse2 = kernel(other, kv_chunk=chunk)
+            assert_close_to_reference(other, o2, lse2)
+        with torch.cuda.stream(stream):
+            tree_attention(*other.args(), kv_chunk=256)
+        torch.cuda.synchronize()
+        again = tree_attention(*args, kv_chunk=512)
+        assert torch.equal(again[0].view(torch.int16), want[0].view(torch.int16))
+
+
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:
     case = make_case(8, 1, 128, ctx=[500], n=[90], page=16, seed=8).to("cuda")
     o, lse = kernel(case, kv_chunk=128)

@@ -19,9 +19,15 @@
  * chunk partials in chunk order. A query's result therefore depends only on its visible keys, their
  * positions and the plan: a chain tree equals the causal mode bit for bit.
  *
- * Scratch: `workspace` holds fp32 partials of split row tiles (no initialization needed; size from
- * ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). When the
- * plan splits, a small merge kernel runs right after the main one on the same stream.
+ * Scratch: `workspace` holds per-row-tile arrival counters, then fp32 partials of split row tiles (size
+ * from ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). The
+ * partials need no initialization. The counters (the first ddtree_tree_attention_workspace_counter_bytes
+ * bytes) must be zero before a launch, and every completed launch leaves them zero again: zero a new
+ * workspace once (cudaMemset), and again before a launch whose plan has more counter bytes than the
+ * last plan that used the buffer (its partials may lie there); a buffer used with one plan, or with
+ * plans of equal counter bytes, is zeroed once. When the plan splits, either the last CTA of each split
+ * row tile merges it (fa3, up to 4 chunks) or a small merge kernel runs right after the main one on the
+ * same stream.
  * Back ends: on compute capability 9.0 with a library built for sm_90a, D=128 runs by default on fa3
  * (warp-specialized producer + two ping-ponging consumer warpgroups); wgmma (same tiles and plan, one
  * schedule in lockstep) on request; otherwise mma.sync. The choice: env
@@ -30,7 +36,7 @@
  * mma.sync tiles keys by 64, wgmma/fa3 by 128, so results differ by rounding between back ends; the
  * exactness statements above hold within one back end.
  * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
- * (different streams) need different workspaces. */
+ * (different streams) need different workspaces: they would share partials and counters. */
 #ifndef DDTREE_TREE_ATTENTION_H_
 #define DDTREE_TREE_ATTENTION_H_
 
@@ -48,6 +54,12 @@ extern "C" {
 DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_heads, int num_kv_heads,
                                                        int head_dim, int n_max, int max_pages,
                                                        int page_size, int kv_chunk);
+
+/* Bytes at the start of that workspace that must be zero before a launch (the arrival counters; see
+ * "Scratch" above; 0 when nothing is split or the arguments are invalid). */
+DDTREE_API size_t ddtree_tree_attention_workspace_counter_bytes(int batch, int num_qo_heads, int num_kv_heads,
+                                                               int head_dim, int n_max, int max_pages,
+                                                               int page_size, int kv_chunk);
 
 /* Chunk size in keys (the split boundary spacing) of the plan, for tests and benches (0 on invalid
  * arguments). */

@@ -22,9 +22,13 @@
 //
 // Launch (v9): with programmatic dependent launch (griddepcontrol.wait before the first global read);
 // the mbarriers are initialized and published before any global load, so the producer issues the first
-// K/V tiles as soon as its block-table entries arrive. A split row tile is merged by the merge kernel,
-// or, opt-in (DDTREE_TA_CLUSTER_MERGE=1; measured slower on the H200, see engine/bench/NOTES.md), by its
-// own CTAs as one thread-block cluster through distributed shared memory (cluster_merge_epilogue).
+// K/V tiles as soon as its block-table entries arrive.
+// v10: no __syncthreads after the prologue: the consumers publish the tile mask through an mbarrier that
+// is waited for only where the mask is read (the first tree tile, the epilogue's row flags). A row tile
+// split into 2-4 chunks is merged by the last of its CTAs to finish (arrival counter in the workspace,
+// fused_merge_epilogue); more chunks go to the merge kernel, or, opt-in (DDTREE_TA_CLUSTER_MERGE=1;
+// measured slower on the H200, see engine/bench/NOTES.md), to the CTAs of one thread-block cluster
+// through distributed shared memory (cluster_merge_epilogue). All merges give the same bits.
 //
 // Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
 // arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
@@ -70,6 +74,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   int* s_rows = reinterpret_cast<int*>(small + C::ROWS_OFF);
   const uint32_t full_k = small_s + C::BAR_FULL_K, full_v = small_s + C::BAR_FULL_V;
   const uint32_t empty_k = small_s + C::BAR_EMPTY_K, empty_v = small_s + C::BAR_EMPTY_V;
+  const uint32_t mask_bar = small_s + C::BAR_MASK;
 
   const int tid = threadIdx.x;
   if (tid == 0) DDTREE_TA_FA3_TRACE(0);
@@ -91,6 +96,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       mbar_init(empty_k + 8 * s, C::EMPTY_ARRIVALS);  // every consumer warp once per use
       mbar_init(empty_v + 8 * s, C::EMPTY_ARRIVALS);
     }
+    mbar_init(mask_bar, 256);  // v10: every consumer thread once, after its part of the tile mask
   }
   __syncthreads();
   // Launched with programmatic dependent launch: the previous kernel in the stream (which may have
@@ -291,12 +297,28 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     uint32_t* mask32 = reinterpret_cast<uint32_t*>(s_tile_mask);
     if ((tid & 31) == 0 && lo) atomicOr(mask32, lo);
     if ((tid & 31) == 0 && hi) atomicOr(mask32 + 1, hi);
+    mbar_arrive(mask_bar);  // release: this thread's row flags and (lane 0) its warp's mask bits
   }
-  __syncthreads();
-  const unsigned long long tile_mask = *s_tile_mask;
+  // v10: the tile mask is published through mask_bar instead of a __syncthreads. Only the skipping of
+  // tree tiles (the first key >= ctx that next_tile meets) and the epilogue's row flags read it, so
+  // the producer goes on issuing context tiles and the consumers start on tile 0 as soon as Q and K_0
+  // have landed, while the other consumer warps still build the mask.
+  unsigned long long tile_mask = 0ull;
+  bool have_mask = false;
+  auto ensure_mask = [&]() {
+    if (!have_mask) {
+      mbar_wait(mask_bar, 0u);
+      tile_mask = *reinterpret_cast<volatile unsigned long long*>(s_tile_mask);
+      have_mask = true;
+    }
+  };
+  if (!p.lazy_mask) ensure_mask();  // A/B switch: the v9b schedule (everyone waits here)
   if (tid == 0) DDTREE_TA_FA3_TRACE(2);
   auto next_tile = [&](int k0) {
-    while (k0 < c_end && k0 >= ctx && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 += BN;
+    if (k0 < c_end && k0 >= ctx) {
+      ensure_mask();
+      while (k0 < c_end && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 += BN;
+    }
     return k0;
   };
 
@@ -594,6 +616,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       l_run[hf] = l;
     }
+    ensure_mask();  // the row flags (s_row_valid) are the mask's
     constexpr float kLn2 = 0.69314718055994531f;
     if (nact == 1) {
 #pragma unroll
@@ -614,6 +637,11 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     } else if (cmerge) {
       cluster_merge_epilogue(p, q_s, acc, m_run, l_run, s_row_valid, wg, wrow, g4, t4, lane, warp, split, nact,
                              row0, rows_b, t0, h, G);
+    } else if (p.fused_merge) {
+      const int64_t tile = (static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt;
+      fused_merge_epilogue(p, acc, m_run, l_run, s_row_valid, reinterpret_cast<volatile int*>(small + C::FLAG_OFF),
+                           tid, c * 4 + warp, wrow, g4, t4, lane, split, nact, tile * p.num_splits, p.merge_cnt + tile,
+                           row0, rows_b, t0, h, G);
     } else {
       const int64_t slot = ((static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt) * p.num_splits + split;
       float* po = p.part_o + slot * BM * D;

@@ -2,9 +2,12 @@
 
 Semantics: see ``ddtree_engine/reference/tree_attention.py`` and ``include/ddtree/tree_attention.h``.
 The op returns ``o`` in bf16 and ``lse`` (natural log) in float32. It never synchronizes the host: the
-split plan depends only on shapes (and ``kv_chunk``). The fp32 partials workspace of split plans is
-cached per (device, stream) and grown when a plan needs more. Warm the op up once on the stream that
-will be captured before capturing it in a CUDA graph, so that the workspace exists outside the capture.
+split plan depends only on shapes (and ``kv_chunk``). The workspace of split plans (arrival counters,
+then fp32 partials) is cached per (device, stream, counter bytes), zero-filled when it is allocated and
+grown when a plan needs more: the kernel leaves its counters zero after every launch, and plans with
+the same counter bytes keep their counters in the same bytes, so no partials ever land where another
+plan expects a zero counter. Warm the op up once on the stream that will be captured before capturing
+it in a CUDA graph, so that the workspace exists outside the capture.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from torch import Tensor
 from ddtree_engine import _lib
 from ddtree_engine.ops._common import cuda_device_of, ptr, require, stream_handle
 
-_workspaces: dict[tuple[int, int], Tensor] = {}
+_workspaces: dict[tuple[int, int, int], Tensor] = {}
 
 # Back ends (DDTREE_TA_IMPL_* in tree_attention.h). "auto" = the default: fa3 where the library has
 # sm_90a code and the GPU is compute capability 9.0 (D = 128), else mma.sync. "wgmma" on request.
@@ -85,6 +88,12 @@ def workspace_size(args: list[int]) -> int:
     return int(fn(*args))
 
 
+def workspace_counter_bytes(args: list[int]) -> int:
+    """Bytes at the start of the workspace that must be zero before a launch (its arrival counters)."""
+    fn = _lib.function("ddtree_tree_attention_workspace_counter_bytes", _PLAN_ARGS, ctypes.c_size_t)
+    return int(fn(*args))
+
+
 def plan_chunk(args: list[int]) -> int:
     """Chunk size (keys) the kernel splits the key range into for these plan inputs."""
     fn = _lib.function("ddtree_tree_attention_plan_chunk", _PLAN_ARGS, ctypes.c_int)
@@ -94,11 +103,11 @@ def plan_chunk(args: list[int]) -> int:
     return chunk
 
 
-def _workspace(device: torch.device, nbytes: int) -> Tensor:
-    key = (device.index or 0, torch.cuda.current_stream(device).cuda_stream)
+def _workspace(device: torch.device, nbytes: int, counter_bytes: int) -> Tensor:
+    key = (device.index or 0, torch.cuda.current_stream(device).cuda_stream, counter_bytes)
     buf = _workspaces.get(key)
     if buf is None or buf.numel() < nbytes:
-        buf = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=device)
+        buf = torch.zeros(max(nbytes, 256), dtype=torch.uint8, device=device)  # counters start at zero
         _workspaces[key] = buf
     return buf
 
@@ -145,7 +154,7 @@ def tree_attention(
     o = torch.empty_like(q)
     lse = torch.empty(t_total, hq, dtype=torch.float32, device=device)
     args = plan_args(q, k_cache, block_table, n_max, kv_chunk)
-    ws = _workspace(device, workspace_size(args))
+    ws = _workspace(device, workspace_size(args), workspace_counter_bytes(args))
     status = _fn_launch()(
         ptr(q), ptr(k_cache), ptr(v_cache), ptr(qo_indptr), ptr(block_table), ptr(ctx_len), ptr(anc),
         ptr(o), ptr(lse),

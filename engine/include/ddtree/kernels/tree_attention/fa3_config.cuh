@@ -20,10 +20,12 @@ struct Fa3Config {
   static constexpr int SMALL_OFF = V_OFF + STAGES * KV_BYTES;  // 224 KB
   static constexpr int BAR_FULL_K = 0, BAR_FULL_V = 8 * STAGES, BAR_EMPTY_K = 16 * STAGES,
                        BAR_EMPTY_V = 24 * STAGES;                 // byte offsets in the small region
-  static constexpr int ROWS_OFF = 32 * STAGES;                     // int rows[3][BN]
+  static constexpr int BAR_MASK = 32 * STAGES;                     // v10: the tile mask is published (256 arrivals)
+  static constexpr int ROWS_OFF = BAR_MASK + 16;                   // int rows[3][BN]
   static constexpr int MASK_OFF = ROWS_OFF + 3 * BN * 4;           // u64 tile mask
   static constexpr int VALID_OFF = MASK_OFF + 8;                   // u8 row_valid[2][BM] (per mask half)
-  static constexpr int SMALL_BYTES = VALID_OFF + 2 * BM;
+  static constexpr int FLAG_OFF = VALID_OFF + 2 * BM;              // int: this CTA merges its row tile (v10)
+  static constexpr int SMALL_BYTES = FLAG_OFF + 4;
   // + 1 KB so the base can be aligned to the 1024-byte swizzle atom.
   static constexpr int SMEM = SMALL_OFF + SMALL_BYTES + 1024;
   static constexpr int NT8 = BN / 8, DT8 = D / 8, VW = BN / 64;
@@ -36,10 +38,14 @@ struct Fa3Config {
   static constexpr int PART_PITCH = D + 8;                      // floats per row
   static constexpr int PART_ML_OFF = BM * PART_PITCH * 4;       // 69632
   static constexpr int MAX_CLUSTER = 8;                         // portable cluster size
+  // fused merge (v10): a row tile split into 2..MAX_FUSED_SPLITS chunks is merged by the last of its CTAs
+  // to finish (fused_merge_epilogue); more splits go to the merge kernel (one SM would read them all).
+  static constexpr int MAX_FUSED_SPLITS = 4;
 };
 static_assert(Fa3Config::SMEM <= 227 * 1024, "sm_90 allows 227 KB of shared memory per block");
 static_assert(Fa3Config::PART_ML_OFF + Fa3Config::BM * 8 <= Fa3Config::V_OFF, "partials fit below the V ring");
-static_assert(Fa3Config::ROWS_OFF % 16 == 0 && Fa3Config::MASK_OFF % 8 == 0, "small-region alignment");
+static_assert(Fa3Config::ROWS_OFF % 16 == 0 && Fa3Config::MASK_OFF % 8 == 0 && Fa3Config::FLAG_OFF % 4 == 0,
+              "small-region alignment");
 
 // ---- sm_90 synchronization helpers ------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -160,6 +166,34 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr) {
   asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
 #endif
   return v;
+}
+
+// GPU-scope atomics and fences for the fused split merge's per-row-tile arrival counter (v10). The
+// pattern is CUTLASS's generic barrier: the writers' stores, a CTA barrier, then one thread's
+// fence.acq_rel.gpu + relaxed add (release); the reader's ld.acquire.gpu, then a CTA barrier.
+__device__ __forceinline__ uint32_t atom_add_relaxed_gpu(uint32_t* ptr, uint32_t v) {
+  uint32_t old = 0;
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
+#endif
+  return old;
+}
+__device__ __forceinline__ void red_add_release_gpu(uint32_t* ptr, uint32_t v) {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* ptr) {
+  uint32_t v = 0;
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ void st_relaxed_gpu(uint32_t* ptr, uint32_t v) {
+#if DDTREE_TA_HAVE_WGMMA
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+#endif
 }
 
 // Pin registers that an in-flight wgmma reads or writes: the compiler may not move their other uses
