@@ -216,11 +216,13 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
 // Small enough for compute-sanitizer (memcheck, racecheck), large enough that every kernel runs its
 // radix select (several chunks, k below the candidate count) and the id digits (ties); v4 runs its fast
 // path (clusters of 5 and 8 CTAs), its tie fallback (case 24), a NaN row (case 23) and, with many rows,
-// clusters of 4 CTAs of two register rounds (case 27: 36 rows, the launcher's row-count rule).
+// clusters of 4 CTAs of two register rounds (case 27: 36 rows, the launcher's row-count rule); v6's k = 1
+// warp path on two rounds with ties (28), a NaN row (29) and -inf (30).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
   const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
                         {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24},
                         {1, 2, 20000, 64, true, 0, 0, 25},    {1, 2, 163840, 1, true, 0, 2, 26},
-                        {3, 12, 163840, 16, true, 0, 0, 27}};
+                        {3, 12, 163840, 16, true, 0, 0, 27}, {3, 12, 163840, 1, true, 0, 1, 28},
+                        {2, 1, 9000, 1, false, 3, 4, 29},     {1, 3, 20000, 1, true, 0, 2, 30}};
   for (const Case& c : cases) run_case(c);
 }

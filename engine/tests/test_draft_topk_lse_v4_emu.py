@@ -172,3 +172,24 @@ def test_v5_emulated_signed_zeros_tie_by_id(emu_binary: Path, k: int) -> None:
     for dtype in (torch.float32, torch.bfloat16):
         compare(emu_binary, x.to(dtype), k, threads=128, async_xchg=True)
         compare(emu_binary, x.to(dtype), k, threads=128)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_v6_emulated_k1_warp_best_item(emu_binary: Path, dtype: torch.dtype) -> None:
+    # v6 k = 1 (default exchange): each warp's best item from the lanes holding its maximal key, each looking
+    # only at its first vector holding its maximum (reloaded when it was in an earlier register round).
+    # fp32 at 163,840 with 8 CTAs: two rounds; thread 3 of CTA 0 holds ids 12-15 (round 0) and 10252-10255
+    # (round 1), thread 5 ids 20-23. Equal maxima in both rounds of one lane, across lanes and CTAs: the
+    # lowest id must win; bf16 with 4 CTAs per row also runs two rounds.
+    x = logits((1, 4, 163840), "normal", torch.float32, seed=600)
+    x[0, 0, 10254] = x[0, 0, 13] = 50.0  # same lane, rounds 1 and 0
+    x[0, 1, 10254] = x[0, 1, 30000] = 50.0  # round 1 (still in registers), a later CTA
+    x[0, 2, 100000] = x[0, 2, 22] = x[0, 2, 21] = 50.0  # round 0 (reloaded), two of one vector
+    x[0, 3, :] = -INF
+    x[0, 3, 160000:] = 1.0  # whole CTAs of -inf, the best in the last one
+    x = x.to(dtype)
+    for max_cluster in (8, 4):
+        events = compare(emu_binary, x, 1, async_xchg=True, max_cluster=max_cluster)
+        assert events.get("cta_radix", 0) == 0
+    compare(emu_binary, x[..., :160001], 1, async_xchg=True)  # unaligned rows: element-wise loads
+    compare(emu_binary, torch.full((1, 2, 3001), -INF, dtype=dtype), 1, 128, async_xchg=True)  # all -inf

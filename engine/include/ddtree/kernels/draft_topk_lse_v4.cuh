@@ -37,7 +37,11 @@ namespace kernels {
 // <= 64 registers at any CTA size (1024 threads: 1 CTA/SM, 512: 2, 256: 4).
 // ASYNC (the default at 512 threads since v5; DDTREE_TOPK_V4_CONFIG="512,0,0" turns it off): the other
 // CTAs st.async their partial and items into CTA 0 against an mbarrier and exit; no closing cluster barrier.
-template <typename T, bool VEC, int THREADS, bool ASYNC = false>
+//
+// OPT (kV4Opt*, helpers.cuh): v6 options, kV4OptDefault in the library. STOP (profiler only, 0 = the whole
+// kernel): exit after a stage (1 loads + maxima, 2 sums + first barrier, 3 bound/partial, 4 candidates,
+// 5 everything but CTA 0's merge), keeping that stage's results alive through a store that never happens.
+template <typename T, bool VEC, int THREADS, bool ASYNC = false, unsigned OPT = kV4OptDefault, int STOP = 0>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     draft_topk_lse_v4_kernel(const T* __restrict__ logits, int positions, int vocab, int64_t batch_stride,
                              int64_t row_stride, int k, int cluster, int pv, float* __restrict__ top_lp,
@@ -90,9 +94,19 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     return out;
   };
 
+  // Every vector of this CTA lies inside the row (v6 fast loads; CTA-uniform).
+  // (Not at 1024 threads, an opt-in shape: there it spilled 4 bytes for fp32.)
+  const bool fast = (OPT & kV4OptFastLoad) != 0u && THREADS <= 512 && VEC && (v0 + nv_cta) * VN <= vocab;
+  constexpr bool K1W = ASYNC && (OPT & kV4OptK1Warp) != 0u;
+  // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
+  auto sink = [&](float v) {
+    if (v == 1.2345e-30f) lse[row] = v;
+  };
+
   pdl_wait();  // the previous kernel's writes (logits) are visible; ours start after it ended
   uint4 raw[kV4Vecs];
   float tmax = -INFINITY;  // this thread's maximum
+  int jbest = 0;           // K1W: local vector index (r * kV4Vecs + j) of this thread's first maximal vector
   // v5: sums per thread, vector by vector as the loads land (v4 waited for all of a round's vectors and a
   // warp maximum before the first exp2, so the MUFU-bound sums, ~0.6 µs per SM at 1x15, ran after the DRAM
   // wait instead of under it). The log2-domain reference is the first finite vector maximum and moves only
@@ -101,11 +115,18 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   float ref = -INFINITY;  // -inf until a finite (or +inf) maximum was seen; the sums then use 0
   float s0 = 0.f, s1 = 0.f;
   for (int r = 0; r < rounds; ++r) {
+    if (fast && (r + 1) * (THREADS * kV4Vecs) <= nv_cta) {
+      const uint4* xv = reinterpret_cast<const uint4*>(x) + (v0 + r * kV4Vecs * THREADS + tid);
 #pragma unroll
-    for (int j = 0; j < kV4Vecs; ++j) raw[j] = load((r * kV4Vecs + j) * THREADS + tid);
+      for (int j = 0; j < kV4Vecs; ++j) raw[j] = __ldg(xv + j * THREADS);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kV4Vecs; ++j) raw[j] = load((r * kV4Vecs + j) * THREADS + tid);
+    }
 #pragma unroll
     for (int j = 0; j < kV4Vecs; ++j) {
       const float m = v4_vec_max<T>(raw[j]);
+      if (K1W) jbest = m > tmax ? r * kV4Vecs + j : jbest;  // the first vector holding the maximum
       tmax = fmaxf(tmax, m);
       const float mr = m * kV4Log2e;
       if (mr > ref + 64.f) {  // the first finite (or +inf) maximum, or far above the reference
@@ -117,6 +138,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       // NaN/+inf make s NaN; a NaN among -inf (vector maximum -inf) too, through the placeholder 0.
       v4_vec_sum<T>(raw[j], ref == -INFINITY ? 0.f : ref, s0, s1);
     }
+  }
+  if (STOP == 1) {
+    sink(tmax);
+    return;
   }
   // The warp's (reference, sum): the lanes' sums scaled to the warp's largest reference.
   const float warp_ref = key_to_float(__reduce_max_sync(0xffffffffu, ordered_key(ref)));
@@ -131,12 +156,114 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   // the group bound's input and the candidate filter's test; 0 when the thread holds no logit.
   const bool has = tid < nv_cta;
   const uint32_t tkey = has ? v4_key(tmax) : 0u;
+  // This CTA's (reference, sum) from its warps' (after the first barrier; the last warp computes it), in
+  // fp32: the largest reference by one redux on ordered keys (key 0 = no warp with a nonzero sum; NaN sums
+  // keep their reference), every lane gets it.
+  auto cta_partial = [&]() -> float2 {
+    const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
+    const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
+    const uint32_t kb = __reduce_max_sync(0xffffffffu, ws != 0.f ? ordered_key(wr) : 0u);
+    const float cref = kb == 0u ? 0.f : key_to_float(kb);
+    float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
+#pragma unroll
+    for (int o = WARPS / 2; o > 0; o >>= 1) term += __shfl_xor_sync(0xffffffffu, term, o);  // lanes < WARPS
+    return make_float2(cref, term);
+  };
+  // The largest of 32 lanes' items (0 = none), in every lane: two 32-bit reduxes.
+  auto warp_best_item = [&](uint64_t it) -> uint64_t {
+    const uint32_t kmax = __reduce_max_sync(0xffffffffu, uint32_t(it >> 32));
+    const uint32_t lo = __reduce_max_sync(0xffffffffu, uint32_t(it >> 32) == kmax ? uint32_t(it) : 0u);
+    return (uint64_t(kmax) << 32) | lo;
+  };
+
+  if (K1W && k == 1) {
+    // v6 k = 1: the warp's best item is the lowest id among its lanes' logits with the warp's maximal key.
+    // Only lanes holding that key look again, and only at their first vector holding their maximum (an
+    // earlier round's vector is loaded again, from L2). Invalid elements are -inf at higher ids than the
+    // lane's valid ones, so the first match in id order is valid.
+    const uint32_t wkey = __reduce_max_sync(0xffffffffu, tkey);
+    uint32_t lo = 0u;  // 0xFFFFFFFF - id (pack_item's low word) of the lane's best logit; 0 = none
+    if (tkey == wkey && has) {
+      uint4 v = v4_neg_inf_vec<T>();
+      if (jbest >= (rounds - 1) * kV4Vecs) {
+#pragma unroll
+        for (int j = 0; j < kV4Vecs; ++j) v = (rounds - 1) * kV4Vecs + j == jbest ? raw[j] : v;
+      } else {
+        v = load(jbest * THREADS + tid);
+      }
+      const int base = (v0 + jbest * THREADS + tid) * VN;
+#pragma unroll
+      for (int q = VN - 1; q >= 0; --q) {
+        const bool hit = base + q < vocab && v4_key(v4_elem<T>(v, q)) == wkey;
+        lo = hit ? 0xFFFFFFFFu - uint32_t(base + q) : lo;
+      }
+    }
+    lo = __reduce_max_sync(0xffffffffu, lo);
+    if (lane == 0) sm.witem[warp] = lo == 0u ? 0ull : ((uint64_t(wkey) << 32) | lo);
+    __syncthreads();
+    if (STOP == 2) {
+      if (tid == 0) sink(sm.wsum[0] + float(sm.witem[1] & 1u));
+      return;
+    }
+    if (warp != WARPS - 1) return;  // the last warp sends this CTA's partial and best item
+    const float2 part = cta_partial();
+    const uint64_t best = warp_best_item(lane < WARPS ? sm.witem[lane] : 0ull);
+    if (STOP == 3) {
+      if (lane == 0) sink(part.y + float(best & 1u));
+      return;
+    }
+    v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
+    if (c != 0) {
+      if (lane == 0) {
+        v4_st_async(&sm.part[c], 0u, part, &sm.mbar);
+        v4_st_async(&sm.slot[c][0], 0u, best, &sm.mbar);
+      }
+      return;
+    }
+    if (lane == 0) {
+      sm.part[0] = part;
+      sm.slot[0][0] = best;
+    }
+    __syncwarp();
+    v4_mbar_wait0(&sm.mbar);
+    if (STOP == 5) return;
+    // CTA 0's merge, this warp alone: the lse as the k > 1 merge below, the best of the CTAs' items.
+    const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
+    if (__any_sync(0xffffffffu, p.y != p.y)) {  // NaN or +inf in the row
+      if (lane == 0) {
+        const float qnan = __int_as_float(0x7fc00000);
+        top_lp[row] = qnan;
+        top_id[row] = -1;
+        lse[row] = qnan;
+        raise_flag(flags, 0x1);
+      }
+      return;
+    }
+    const uint32_t kb = __reduce_max_sync(0xffffffffu, p.y != 0.f ? ordered_key(p.x) : 0u);
+    const float big = kb == 0u ? -INFINITY : key_to_float(kb);
+    const float sf = warp_sum(p.y != 0.f ? p.y * v4_ex2(p.x - big) : 0.f);
+    const double lse_d =
+        big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
+    const uint64_t it = warp_best_item(lane < cluster ? sm.slot[lane][0] : 0ull);
+    if (lane == 0) {
+      const float f = key_to_float(item_key(it));
+      top_lp[row] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      top_id[row] = item_id(it);
+      lse[row] = float(lse_d);
+    }
+    return;
+  }
+
   uint32_t g = tkey;
 #pragma unroll
   for (int o = 1; o < G; o <<= 1) g = max(g, __shfl_xor_sync(0xffffffffu, g, o));
   if ((lane & (G - 1)) == 0) sm.gmax[tid / G] = g;
   __syncthreads();
   v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
+  if (STOP == 2) {
+    if (tid == 0) sink(sm.wsum[0] + float(sm.gmax[1]));
+    return;
+  }
 
   if (warp != WARPS - 1 || k == 1) {
     // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it (k = 1:
@@ -170,22 +297,20 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     sm.red_t[warp] = 0u;
   }
   if (warp == WARPS - 1) {
-    // This CTA's (reference, sum) from its warps', in fp32, into CTA 0's part[c]. (The largest reference
-    // by one redux on ordered keys; key 0 = no warp with a nonzero sum. NaN sums keep their reference.)
-    const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
-    const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
-    const uint32_t kb = __reduce_max_sync(0xffffffffu, ws != 0.f ? ordered_key(wr) : 0u);
-    const float cref = kb == 0u ? 0.f : key_to_float(kb);
-    float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
-#pragma unroll
-    for (int o = WARPS / 2; o > 0; o >>= 1) term += __shfl_xor_sync(0xffffffffu, term, o);  // lanes < WARPS
+    // This CTA's (reference, sum) into CTA 0's part[c] (truncated profiles keep it here).
+    const float2 part = cta_partial();
     if (lane == 0) {
-      if (ASYNC && c != 0) v4_st_async(&sm.part[c], 0u, make_float2(cref, term), &sm.mbar);
-      else *v4_map_rank(&sm.part[c], 0u) = make_float2(cref, term);
-      sm.bad = term != term;
+      if (STOP == 3 || STOP == 4) sm.part[c] = part;
+      else if (ASYNC && c != 0) v4_st_async(&sm.part[c], 0u, part, &sm.mbar);
+      else *v4_map_rank(&sm.part[c], 0u) = part;
+      sm.bad = part.y != part.y;
     }
   }
   __syncthreads();
+  if (STOP == 3) {
+    if (tid == 0) sink(sm.part[c].y + float(sm.red_t[1]));
+    return;
+  }
 
   if (!sm.bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
     uint32_t thr = 1u;  // key 0 = no logit; 1 admits every valid one
@@ -274,6 +399,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       }
     }
     __syncthreads();
+    if (STOP == 4) {
+      if (tid == 0) sink(float(sm.cnt) + float(sm.best & 1u));
+      return;
+    }
     uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
     auto put = [&](int r, uint64_t it) {
       if (ASYNC && c != 0) v4_st_async(&sm.slot[c][r], 0u, it, &sm.mbar);
@@ -319,6 +448,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     if (c != 0) return;  // st.async needs nothing more from the sender
     __syncthreads();     // CTA 0's own partial and items (plain stores) are in
     v4_mbar_wait0(&sm.mbar);  // every warp reads the others' bytes
+    if (STOP == 5) return;
   } else {
     v4_cluster_arrive_release();
     v4_cluster_wait();

@@ -34,6 +34,17 @@ constexpr uint32_t kV4KeyNegInf = 0x007FFFFFu;    // ordered_key(-inf)
 
 static_assert(kV4Cap >= kV4MaxK, "a CTA ranks at least k candidates");
 
+// Kernel options (template parameter OPT; v6, NOTES "v6 (session 4)"). kV4OptFastLoad: a CTA whose
+// vectors all lie inside the row loads a round with unconditional 16-byte loads (v5 compiled every vector
+// load behind a bounds branch with an element-wise fallback, ~20 instructions per vector before the next
+// load issued). kV4OptK1Warp (ASYNC only): k = 1 without the slice bound and candidate pass: each warp
+// finds its best item while combining its sums, warp WARPS-1 sends the CTA's best with its partial, and
+// CTA 0's warp WARPS-1 merges alone (two block barriers fewer per CTA). The old paths stay for the
+// profiler's A/B (bench/profile/draft_topk_lse_stages.cu).
+constexpr unsigned kV4OptFastLoad = 1u;
+constexpr unsigned kV4OptK1Warp = 2u;
+constexpr unsigned kV4OptDefault = kV4OptFastLoad | kV4OptK1Warp;
+
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
 __device__ __forceinline__ void v4_cluster_arrive_relaxed() {
@@ -143,6 +154,7 @@ struct V4Smem {
   alignas(16) uint32_t gmax[kV4Groups];          // lane-group maxima (keys; lower bounds)
   float wref[THREADS / 32], wsum[THREADS / 32];  // per warp (log2-domain reference, sum)
   uint32_t red_t[THREADS / 32];                  // per warp: its best group maximum with k groups above
+  uint64_t witem[THREADS / 32];                  // k = 1 (kV4OptK1Warp): each warp's best item
   unsigned long long best;  // k = 1: the best item (atomicMax)
   int cnt, bad;
   uint64_t mbar;  // CTA 0, ASYNC only: completes when every other CTA's bytes landed
