@@ -61,20 +61,49 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
   st::DeviceBuffer<int64_t> d_seed(seed);
   st::DeviceBuffer<int32_t> d_stop(stops.empty() ? std::vector<int>{0} : stops);
   const int width = max_depth + 1;
-  st::DeviceBuffer<int32_t> an(size_t(batch) * width), al(batch), ci(size_t(batch) * width), bo(batch), fi(batch);
-  an.poison();
-  ci.poison();
-  al.poison();
   const size_t ws_bytes = ddtree_tree_accept_workspace_size(batch, n_max, vocab);
   st::DeviceBuffer<uint8_t> ws(ws_bytes);
-  ws.poison();
-  ST_CHECK_STATUS(ddtree_tree_accept(d_logits, bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32, batch, n_max,
-                                     vocab, int64_t(n_max) * vocab, vocab, d_tok.ptr, d_fc.ptr, d_ns.ptr, d_nn.ptr,
-                                     d_ctx.ptr, d_temp.ptr, d_seed.ptr, d_stop.ptr, int(stops.size()), max_depth,
-                                     an.ptr, al.ptr, ci.ptr, bo.ptr, fi.ptr, ws.ptr, ws_bytes, d_flags.ptr, nullptr));
-  ST_CUDA(cudaDeviceSynchronize());
-  *flags_out = d_flags.download()[0];
-  return Outputs{an.download(), al.download(), ci.download(), bo.download(), fi.download()};
+  // Arrival counters of the fused plan: zeroed once and shared by every call of the process, so each
+  // call also checks that the previous one left them at zero.
+  static st::DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(64, 0u));
+  ST_REQUIRE(batch <= 64, "run_gpu: batch %d > 64 counters", batch);
+  // Both launch plans on the same inputs; the fused plan's results are returned and must equal the split's.
+  Outputs out[2];
+  int flag_out[2];
+  for (int plan = 0; plan < 2; ++plan) {
+    st::DeviceBuffer<int32_t> an(size_t(batch) * width), al(batch), ci(size_t(batch) * width), bo(batch), fi(batch);
+    st::DeviceBuffer<int32_t> d_flags(std::vector<int>{0});
+    an.poison();
+    ci.poison();
+    al.poison();
+    ws.poison();
+    const ddtree_dtype_t dt = bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32;
+    if (plan == 0) {
+      ST_CHECK_STATUS(ddtree_tree_accept(d_logits, dt, batch, n_max, vocab, int64_t(n_max) * vocab, vocab, d_tok.ptr,
+                                         d_fc.ptr, d_ns.ptr, d_nn.ptr, d_ctx.ptr, d_temp.ptr, d_seed.ptr, d_stop.ptr,
+                                         int(stops.size()), max_depth, an.ptr, al.ptr, ci.ptr, bo.ptr, fi.ptr, ws.ptr,
+                                         ws_bytes, d_flags.ptr, nullptr));
+    } else {
+      ST_CHECK_STATUS(ddtree_tree_accept_fused(d_logits, dt, batch, n_max, vocab, int64_t(n_max) * vocab, vocab,
+                                               d_tok.ptr, d_fc.ptr, d_ns.ptr, d_nn.ptr, d_ctx.ptr, d_temp.ptr,
+                                               d_seed.ptr, d_stop.ptr, int(stops.size()), max_depth, an.ptr, al.ptr,
+                                               ci.ptr, bo.ptr, fi.ptr, ws.ptr, ws_bytes, counters.ptr, d_flags.ptr,
+                                               nullptr));
+    }
+    ST_CUDA(cudaDeviceSynchronize());
+    flag_out[plan] = d_flags.download()[0];
+    out[plan] = Outputs{an.download(), al.download(), ci.download(), bo.download(), fi.download()};
+  }
+  const auto left = counters.download();
+  for (int b = 0; b < 64; ++b)
+    ST_REQUIRE(left[b] == 0, "fused plan left counter %d at %u (must return to zero)", b, left[b]);
+  ST_REQUIRE(out[0].accept_nodes == out[1].accept_nodes && out[0].accept_len == out[1].accept_len &&
+                 out[0].committed == out[1].committed && out[0].bonus == out[1].bonus &&
+                 out[0].finished == out[1].finished && flag_out[0] == flag_out[1],
+             "fused and split plans differ (batch %d, n_max %d, vocab %d, flags 0x%x / 0x%x)", batch, n_max, vocab,
+             flag_out[0], flag_out[1]);
+  *flags_out = flag_out[1];
+  return out[1];
 }
 
 // Host copies of the noise (plain float operations: IEEE-rounded, no contraction on the host build).

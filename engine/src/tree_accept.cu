@@ -1,7 +1,10 @@
-// Launcher of tree_accept (C ABI): validates, carves the workspace, launches the three kernels.
+// Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
+// or the split plan's three kernels.
 #include "common.h"
 #include "ddtree/kernels/tree_accept.cuh"
 #include "ddtree/tree_accept.h"
+
+static_assert(DDTREE_TREE_ACCEPT_FUSED_MAX_NODES == ddtree::kernels::kAcceptFusedMaxNodes, "C ABI limit");
 
 namespace {
 
@@ -47,25 +50,43 @@ ddtree_status_t run(const T* logits, int32_t batch, int32_t n_max, int32_t vocab
                                 num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished);
 }
 
-}  // namespace
-
-extern "C" {
-
-DDTREE_API size_t ddtree_tree_accept_workspace_size(int32_t batch, int32_t n_max, int32_t vocab) {
-  if (batch <= 0 || n_max <= 0 || vocab <= 0) return 0;
-  return 2 * tree_bytes(batch, n_max) +
-         align_up(size_t(batch) * size_t(n_max) * size_t(num_chunks(vocab)) * sizeof(uint64_t));
+template <typename T>
+ddtree_status_t run_fused(const T* logits, int32_t batch, int32_t n_max, int32_t vocab, int64_t batch_stride,
+                          int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
+                          const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len,
+                          const float* temperature, const int64_t* seed, const int32_t* stop_ids, int32_t num_stop,
+                          int32_t width, int32_t* accept_nodes, int32_t* accept_len, int32_t* committed_ids,
+                          int32_t* bonus, int32_t* finished, void* workspace, uint32_t* counters, int32_t* flags,
+                          cudaStream_t stream) {
+  // Same workspace layout as the split plan (parents and depths unused) so one size query serves both.
+  auto* partial = reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) + 2 * tree_bytes(batch, n_max));
+  const int chunks = num_chunks(vocab);
+  constexpr int VN = 16 / int(sizeof(T));
+  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
+                   (batch <= 1 || batch_stride % VN == 0);
+  const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
+  // Without PDL: the logits come from the model's last kernel, which does not trigger dependents early.
+  if (vec)
+    return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true>, grid,
+                                  dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
+                                  n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
+                                  stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
+                                  committed_ids, bonus, finished, flags);
+  return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false>, grid,
+                                dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
+                                n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
+                                stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
+                                committed_ids, bonus, finished, flags);
 }
 
-DDTREE_API ddtree_status_t ddtree_tree_accept(
-    const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
-    int64_t batch_stride, int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
-    const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len, const float* temperature,
-    const int64_t* seed, const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
-    int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished, void* workspace,
-    size_t workspace_bytes, int32_t* error_flags, cudaStream_t stream) {
-  DDTREE_REQUIRE(batch >= 0, "tree_accept: batch must be >= 0, got %d", batch);
-  if (batch == 0) return ddtree::detail::succeed();
+// Argument checks shared by both entry points.
+ddtree_status_t validate(const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
+                         int64_t batch_stride, int64_t row_stride, const int32_t* node_token,
+                         const int32_t* first_child, const int32_t* next_sibling, const int32_t* num_nodes,
+                         const int32_t* ctx_len, const float* temperature, const int64_t* seed,
+                         const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
+                         int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished,
+                         void* workspace, size_t workspace_bytes) {
   DDTREE_REQUIRE(n_max >= 1 && n_max <= 65535, "tree_accept: n_max must be in [1, 65535], got %d", n_max);
   DDTREE_REQUIRE(batch <= 65535, "tree_accept: batch must be <= 65535, got %d", batch);
   DDTREE_REQUIRE(vocab >= 1, "tree_accept: vocab must be >= 1, got %d", vocab);
@@ -93,6 +114,33 @@ DDTREE_API ddtree_status_t ddtree_tree_accept(
                                 "tree_accept: workspace of %zu bytes given, %zu needed", workspace_bytes, need);
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "tree_accept: workspace must be 16-byte aligned");
+  return DDTREE_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+DDTREE_API size_t ddtree_tree_accept_workspace_size(int32_t batch, int32_t n_max, int32_t vocab) {
+  if (batch <= 0 || n_max <= 0 || vocab <= 0) return 0;
+  return 2 * tree_bytes(batch, n_max) +
+         align_up(size_t(batch) * size_t(n_max) * size_t(num_chunks(vocab)) * sizeof(uint64_t));
+}
+
+DDTREE_API ddtree_status_t ddtree_tree_accept(
+    const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
+    int64_t batch_stride, int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
+    const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len, const float* temperature,
+    const int64_t* seed, const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
+    int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished, void* workspace,
+    size_t workspace_bytes, int32_t* error_flags, cudaStream_t stream) {
+  DDTREE_REQUIRE(batch >= 0, "tree_accept: batch must be >= 0, got %d", batch);
+  if (batch == 0) return ddtree::detail::succeed();
+  const ddtree_status_t st = validate(target_logits, dtype, batch, n_max, vocab, batch_stride, row_stride, node_token,
+                                      first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids,
+                                      num_stop, max_depth, accept_nodes, accept_len, committed_ids, bonus, finished,
+                                      workspace, workspace_bytes);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
   const int32_t width = max_depth + 1;
   if (dtype == DDTREE_DTYPE_FLOAT32) {
     return run(static_cast<const float*>(target_logits), batch, n_max, vocab, batch_stride, row_stride, node_token,
@@ -104,4 +152,37 @@ DDTREE_API ddtree_status_t ddtree_tree_accept(
              accept_nodes, accept_len, committed_ids, bonus, finished, workspace, error_flags, stream);
 }
 
+DDTREE_API ddtree_status_t ddtree_tree_accept_fused(
+    const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
+    int64_t batch_stride, int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
+    const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len, const float* temperature,
+    const int64_t* seed, const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
+    int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished, void* workspace,
+    size_t workspace_bytes, uint32_t* counters, int32_t* error_flags, cudaStream_t stream) {
+  DDTREE_REQUIRE(batch >= 0, "tree_accept_fused: batch must be >= 0, got %d", batch);
+  if (batch == 0) return ddtree::detail::succeed();
+  DDTREE_REQUIRE(n_max <= DDTREE_TREE_ACCEPT_FUSED_MAX_NODES,
+                 "tree_accept_fused: n_max must be <= %d (use ddtree_tree_accept for larger trees), got %d",
+                 DDTREE_TREE_ACCEPT_FUSED_MAX_NODES, n_max);
+  DDTREE_REQUIRE(counters != nullptr && reinterpret_cast<uintptr_t>(counters) % 4 == 0,
+                 "tree_accept_fused: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", batch);
+  const ddtree_status_t st = validate(target_logits, dtype, batch, n_max, vocab, batch_stride, row_stride, node_token,
+                                      first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids,
+                                      num_stop, max_depth, accept_nodes, accept_len, committed_ids, bonus, finished,
+                                      workspace, workspace_bytes);
+  if (st != DDTREE_STATUS_SUCCESS) return st;
+  const int32_t width = max_depth + 1;
+  if (dtype == DDTREE_DTYPE_FLOAT32) {
+    return run_fused(static_cast<const float*>(target_logits), batch, n_max, vocab, batch_stride, row_stride,
+                     node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop,
+                     width, accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters,
+                     error_flags, stream);
+  }
+  return run_fused(static_cast<const __nv_bfloat16*>(target_logits), batch, n_max, vocab, batch_stride, row_stride,
+                   node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop,
+                   width, accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters, error_flags,
+                   stream);
+}
+
 }  // extern "C"
+

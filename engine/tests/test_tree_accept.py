@@ -184,12 +184,15 @@ def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("vocab", [997, 32000, 163840])
+@pytest.mark.parametrize("impl", ["fused", "split"])
+@pytest.mark.parametrize("vocab", [320, 997, 32000, 163840])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("temp", [0.0, 0.8])
-def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float) -> None:
+def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float, impl: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import tree_accept as op
 
+    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", impl)
     args = _random_case(3, 24, vocab, dtype, temp, seed=vocab + int(temp * 10))
     _assert_same(op(**args, max_depth=15), tree_accept(**args, max_depth=15))
     _assert_same(op(**args), tree_accept(**args))
@@ -197,9 +200,11 @@ def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float) -> No
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_flat_logits_large_tree_and_graph_replay() -> None:
+@pytest.mark.parametrize("impl", ["fused", "split"])
+def test_op_flat_logits_large_tree_and_graph_replay(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import tree_accept as op
 
+    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", impl)
     args = _random_case(2, 257, 32000, torch.bfloat16, 1.3, seed=5)
     args["target_logits"] = args["target_logits"].reshape(2 * 257, 32000)
     want = tree_accept(**args, max_depth=40)
@@ -208,10 +213,27 @@ def test_op_flat_logits_large_tree_and_graph_replay() -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = op(**args, max_depth=40)
-    for _ in range(2):
+    for _ in range(3):  # the fused plan's arrival counters must be back at zero after every replay
         out.accept_nodes.fill_(-7)
         graph.replay()
         _assert_same(out, want)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_op_fused_plan_batch_of_64_many_chunks_and_auto_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddtree_engine.ops import tree_accept as op
+    from ddtree_engine.ops.tree_accept import resolved_impl
+
+    monkeypatch.delenv("DDTREE_ACCEPT_IMPL", raising=False)
+    assert resolved_impl(1024) == "fused" and resolved_impl(1025) == "split"
+    with pytest.raises(ValueError, match="n_max <= 1024"):
+        resolved_impl(1025, "fused")
+    # 64 requests over 19 vocab chunks each: 64 arrival counters, each reached by many CTAs per node.
+    args = _random_case(64, 17, 151936, torch.bfloat16, 0.7, seed=11)
+    want = tree_accept(**args)
+    for _ in range(2):
+        _assert_same(op(**args), want)
 
 
 @pytest.mark.gpu

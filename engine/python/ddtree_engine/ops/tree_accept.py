@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
@@ -11,6 +12,8 @@ from ddtree_engine.ops._common import check_errors, cuda_device_of, error_flags,
 from ddtree_engine.reference.tree_accept import AcceptOutput
 
 MAX_WIDTH = 1024
+FUSED_MAX_NODES = 1024  # DDTREE_TREE_ACCEPT_FUSED_MAX_NODES
+IMPLS = ("fused", "split")
 _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16}
 
 __all__ = ["AcceptOutput", "tree_accept"]
@@ -25,6 +28,38 @@ def _fns() -> tuple[object, object]:
          vp, ctypes.c_size_t, vp, vp],
     )
     return size, run
+
+
+def _fused_fn() -> object:
+    vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    return _lib.function(
+        "ddtree_tree_accept_fused",
+        [vp, ctypes.c_int, i32, i32, i32, i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, i32, i32, vp, vp, vp, vp, vp,
+         vp, ctypes.c_size_t, vp, vp, vp],
+    )
+
+
+# Arrival counters of the fused plan, one zero-initialized buffer per device: every call leaves them at
+# zero again, so they are allocated once (before a CUDA graph is captured, by its warm-up call) and
+# reused. Calls on one device must therefore not overlap on different streams (the engine runs one).
+_counters: dict[int, torch.Tensor] = {}
+
+
+def _arrival_counters(device: torch.device, batch: int) -> torch.Tensor:
+    buf = _counters.get(device.index)
+    if buf is None or buf.numel() < batch:
+        buf = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
+        _counters[device.index] = buf
+    return buf
+
+
+def resolved_impl(n_max: int, impl: str | None = None) -> str:
+    """The launch plan a call takes: `impl`, else DDTREE_ACCEPT_IMPL, else fused when the tree fits it."""
+    choice = impl or os.environ.get("DDTREE_ACCEPT_IMPL") or ""
+    require(choice in ("",) + IMPLS, f"tree_accept impl must be one of {IMPLS}, got {choice!r}")
+    if choice == "fused":
+        require(n_max <= FUSED_MAX_NODES, f"the fused tree_accept takes n_max <= {FUSED_MAX_NODES}, got {n_max}")
+    return choice or ("fused" if n_max <= FUSED_MAX_NODES else "split")
 
 
 def _int_tensor(t: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.int32) -> None:
@@ -83,15 +118,21 @@ def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_chi
     nbytes = int(size_fn(batch, n_max, vocab))  # type: ignore[operator]
     workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
     flags = error_flags(device)
+    args = [
+        ptr(target_logits), _DTYPES[target_logits.dtype], batch, n_max, vocab, batch_stride, row_stride,
+        ptr(node_token), ptr(first_child), ptr(next_sibling), ptr(num_nodes), ptr(ctx_len), ptr(temperature),
+        ptr(seed), ptr(stop_ids) if stop_ids.numel() else None, stop_ids.numel(), width - 1,
+        ptr(out.accept_nodes), ptr(out.accept_len), ptr(out.committed_ids), ptr(out.bonus), ptr(out.finished),
+        ptr(workspace), nbytes,
+    ]
+    fused = resolved_impl(n_max) == "fused"
     with torch.cuda.device(device):
-        status = run_fn(  # type: ignore[operator]
-            ptr(target_logits), _DTYPES[target_logits.dtype], batch, n_max, vocab, batch_stride, row_stride,
-            ptr(node_token), ptr(first_child), ptr(next_sibling), ptr(num_nodes), ptr(ctx_len), ptr(temperature),
-            ptr(seed), ptr(stop_ids) if stop_ids.numel() else None, stop_ids.numel(), width - 1,
-            ptr(out.accept_nodes), ptr(out.accept_len), ptr(out.committed_ids), ptr(out.bonus), ptr(out.finished),
-            ptr(workspace), nbytes, ptr(flags), stream_handle(device),
-        )
-    _lib.check(status, "ddtree_tree_accept")
+        if fused:
+            counters = _arrival_counters(device, batch)
+            status = _fused_fn()(*args, ptr(counters), ptr(flags), stream_handle(device))  # type: ignore[operator]
+        else:
+            status = run_fn(*args, ptr(flags), stream_handle(device))  # type: ignore[operator]
+    _lib.check(status, "ddtree_tree_accept_fused" if fused else "ddtree_tree_accept")
     if check:
         check_errors(device)
     return out
