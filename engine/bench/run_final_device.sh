@@ -47,14 +47,15 @@ if [ "$STAGE" = check ]; then
   for t in "memcheck build_tree_golden" "racecheck build_tree_golden" "memcheck build_tree_medium_all_phases" \
            "racecheck build_tree_medium_all_phases" "memcheck draft_topk_lse_sanitizer_sized" \
            "racecheck draft_topk_lse_sanitizer_sized" \
-           "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3"; do
+           "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3" \
+           "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept"; do
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
   done
 
   stamp "3. kernel GPU tests"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -x \
+  timeout 280 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -x \
     engine/tests/test_round_update.py engine/tests/test_build_tree_gpu.py engine/tests/test_draft_topk_lse.py \
     engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_lib.py \
     > "$OUT/pytest_kernels.log" 2>&1
@@ -87,6 +88,11 @@ else
   timeout 120 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 96 --kinds noisy \
     --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$OUT/bench_e2e_large.log" 2>&1; echo "rc=$?"
   tail -8 "$OUT/bench_e2e_large.log"
+  stamp "inside a round: CUPTI kernel breakdown (small model; ~0.7B model at batch 1, budget 16)"
+  timeout 90 python3 engine/bench/profile/e2e_round_profile.py > "$SUB/e2e_round_profile.log" 2>&1; echo "rc=$?"
+  timeout 90 python3 engine/bench/profile/e2e_round_profile.py --batch 1 --budgets 16 --reps 10 --d-model 2048 \
+    --heads 16 --kv-heads 4 --head-dim 128 --layers 16 >> "$SUB/e2e_round_profile.log" 2>&1; echo "rc=$?"
+  grep -E "^batch|engine ops" "$SUB/e2e_round_profile.log"
   stamp "end to end, ~0.7B model, batch 8, exact mode (does DDTree reproduce AR without bf16 rounding?)"
   timeout 150 python3 engine/bench/bench_e2e.py --exact --batch 8 --budgets 16 --tokens 48 --kinds noisy \
     --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$SUB/bench_e2e_large_exact.log" 2>&1
