@@ -5,7 +5,9 @@ back-to-back launches (kernel time without launch overhead), "1-launch" replays 
 (what a round pays when the op is alone in a graph). The heap is timed with perf_counter on the same
 inputs (Python lists prepared beforehand), summed over the batch. Every configuration's kernel output is
 checked against the reference before it is timed. Usage:
-    python engine/bench/bench_build_tree.py [--json out.json] [--quick]
+    python engine/bench/bench_build_tree.py [--json out.json] [--quick | --targets]
+Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=v6 / v6dp / v7 (the selections the
+launcher can pick; see src/build_tree.cu) in the same process, next to the library's default.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ddtree_engine.ops.build_tree import build_tree  # noqa: E402
 from ddtree_engine.reference.build_tree import build_tree as ref_build_tree  # noqa: E402
 from ddtree_engine.reference.build_tree import heap_pop_order  # noqa: E402
-from _timing import graph_time  # noqa: E402
+from _timing import graph_time, scoped_env  # noqa: E402
 
 L = 15
 VOCAB = 32000
@@ -52,26 +54,34 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
     root = torch.randint(0, VOCAB, (bsz,), dtype=torch.int32, device="cuda")
     ctx = torch.full((bsz,), 4096, dtype=torch.int32, device="cuda")
     budget = torch.full((bsz,), m, dtype=torch.int32, device="cuda")
-    got = build_tree(lp, ids, root, ctx, budget, n_max)
     want = ref_build_tree(lp.cpu(), ids.cpu(), root.cpu(), ctx.cpu(), budget.cpu(), n_max)
-    for name, g, w in zip(want._fields, got, want):
-        if not torch.equal(g.cpu(), w):
-            raise AssertionError(f"M={m} K={k} B={bsz}: kernel {name} differs from the reference")
     fn = lambda: build_tree(lp, ids, root, ctx, budget, n_max)  # noqa: E731
-    t_call = graph_time(fn, calls=20, reps=25)
-    t_one = graph_time(fn, calls=1, reps=25)
+    times = {}
+    # v6 (the previous default: chain bound + level pool) and the default (v7) on the same inputs; the
+    # launcher reads DDTREE_BUILD_TREE_IMPL per call, so each graph keeps the version it captured.
+    for impl in ("v6", "v6dp", "v7", "default"):
+        with scoped_env({"DDTREE_BUILD_TREE_IMPL": impl}):  # "default": not a name, the library's default
+            got = build_tree(lp, ids, root, ctx, budget, n_max)
+            for name, g, w in zip(want._fields, got, want):
+                if not torch.equal(g.cpu(), w):
+                    raise AssertionError(f"M={m} K={k} B={bsz} {impl}: kernel {name} differs from the reference")
+            times[impl] = (graph_time(fn, calls=20, reps=25), graph_time(fn, calls=1, reps=25))
+    t_call, t_one = times["default"]
     lp_lists = lp.cpu().tolist()
     t_heap = heap_time(lp_lists, m, heap_reps)
     depth_max = int(got.node_depth.max())
     return {"M": m, "K": k, "B": bsz, "sharp": sharp, "kernel_us": t_call * 1e6, "kernel_1launch_us": t_one * 1e6,
-            "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call, "ratio_1launch": t_heap / t_one,
-            "max_depth": depth_max}
+            "v6_us": times["v6"][0] * 1e6, "v6dp_us": times["v6dp"][0] * 1e6, "v7_us": times["v7"][0] * 1e6,
+            "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call,
+            "ratio_1launch": t_heap / t_one, "max_depth": depth_max}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--targets", action="store_true",
+                    help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
@@ -81,8 +91,11 @@ def main() -> None:
             for bsz in (1, 8):
                 configs.append((m, k, bsz))
     configs += [(256, 64, 64), (1024, 64, 64)]
+    if args.targets:
+        configs = [(m, k, 1) for m in (64, 256, 1024) for k in sorted({min(m, 64), 1024})]
+        configs += [(256, 64, 64), (1024, 64, 64)]
     if args.quick:
-        configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (1024, 64, 1), (1024, 1024, 8)]
+        configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (256, 64, 64), (1024, 64, 1), (1024, 1024, 8)]
     rows = []
     for m, k, bsz in configs:
         for sharp in (8.0, 4.0, 1.0):
@@ -97,10 +110,11 @@ def main() -> None:
     t_fb = graph_time(lambda: build_tree(zeros, ids, one, one, one * 1024, 1025), calls=2, reps=5)
 
     print()
-    print("| M | K | B | lp sharpness | kernel us/call | kernel us (1-launch graph) | python heap ms | heap / kernel | heap / 1-launch | max depth |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| M | K | B | lp sharpness | v6 us/call | v6dp us/call | v7 us/call | default us/call | v6 / default | default us (1-launch graph) | python heap ms | heap / default | heap / 1-launch | max depth |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']} | {r['kernel_us']:.2f} | {r['kernel_1launch_us']:.2f} | "
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']} | {r['v6_us']:.2f} | {r['v6dp_us']:.2f} | {r['v7_us']:.2f} | "
+              f"{r['kernel_us']:.2f} | {r['v6_us'] / r['kernel_us']:.2f}x | {r['kernel_1launch_us']:.2f} | "
               f"{r['heap_ms']:.3f} | {r['ratio']:.0f}x | {r['ratio_1launch']:.0f}x | {r['max_depth']} |")
     print(f"\nserial fallback (all-zero log-probs, M=1024, K=64, B=1): {t_fb * 1e6:.1f} us/call")
     if args.json:

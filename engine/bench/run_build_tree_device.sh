@@ -12,7 +12,14 @@ export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-"build selftest sanitize pytest bench profile"}
 BENCH_ARGS=${BENCH_ARGS:-}
 root=$(pwd)
-build=$root/engine/build-bt
+build=${BUILD_DIR:-$root/engine/build-bt}
+# PREBUILT=1: use the library and self-test already in $BUILD_DIR (built on the dev machine with
+# -DDDTREE_CUDA_ARCHS=90a -DDDTREE_OPS=build_tree and carried with the call): no build on the device.
+if [ "${PREBUILT:-0}" = 1 ]; then
+  STAGES=${STAGES/build/}
+  [ -f "$build/libddtree.so" ] || { echo "PREBUILT=1 but no $build/libddtree.so"; exit 1; }
+  echo "prebuilt library: $build/libddtree.so"
+fi
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv,noheader || true
@@ -31,22 +38,35 @@ if has selftest; then
   timeout 120 "$build/ddtree-selftest" build_tree 2>&1 | tee "$OUT/selftest.log"
   st_rc=${PIPESTATUS[0]}
   echo "selftest rc=$st_rc"
+  # The same self-tests on the previous selection (DDTREE_BUILD_TREE_IMPL is read per launch).
+  for impl in v6 v6dp v7; do
+    DDTREE_BUILD_TREE_IMPL=$impl timeout 120 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$impl.log" 2>&1
+    echo "selftest ($impl) rc=$? $(grep -c PASS "$OUT/selftest_$impl.log") PASS lines"
+  done
 fi
 
 if has sanitize; then
   stamp memcheck
-  timeout 90 compute-sanitizer --tool memcheck --leak-check no "$build/ddtree-selftest" build_tree_golden \
-    build_tree_fallback build_tree_medium > "$OUT/memcheck.log" 2>&1
+  timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" \
+    build_tree_golden build_tree_fallback build_tree_medium > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; tail -3 "$OUT/memcheck.log"
+  for impl in v6dp v7; do
+    DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium > "$OUT/memcheck_$impl.log" 2>&1
+    echo "memcheck ($impl) rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_$impl.log")"
+    DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium > "$OUT/racecheck_$impl.log" 2>&1
+    echo "racecheck ($impl) rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck_$impl.log")"
+  done
   stamp racecheck
-  timeout 90 compute-sanitizer --tool racecheck "$build/ddtree-selftest" build_tree_golden \
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" build_tree_golden \
     build_tree_medium > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; tail -3 "$OUT/racecheck.log"
 fi
 
 if has pytest; then
   stamp pytest
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
+  PYTHONPATH=$root/engine/python timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
     > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|Error|assert" "$OUT/pytest.log" | head -30
@@ -54,13 +74,15 @@ fi
 
 if has bench; then
   stamp bench
-  timeout 200 python3 engine/bench/bench_build_tree.py --json "$OUT/bench.json" $BENCH_ARGS 2>&1 \
+  timeout 240 python3 engine/bench/bench_build_tree.py --json "$OUT/bench.json" $BENCH_ARGS 2>&1 \
     | tee "$OUT/bench.log"
 fi
 if has profile; then
   stamp profile
-  nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile" \
-    && timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
+  # A carried build may bring the tool already compiled (same command, on the dev machine).
+  [ -x "$build/bt_profile" ] || nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include \
+    engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile"
+  timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
 fi
 # Stall reasons of the kernel itself (stage "ncu", after "profile", whose tool it reuses): the first two
 # profile configurations (M=256 K=64, sharpness 4 and 8). A large "no_instruction" share confirms that

@@ -1,5 +1,7 @@
 // Launcher of build_tree: validates arguments, launches one CTA per request on the caller's stream.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common.h"
 #include "ddtree/build_tree.h"
@@ -25,6 +27,22 @@ ddtree_status_t prepare() {
                                        static_cast<int>(bt::kSmemBytes)));
   if (dev >= 0 && dev < 64) done[dev] = true;
   return DDTREE_STATUS_SUCCESS;
+}
+
+// Which selection runs. DDTREE_BUILD_TREE_IMPL=v6 (chain bound + level pool), v6dp (counting bound +
+// level pool), v7 (counting bound + deviation rounds) or auto; unset or anything else: kDefaultImpl
+// (auto: v6dp for requests with M > 256, v6 otherwise; kernels/build_tree/common.cuh says why). Read
+// on every call (a getenv, no sync) so that one process can A/B them; a captured graph keeps the value
+// it was captured with.
+constexpr int kDefaultImpl = bt::kImplAuto;
+int impl_from_env() {
+  const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL");
+  if (v == nullptr) return kDefaultImpl;
+  if (std::strcmp(v, "v6") == 0) return bt::kImplV6;
+  if (std::strcmp(v, "v6dp") == 0) return bt::kImplV6Dp;
+  if (std::strcmp(v, "v7") == 0) return bt::kImplV7;
+  if (std::strcmp(v, "auto") == 0) return bt::kImplAuto;
+  return kDefaultImpl;
 }
 
 }  // namespace
@@ -62,6 +80,7 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   p.k = k;
   p.n_max = n_max;
   p.words = (n_max + 31) / 32;
+  p.impl = impl_from_env();
   p.node_token = node_token;
   p.node_parent = node_parent;
   p.node_depth = node_depth;

@@ -22,17 +22,37 @@ ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "build_tree_emu"
 
 
-@pytest.fixture(scope="module")
-def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path:
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ not found: the CPU emulation of the kernel needs a C++20 compiler")
     out = tmp_path_factory.mktemp("emu") / "build_tree_emu"
-    cmd = [gxx, "-std=c++20", "-O2", "-pthread", f"-I{ENGINE / 'include'}", f"-I{EMU / 'fake_cuda'}",
-           f"-I{EMU}", str(EMU / "build_tree_emu.cpp"), "-o", str(out)]
+    cmd = [gxx, "-std=c++20", "-O2", "-pthread", *(f"-D{d}" for d in defines), f"-I{ENGINE / 'include'}",
+           f"-I{EMU / 'fake_cuda'}", f"-I{EMU}", str(EMU / "build_tree_emu.cpp"), "-o", str(out)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-5000:]
     return out
+
+
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
+    v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
+    rounds + counting order)."""
+    monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_emu(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def emu_binary_chain_bound(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The kernel without the counting bound (-DDDTREE_BUILD_TREE_NO_DP_BOUND): the chain-bound
+    selection, pool raises, refinements and compactions it makes rare still have to be right."""
+    return compile_emu(tmp_path_factory, "DDTREE_BUILD_TREE_NO_DP_BOUND")
 
 
 def run_emu(binary: Path, lp: torch.Tensor, ids: torch.Tensor, root: torch.Tensor, ctx: torch.Tensor,
@@ -191,7 +211,8 @@ def test_deep_trees_use_the_serial_heap_beyond_the_code_width(emu_binary: Path) 
     assert check(emu_binary, lp, budget=[1024]) == [0]  # 2*22 + 2*10 = 64 bits: fits
 
 
-def test_pool_raises_refines_and_compacts(emu_binary: Path) -> None:
+def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path) -> None:
+    emu_binary = emu_binary_chain_bound
     # Scores packed in [-3, 0] plus one far outlier per row: the first histogram over the whole range
     # puts nearly everything in one bucket, so the cutoff must be refined inside it.
     gen = torch.Generator().manual_seed(21)
@@ -224,3 +245,32 @@ def test_randomized_against_reference(emu_binary: Path) -> None:
         if n_max > 1025:
             n_max = 1025
         check(emu_binary, lp, budget=budgets, n_max=n_max, seed=case)
+
+
+@pytest.mark.parametrize("k,budget,sharp", [(64, 256, 8.0), (64, 256, 1.0), (1024, 256, 4.0), (64, 64, 4.0),
+                                            (64, 1024, 8.0), (1024, 1024, 1.0)])
+def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budget: int, sharp: float) -> None:
+    # Bench-like rows (L = 15): the counting bound decides the threshold in one shot, so the pool never
+    # needs a raise or a compaction and the chain-bound selection does not run; v7 takes every case
+    # whose ranks fit the shared rows.
+    ev: dict[str, int] = {}
+    lp = draft_lp(1, 15, k, seed=k + budget + int(sharp), sharp=sharp)
+    assert check(emu_binary, lp, budget=[budget], seed=3, events=ev) == [0]
+    if impl == "v6":
+        assert "dp_bound" not in ev, ev
+        return
+    assert ev.get("dp_bound") == 1 and "chain_bound" not in ev, ev
+    assert "raise" not in ev and "compact" not in ev, ev
+    assert ("v7_round" in ev) == (impl == "v7" and min(k, budget) <= 273), ev
+
+
+def test_auto_picks_the_counting_bound_per_request(emu_binary: Path, impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The library default ("auto"): the counting bound for requests with M > 256, v6 for the others,
+    # decided per request inside one launch.
+    if impl != "v6":
+        pytest.skip("one run is enough: the test sets the selection itself")
+    monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", "auto")
+    ev: dict[str, int] = {}
+    lp = draft_lp(3, 15, 64, seed=31, sharp=4.0)
+    assert check(emu_binary, lp, budget=[1024, 256, 700], n_max=1025, seed=4, events=ev) == [0, 0, 0]
+    assert ev.get("dp_bound") == 2 and ev.get("chain_bound") == 1, ev

@@ -25,6 +25,15 @@ from ddtree_engine.ops.build_tree import build_tree  # noqa: E402  (loads libddt
 DEV = torch.device("cuda")
 
 
+@pytest.fixture(autouse=True, params=["auto", "v6", "v6dp", "v7"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on each selection the launcher can pick (DDTREE_BUILD_TREE_IMPL, read per call;
+    auto is the library default): v6 (chain bound + level pool), v6dp (counting bound + level pool), v7
+    (counting bound + deviation rounds + counting order), auto (v6dp where M > 256, else v6)."""
+    monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
+    return str(request.param)
+
+
 def draft_lp(bsz: int, depth: int, k: int, seed: int, sharp: float = 3.0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(bsz, depth, max(2 * k, 1000), generator=gen) * sharp
@@ -145,3 +154,13 @@ def test_rejects_bad_arguments() -> None:
         build_tree(lp, ids, one, one, one.long(), 8)
     with pytest.raises(ValueError, match="contiguous"):
         build_tree(torch.zeros(1, 4, 2, device=DEV).transpose(1, 2), ids, one, one, one, 8)
+
+
+@pytest.mark.parametrize("m", [64, 256, 1024])
+def test_bench_shaped_rows(m: int) -> None:
+    # What bench_build_tree.py times: L = 15, top-K of log_softmax(randn(32000) * sharp), B = 8.
+    for k in sorted({min(m, 64), 1024}):
+        for sharp in (8.0, 4.0, 1.0):
+            gen = torch.Generator().manual_seed(m + k + int(sharp))
+            lp = torch.log_softmax(torch.randn(8, 15, 32000, generator=gen) * sharp, -1).topk(k, -1).values
+            run_both(lp, [m] * 8, n_max=m + 1, seed=m + k)

@@ -61,6 +61,11 @@ int main() {
   bt::Params p{lp.data(), ids.data(), root.data(), ctx.data(), budget.data(), L, K, n_max, W,
                token.data(), parent.data(), depth.data(), num.data(), anc.data(), pos.data(),
                fc.data(), ns.data()};
+  // The selection, as the library's launcher reads it (DDTREE_BUILD_TREE_IMPL; unset: v6).
+  if (const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL")) {
+    const std::string s(v);
+    p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto : bt::kImplV6;
+  }
   g_fallback.assign(B, -1);
   emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
   for (int b = 0; b < B; ++b) {

@@ -21,11 +21,19 @@
 // to the score of the (M+1)-th best element (histogram over score buckets, refined inside the crossing
 // bucket) and dead entries are compacted. Finally the survivors are bitonic-sorted by (score desc,
 // tuple code asc): sorted position = node index = heap pop number.
+//
+// Selections (Params::impl, picked per call by the launcher; see build_tree/common.cuh): v6 starts
+// the pool from the chain bound (a selection over "greedy chain + one deviation"); v6dp from the
+// counting bound (build_tree/dp_bound.cuh: a per-depth convolution of rounded gaps counts candidates
+// above each score, no selection, 1.0-1.2 M candidates above it), which spares the pool raises; v7
+// (build_tree/enumerate.cuh) enumerates the candidates above the counting bound by deviation rounds
+// and orders them by counting. The default ("auto") is v6dp for requests with M > 256, else v6:
+// measured fastest per shape on the H200 (bench/NOTES.md, build_tree v7).
 #pragma once
 
 // Parts 1-4 (configuration and helpers, selection, sorting, the serial fallback) live in build_tree/;
 // this file (part 5) holds the parallel selection that drives them, and the kernel.
-#include "ddtree/kernels/build_tree/serial_heap.cuh"
+#include "ddtree/kernels/build_tree/enumerate.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -34,7 +42,7 @@ namespace build_tree_k {
 
 // Returns the node count with the node arrays filled, or -1 when the serial heap must decide.
 __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t* ids, int L, int K, int M,
-                               int n_max) {
+                               int n_max, int impl) {
   const int tid = threadIdx.x;
   const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
   const int rs = min(R, kLps / L);
@@ -142,12 +150,21 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   const int raise_target = need + max(32, need / 8);
   int size = 1, pa = 0, pb = 1, live = 1;
   double t = kNegInf;
-  if (S.fam > M) {  // enough distinct candidates to bound the M-th best score
+  bool counted = false;  // t is the counting bound (valid: >= M candidates score >= t)
+  const bool try_dp = impl == kImplV6Dp || impl == kImplV7 || (impl == kImplAuto && M > kAutoDpMinM);
+  if (kUseDpBound && try_dp && dp_bound(S, leff, M, &t)) {  // the counting bound (dp_bound.cuh)
+    counted = true;
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(dp_bound);
+  } else if (S.fam > M) {  // enough distinct candidates to bound the M-th best score
     int cnt = 0;
     t = chain_bound(S, lp, K, leff, M, M, &cnt);
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
   }
   DDTREE_BUILD_TREE_MARK(2);
+  if (kUseV7 && impl == kImplV7 && counted && rs >= min(K, M)) {  // v7: deviation rounds + counting order (enumerate.cuh)
+    const int n7 = v7_select(S, N, ids, K, M, n_max, leff, t);
+    if (n7 != kV7Retry) return n7;
+  }
   int d = 1;
   bool warp_tried = false;  // warp mode already stopped at this level: take it block-wide
   while (d <= leff && pb > pa) {
@@ -353,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   int n = 1;
   bool lists = false;  // sibling lists already built (the parallel path)
   if (M > 0 && L > 0) {
-    n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max);
+    n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, p.impl);
     lists = n >= 0;
 #ifdef DDTREE_BUILD_TREE_TRACE
     if (tid == 0) DDTREE_BUILD_TREE_TRACE(b, n < 0);  // test hook: which path decided

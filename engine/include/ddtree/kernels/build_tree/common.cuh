@@ -59,6 +59,16 @@ constexpr int kMaxK = 32768;
 static_assert(kSort >= kCap && (kSort & (kSort - 1)) == 0, "sort buffer must be a power of two >= pool");
 static_assert(kCap <= 4096, "pool index must fit the 12-bit parent field");
 
+// Selections (Params::impl; the launcher picks one per call, see src/build_tree.cu).
+constexpr int kImplV6 = 0;    // chain bound + level pool (v6)
+constexpr int kImplV6Dp = 1;  // counting bound + level pool
+constexpr int kImplV7 = 2;    // counting bound + deviation rounds + counting order (level pool on overflow)
+// The default: per request, the counting bound when M > kAutoDpMinM, else v6. H200, 2026-11-30: the
+// counting bound costs 9-64k cycles (v6's chain bound ~6k) but spares the pool raises, which pays at
+// M = 1024 (K = 64, sharpness 8: 77 vs 109 us) and not at M <= 256 (35.9 vs 38.8 us at sharpness 8).
+constexpr int kImplAuto = 3;
+constexpr int kAutoDpMinM = 256;
+
 struct Params {
   const float* lp;
   const int32_t* ids;
@@ -74,6 +84,7 @@ struct Params {
   int32_t* positions;
   int32_t* first_child;
   int32_t* next_sibling;
+  int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto (0 = v6: what an aggregate-initialized Params gets)
 };
 
 // Level state carried between the block-wide and the warp-only level loops.
@@ -124,6 +135,7 @@ struct Smem {
   int fam;                  // size of the chain-bound family
   double fam_lo, fam_hi;    // its smallest and largest score
   int tie;                  // the packed sort found two equal keys
+  int dp_bin;               // dp_bound: first bin whose count reaches M
 };
 static_assert(sizeof(Nodes) <= sizeof(uint64_t) * kCap, "node arrays must fit in the lex array");
 
