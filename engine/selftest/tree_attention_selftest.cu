@@ -255,10 +255,10 @@ void chain_equals_causal_bitwise() {
   }
 }
 
-// fa3 merges a split row tile in its last CTA (fused merge, default for 2-4 splits), with the merge kernel
-// (DDTREE_TA_FA3_FUSED_MERGE=0, or more splits), or (opt-in, DDTREE_TA_CLUSTER_MERGE=1, where the plan
-// allows it: 2-8 splits, every cluster resident at once) inside a thread-block cluster. All must give the
-// same bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
+// fa3 merges a split row tile with the merge kernel (default), in its last CTA (opt-in fused merge,
+// DDTREE_TA_FA3_FUSED_MERGE=1, 2-4 splits), or (opt-in, DDTREE_TA_CLUSTER_MERGE=1, where the plan allows
+// it: 2-8 splits, every cluster resident at once) inside a thread-block cluster. All must give the same
+// bits. Chunks 512/192/128 give 2, 5 and 8 splits of the longest
 // request; the shorter ones leave CTAs past their length (idle cluster members) or need a single chunk
 // (no merge) inside the same launch.
 void cluster_merge_matches_kernel_merge() {
@@ -278,14 +278,13 @@ void cluster_merge_matches_kernel_merge() {
                 chunk, diff);
       check_against_reference(c, clus, ref, st::format("%s cluster merge chunk=%d", impl, chunk).c_str());
     }
-    // Fused merge (default) against the merge kernel: chunks 512 / 320 / 256 split the longest request
+    // Fused merge (opt-in) against the merge kernel: chunks 512 / 320 / 256 split the longest request
     // into 2, 3 and 4 (the fused maximum); the others need one chunk or leave CTAs past their length.
     // Each run launches twice on one workspace (run()), so the counters' self-reset is exercised too.
     for (int chunk : {512, 320, 256}) {
-      const Result fused = run(c, false, chunk);
-      setenv("DDTREE_TA_FA3_FUSED_MERGE", "0", 1);
       const Result kern = run(c, false, chunk);
-      unsetenv("DDTREE_TA_FA3_FUSED_MERGE");
+      setenv("DDTREE_TA_FA3_FUSED_MERGE", "1", 1);
+      const Result fused = run(c, false, chunk);
       size_t diff = 0;
       for (size_t i = 0; i < kern.o.size(); ++i) diff += kern.o[i] != fused.o[i];
       for (size_t i = 0; i < kern.lse.size(); ++i) diff += std::memcmp(&kern.lse[i], &fused.lse[i], 4) != 0;
@@ -296,6 +295,7 @@ void cluster_merge_matches_kernel_merge() {
       setenv("DDTREE_TA_FA3_LAZY_MASK", "0", 1);
       const Result eager = run(c, false, chunk);
       unsetenv("DDTREE_TA_FA3_LAZY_MASK");
+      unsetenv("DDTREE_TA_FA3_FUSED_MERGE");
       diff = 0;
       for (size_t i = 0; i < eager.o.size(); ++i) diff += eager.o[i] != fused.o[i];
       for (size_t i = 0; i < eager.lse.size(); ++i) diff += std::memcmp(&eager.lse[i], &fused.lse[i], 4) != 0;

@@ -198,19 +198,30 @@ int fa3_max_active_clusters(int size) {
   }
   return cache[dev][size] - 1;
 }
-// fa3 v10: a row tile split into 2..MAX_FUSED_SPLITS chunks is merged by the last of its CTAs to finish
-// (fused_merge_epilogue), so no merge kernel runs. On by default; DDTREE_TA_FA3_FUSED_MERGE=0 (read on
-// every plan, like the cluster switch, so that a test or bench can compare both in one process) goes
-// back to the merge kernel. Both merges compute the same bits.
+// fa3 v10, opt-in (DDTREE_TA_FA3_FUSED_MERGE=1, read on every plan like the cluster switch, so that a
+// test or bench can compare both merges in one process): a row tile split into 2..MAX_FUSED_SPLITS
+// chunks is merged by the last of its CTAs to finish (fused_merge_epilogue), and no merge kernel runs.
+// Off by default because it measured slower on the H200 (engine/bench/NOTES.md, v10): its merging CTA
+// reads (nact - 1) x 64 KB of partials on one SM, a ~5-6 µs tail at 4 chunks, where the merge kernel
+// spreads the same reads over every SM (8/1 x 512 x 4k: 28.5 vs 27.0 µs). Both compute the same bits.
 bool fa3_fused_merge_enabled() {
   const char* e = std::getenv("DDTREE_TA_FA3_FUSED_MERGE");
-  return e == nullptr || std::strcmp(e, "0") != 0;
+  return e != nullptr && std::strcmp(e, "1") == 0;
 }
 // fa3 v10: the tile mask is waited for lazily (default); DDTREE_TA_FA3_LAZY_MASK=0 (read per launch)
 // makes every thread wait for it after the prologue, as v9b's __syncthreads did.
 bool fa3_lazy_mask_enabled() {
   const char* e = std::getenv("DDTREE_TA_FA3_LAZY_MASK");
   return e == nullptr || std::strcmp(e, "0") != 0;
+}
+// fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
+// boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile
+// (fa3_balanced_chunk). Changes the chunk boundaries, so results differ from uniform chunks by rounding.
+int fa3_balance_weight() {
+  const char* e = std::getenv("DDTREE_TA_FA3_BALANCE");
+  if (e == nullptr) return 0;
+  const int w = std::atoi(e);
+  return w >= 1 && w <= 16 ? w : 0;
 }
 bool fa3_cluster_merge_fits(int num_splits, int64_t clusters) {
   if (num_splits < 2 || num_splits > ta::Fa3Config::MAX_CLUSTER || !cluster_merge_enabled()) return false;
@@ -333,6 +344,7 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   }
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
+  kp.balance_w = fa3_balance_weight();
   // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
   // at once and not sticky), launch without it from then on.
   static bool pdl_refused = false;

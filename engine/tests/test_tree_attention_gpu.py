@@ -191,18 +191,17 @@ def test_cluster_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatc
 
 @pytest.mark.parametrize("kv_chunk", [512, 320, 256])
 def test_fused_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # fa3 v10: a row tile split into 2-4 chunks is merged by its last CTA (default) instead of the merge
-    # kernel (DDTREE_TA_FA3_FUSED_MERGE=0, read on every call). Same arithmetic, so the same bits; the
+    # fa3 v10: a row tile split into 2-4 chunks is merged by its last CTA (opt-in, DDTREE_TA_FA3_FUSED_MERGE=1,
+    # read on every call) instead of the merge kernel (default). Same arithmetic, so the same bits; the
     # chunks split the longest request into 2, 3 and 4, the shorter ones need one chunk or leave CTAs
     # past their length. The eager tile-mask wait (DDTREE_TA_FA3_LAZY_MASK=0) must not change a bit.
     if _impl[0] != "fa3":
         pytest.skip("the fused merge is fa3's")
     case = make_case(8, 1, 128, ctx=[900, 200, 0], n=[60, 33, 17], page=16, seed=kv_chunk + 1).to("cuda")
     monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE", raising=False)
-    o_fused, lse_fused = kernel(case, kv_chunk=kv_chunk)
-    monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "0")
     o_kernel, lse_kernel = kernel(case, kv_chunk=kv_chunk)
-    monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE")
+    monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "1")
+    o_fused, lse_fused = kernel(case, kv_chunk=kv_chunk)
     monkeypatch.setenv("DDTREE_TA_FA3_LAZY_MASK", "0")
     o_eager, lse_eager = kernel(case, kv_chunk=kv_chunk)
     assert torch.equal(o_fused.view(torch.int16), o_kernel.view(torch.int16))
@@ -212,7 +211,7 @@ def test_fused_merge_equals_merge_kernel_bit_for_bit(kv_chunk: int, monkeypatch:
     assert_close_to_reference(case, o_fused, lse_fused)
 
 
-def test_fused_merge_counters_survive_graph_replays_and_plan_changes() -> None:
+def test_fused_merge_counters_survive_graph_replays_and_plan_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fused merge's arrival counters live in the workspace and must be back at zero after every
     # launch: CUDA-graph replays of several calls (each sees the counters the previous one left), eager
     # calls with other plans on the same stream in between (other counter and partial layouts), and the
@@ -222,6 +221,7 @@ def test_fused_merge_counters_survive_graph_replays_and_plan_changes() -> None:
 
     if _impl[0] != "fa3":
         pytest.skip("the fused merge is fa3's")
+    monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "1")
     case = make_case(8, 1, 128, ctx=[1500, 700], n=[64, 40], page=16, seed=21).to("cuda")
     other = make_case(16, 2, 128, ctx=[2500], n=[100], page=16, seed=22).to("cuda")
     args = case.args()
@@ -254,6 +254,34 @@ def test_fused_merge_counters_survive_graph_replays_and_plan_changes() -> None:
         torch.cuda.synchronize()
         again = tree_attention(*args, kv_chunk=512)
         assert torch.equal(again[0].view(torch.int16), want[0].view(torch.int16))
+
+
+@pytest.mark.parametrize("weight", ["6", "12"])
+@pytest.mark.parametrize("kv_chunk", [512, 256, 0])
+def test_balanced_chunks_match_reference_and_chain_equals_causal(kv_chunk: int, weight: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 v10, opt-in DDTREE_TA_FA3_BALANCE=w: chunk boundaries weighted by tile cost (masked tiles count
+    # w / 4). Other boundaries, same count: results against the reference, every row written, and a chain
+    # still equal to causal mode bit for bit; with the fused merge too (same bits as the merge kernel).
+    if _impl[0] != "fa3":
+        pytest.skip("balanced chunks are fa3's")
+    monkeypatch.setenv("DDTREE_TA_FA3_BALANCE", weight)
+    case = make_case(8, 1, 128, ctx=[900, 200, 0, 1300], n=[300, 33, 17, 90], page=16, seed=kv_chunk + 7).to("cuda")
+    o, lse = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o, lse)
+    monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "1")
+    o_f, lse_f = kernel(case, kv_chunk=kv_chunk)
+    assert torch.equal(o_f.view(torch.int16), o.view(torch.int16))
+    assert torch.equal(lse_f.view(torch.int32), lse.view(torch.int32))
+    monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE")
+    # chain vs causal under one plan: the planned chunk (kv_chunk 0) depends on n_max, which the op takes
+    # from anc (tree) or from the token count (causal), so that comparison pins the chunk, as
+    # test_chain_equals_causal_bit_for_bit does.
+    chain = make_case(8, 1, 128, ctx=[1000, 63], n=[300, 130], page=16, kind="chain", seed=kv_chunk + 8).to("cuda")
+    o_tree, lse_tree = kernel(chain, kv_chunk=kv_chunk or 384)
+    o_causal, lse_causal = kernel(chain, causal=True, kv_chunk=kv_chunk or 384)
+    assert torch.equal(o_tree, o_causal) and torch.equal(lse_tree, lse_causal)
+    assert_close_to_reference(chain, o_causal, lse_causal, causal=True)
 
 
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:

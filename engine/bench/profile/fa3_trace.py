@@ -46,14 +46,18 @@ def read_trace() -> list[list[int]]:
     return [list(buf[i * 2 * TAGS:(i + 1) * 2 * TAGS]) for i in range(n)]
 
 
-def show(name: str, call) -> None:
+def show(name: str, call, row_tiles: int = 0) -> None:
+    """row_tiles > 0 (one request, one kv head: the trace index is blockIdx.x = split * row_tiles + rt)
+    adds a line per split: when its CTAs finish the main loop and the epilogue, relative to the first
+    entry, to see which chunk the call waits for."""
     for _ in range(20):
         call()
     torch.cuda.synchronize()
     read_trace()  # clears the table
     call()
     torch.cuda.synchronize()
-    rows = [r for r in read_trace() if r[0] and r[6]]
+    table = read_trace()
+    rows = [r for r in table if r[0] and r[6]]
     if not rows:
         print(f"== {name}: no trace (not the fa3 back end, or a library without the trace build)")
         return
@@ -68,10 +72,32 @@ def show(name: str, call) -> None:
         if us:
             print(f"  {label:52s} median {statistics.median(us):6.2f} µs / {statistics.median(cyc):7.0f} cyc, "
                   f"max {max(us):6.2f} µs")
+    if row_tiles > 0:
+        by_split: dict[int, list[list[int]]] = {}
+        for i, r in enumerate(table):
+            if r[0] and r[6]:
+                by_split.setdefault(i // row_tiles, []).append(r)
+        for sp, rs in sorted(by_split.items()):
+            loop = [(r[5] - r[4]) / 1e3 for r in rs if r[4] and r[5]]
+            done = [(r[5] - t0) / 1e3 for r in rs if r[5]]
+            end = [(r[6] - t0) / 1e3 for r in rs]
+            print(f"  split {sp}: {len(rs)} CTAs, main loop median {statistics.median(loop):6.2f} max {max(loop):6.2f} µs;"
+                  f" loop done at median {statistics.median(done):6.2f} max {max(done):6.2f}; epilogue done at median "
+                  f"{statistics.median(end):6.2f} max {max(end):6.2f} µs")
 
 
 def main() -> None:
-    show("8/1 x 512 x 4k", attention(8, 1, 512, 4096))
+    import os
+
+    show("8/1 x 512 x 4k", attention(8, 1, 512, 4096), row_tiles=32)
+    # The same call with the opt-in fused split merge (v10): its merging CTAs' epilogue is the merge.
+    os.environ["DDTREE_TA_FA3_FUSED_MERGE"] = "1"
+    show("8/1 x 512 x 4k, fused merge", attention(8, 1, 512, 4096), row_tiles=32)
+    del os.environ["DDTREE_TA_FA3_FUSED_MERGE"]
+    # ... and with the opt-in cost-weighted chunk boundaries (masked tiles count 6/4 of a context tile).
+    os.environ["DDTREE_TA_FA3_BALANCE"] = "6"
+    show("8/1 x 512 x 4k, balanced chunks (6)", attention(8, 1, 512, 4096), row_tiles=32)
+    del os.environ["DDTREE_TA_FA3_BALANCE"]
     show("8/1 x 64 x 4k", attention(8, 1, 64, 4096))
     show("64/8 x 512 x 4k", attention(64, 8, 512, 4096))
 

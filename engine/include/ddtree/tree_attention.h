@@ -22,12 +22,12 @@
  * Scratch: `workspace` holds per-row-tile arrival counters, then fp32 partials of split row tiles (size
  * from ddtree_tree_attention_workspace_size with the same plan inputs, 0 when nothing is split). The
  * partials need no initialization. The counters (the first ddtree_tree_attention_workspace_counter_bytes
- * bytes) must be zero before a launch, and every completed launch leaves them zero again: zero a new
- * workspace once (cudaMemset), and again before a launch whose plan has more counter bytes than the
- * last plan that used the buffer (its partials may lie there); a buffer used with one plan, or with
- * plans of equal counter bytes, is zeroed once. When the plan splits, either the last CTA of each split
- * row tile merges it (fa3, up to 4 chunks) or a small merge kernel runs right after the main one on the
- * same stream.
+ * bytes) are read only by the opt-in fused merge of the fa3 back end (env DDTREE_TA_FA3_FUSED_MERGE=1:
+ * the last CTA of a row tile split into 2-4 chunks merges it); a launch that uses them needs them zero
+ * and leaves them zero again: zero a new workspace once (cudaMemset), and again before such a launch
+ * whose plan has more counter bytes than the last plan that used the buffer (its partials may lie
+ * there). By default, and for more chunks, a small merge kernel runs right after the main one on the
+ * same stream, and the workspace needs no initialization at all.
  * Back ends: on compute capability 9.0 with a library built for sm_90a, D=128 runs by default on fa3
  * (warp-specialized producer + two ping-ponging consumer warpgroups); wgmma (same tiles and plan, one
  * schedule in lockstep) on request; otherwise mma.sync. The choice: env

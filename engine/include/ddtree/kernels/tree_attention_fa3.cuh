@@ -24,11 +24,12 @@
 // the mbarriers are initialized and published before any global load, so the producer issues the first
 // K/V tiles as soon as its block-table entries arrive.
 // v10: no __syncthreads after the prologue: the consumers publish the tile mask through an mbarrier that
-// is waited for only where the mask is read (the first tree tile, the epilogue's row flags). A row tile
-// split into 2-4 chunks is merged by the last of its CTAs to finish (arrival counter in the workspace,
-// fused_merge_epilogue); more chunks go to the merge kernel, or, opt-in (DDTREE_TA_CLUSTER_MERGE=1;
-// measured slower on the H200, see engine/bench/NOTES.md), to the CTAs of one thread-block cluster
-// through distributed shared memory (cluster_merge_epilogue). All merges give the same bits.
+// is waited for only where the mask is read (the first tree tile, the epilogue's row flags). A split row
+// tile is merged by the merge kernel; opt-in alternatives (both measured slower on the H200, see
+// engine/bench/NOTES.md): the last of its CTAs to finish (DDTREE_TA_FA3_FUSED_MERGE=1, 2-4 chunks;
+// arrival counter in the workspace, fused_merge_epilogue), or the CTAs of one thread-block cluster
+// through distributed shared memory (DDTREE_TA_CLUSTER_MERGE=1, cluster_merge_epilogue). All merges
+// give the same bits.
 //
 // Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
 // arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
@@ -116,7 +117,8 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   // length stays, with an empty key range (no tiles: O = 0, m = -inf, l = 0, never read by the merge).
   const bool cmerge = cl && nact > 1;
   if (split >= nact && !cmerge) return;
-  const int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
+  int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
+  if (p.balance_w > 0 && nact > 1) fa3_balanced_chunk(kv_len, ctx, nact, split, p.balance_w, c_begin, c_end);
   const int tb0 = (ctx / BN) * BN;
   const int* bt = p.block_table + static_cast<int64_t>(b) * p.max_pages;
   const uint32_t* anc_b = p.anc ? p.anc + static_cast<int64_t>(b) * p.n_max * p.words : nullptr;

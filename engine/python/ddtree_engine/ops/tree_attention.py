@@ -4,9 +4,9 @@ Semantics: see ``ddtree_engine/reference/tree_attention.py`` and ``include/ddtre
 The op returns ``o`` in bf16 and ``lse`` (natural log) in float32. It never synchronizes the host: the
 split plan depends only on shapes (and ``kv_chunk``). The workspace of split plans (arrival counters,
 then fp32 partials) is cached per (device, stream, counter bytes), zero-filled when it is allocated and
-grown when a plan needs more: the kernel leaves its counters zero after every launch, and plans with
-the same counter bytes keep their counters in the same bytes, so no partials ever land where another
-plan expects a zero counter. Warm the op up once on the stream that will be captured before capturing
+grown when a plan needs more. Only the opt-in fused merge of the fa3 back end (DDTREE_TA_FA3_FUSED_MERGE=1)
+reads the counters, and it leaves them zero after every launch; plans with the same counter bytes keep
+their counters in the same bytes, so no partials ever land where another plan expects a zero counter. Warm the op up once on the stream that will be captured before capturing
 it in a CUDA graph, so that the workspace exists outside the capture.
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ struct Params {
   // row tile * num_splits + split) and merge their partials through distributed shared memory instead
   // of part_o / part_ml and the merge kernel. 0 = the layout above (grid x = split * row_tiles + rt).
   int cluster_merge;
-  // fa3 only (v10): 1 = a split row tile (2..Fa3Config::MAX_FUSED_SPLITS chunks) is merged by the last of
+  // fa3 only (v10, opt-in): 1 = a split row tile (2..Fa3Config::MAX_FUSED_SPLITS chunks) is merged by the last of
   // its CTAs to finish (arrival counter merge_cnt[(b * hkv + h) * row_tiles + rt], zero before the launch
   // and left zero by it); its partials then use fa3's fragment layout (fused_merge_epilogue). 0 = the
   // row-major partials above and the merge kernel.
@@ -45,6 +45,10 @@ struct Params {
   // fa3 only (v10): 1 = the tile mask is waited for lazily (only before the first tree tile and the
   // epilogue); 0 = every thread waits for it right after the prologue (the v9b schedule, for A/B runs).
   int lazy_mask;
+  // fa3 only (v10, opt-in): > 0 = chunk boundaries of a split request are weighted by tile cost, a tile
+  // that reaches past ctx (masked) counting balance_w / 4 of a context tile (fa3_balanced_chunk); 0 =
+  // uniform chunks of `chunk` keys. The number of chunks per request is the same either way.
+  int balance_w;
 };
 
 template <int D_, int MT_, int BN_, int NW_, bool WG_>

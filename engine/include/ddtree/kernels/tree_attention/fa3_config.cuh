@@ -196,6 +196,30 @@ __device__ __forceinline__ void st_relaxed_gpu(uint32_t* ptr, uint32_t v) {
 #endif
 }
 
+// Chunk boundaries weighted by tile cost (opt-in, Params::balance_w = w > 0): a request split into nact
+// chunks of uniform size has its tree tiles (the masked ones, at the end) all in its last chunk; here a
+// context tile counts 4 units and a tile that reaches past ctx w units, and chunk i covers the tiles
+// [t(i), t(i + 1)) with t(i) the first tile at which the cumulative cost reaches i / nact of the total.
+// Boundaries stay multiples of BN and depend only on (kv_len, ctx, nact, w), so a chain still equals
+// causal mode bit for bit and the merge order is unchanged; the count nact (and so the partial slots)
+// is the plan's. When the total cost per chunk is below one tile's cost, a chunk could come out empty:
+// uniform chunks are kept then.
+__device__ __forceinline__ void fa3_balanced_chunk(int kv_len, int ctx, int nact, int split, int w, int& c_begin,
+                                                   int& c_end) {
+  constexpr int BN = Fa3Config::BN;
+  const int T = (kv_len + BN - 1) / BN;  // tiles of the request
+  const int f = min(ctx / BN, T);        // tiles wholly inside the context
+  const long long U = 4ll * f + static_cast<long long>(w) * (T - f);
+  if (U / nact < max(4, w)) return;
+  auto t_of = [&](int i) {  // smallest t whose cumulative cost reaches ceil(i * U / nact)
+    const long long x = (i * U + nact - 1) / nact;
+    if (x <= 4ll * f) return static_cast<int>((x + 3) / 4);
+    return f + static_cast<int>((x - 4ll * f + w - 1) / w);
+  };
+  c_begin = t_of(split) * BN;
+  c_end = min(t_of(split + 1) * BN, kv_len);
+}
+
 // Pin registers that an in-flight wgmma reads or writes: the compiler may not move their other uses
 // across this point (CUTLASS's warpgroup_fence_operand).
 __device__ __forceinline__ void pin(float (&x)[16][4]) {

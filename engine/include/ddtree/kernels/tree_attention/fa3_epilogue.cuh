@@ -49,17 +49,18 @@ __device__ __forceinline__ void tile_visibility(uint32_t (&win)[4], const uint32
   }
 }
 
-// Fused split merge (v10; fused_merge, 2 <= nact <= MAX_FUSED_SPLITS), run by the 256 consumer threads of
-// every CTA of a split row tile. Replaces the merge kernel (its launch, and the wait for the whole fa3
-// grid before it): the last CTA of the row tile to finish merges it.
+// Fused split merge (v10, opt-in: DDTREE_TA_FA3_FUSED_MERGE=1; fused_merge, 2 <= nact <= MAX_FUSED_SPLITS),
+// run by the 256 consumer threads of every CTA of a split row tile. Replaces the merge kernel (its
+// launch, and the wait for the whole fa3 grid before it): the last CTA of the row tile to finish merges
+// it. Measured slower than the merge kernel on the H200 (one SM reads (nact - 1) x 64 KB), hence opt-in.
 // 1. Thread 128 takes a ticket (relaxed atomic add of 1 on the row tile's counter) while every consumer
 //    thread stores its partials, whether or not its CTA turns out to merge (the ticket's latency hides
 //    behind the stores). Layout, fragment order: float4 i < 16 of consumer thread (cw, lane) holds
 //    acc[i][0..3] at part_o4[slot][(cw * 16 + i) * 32 + lane], so a warp stores (and the merging CTA
 //    loads) 512 contiguous bytes per instruction; the row pair's (m0, m1, l0, l1) of quad g4 of warp cw
 //    sits at part_ml4[slot][cw * 8 + g4].
-// 2. The ticket nact - 1 merges; the others publish their partials: CTA barrier, then thread 128 adds
-//    1 << 16 with release semantics (fence.acq_rel.gpu; red.relaxed.gpu).
+// 2. The ticket nact - 1 (low 16 bits of the old value) merges; the others publish their partials: CTA
+//    barrier, then thread 128 adds 1 << 16 with release semantics (fence.acq_rel.gpu; red.relaxed.gpu).
 // 3. The merging CTA's thread 128 spins (ld.acquire.gpu) until the nact - 1 publications are counted,
 //    then stores 0: every CTA of the row tile has made its last access to the counter, so the launch
 //    leaves it zero for the next one (CUDA-graph replays included). The spin waits only for CTAs that
@@ -93,7 +94,9 @@ __device__ __forceinline__ void fused_merge_epilogue(const Params& p, const floa
     for (int i = 0; i < 16; ++i) __stcg(po + i * 32, make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     if (t4 == 0) __stcg(part_ml4(split), make_float4(m_run[0], m_run[1], l_run[0], l_run[1]));
   }
-  if (tid == 128) *s_flag = ticket == static_cast<uint32_t>(nact - 1);
+  // The ticket is the low half of the old value: the high half counts publications (step 2), and a CTA
+  // that finished earlier may already have published when this one takes its ticket.
+  if (tid == 128) *s_flag = (ticket & 0xffffu) == static_cast<uint32_t>(nact - 1);
   named_sync(7, 256);  // the flag, and every consumer thread's partial stores before the release below
   if (!*s_flag) {
     if (tid == 128) red_add_release_gpu(cnt, 1u << 16);
