@@ -20,8 +20,10 @@ namespace build_tree_k {
 // the bound with 256 bins, against 1.3-17 M for the chain bound. The bin width comes from a cheap
 // upper estimate U of the M-th score's distance to the best one: ceil(sqrt(M))^2 tuples of depth 2
 // (or M of depth 1) score at least hi - U; U only sets the resolution, the count decides validity.
-constexpr int kDpBins = 256;  // bins 0..kDpBins; thread b owns bin b
-static_assert(kDpBins + 1 <= kThreads, "one thread per bin");
+constexpr int kDpBins = 255;  // bins 0..kDpBins
+// Threads per bin (2 at 512 threads): they split the ranks of the sum and add up with one shuffle.
+constexpr int kDpSplit = kThreads >= 2 * (kDpBins + 1) ? 2 : 1;
+static_assert(kDpBins + 1 <= kThreads, "at least one thread per bin");
 static_assert(2 * (kDpBins + 1) <= kCap, "ping-pong counts live in S.scr");
 static_assert(kLps <= kSort, "the rounded gaps live in S.sidx");
 constexpr uint32_t kDpSat = 1u << 24;
@@ -67,7 +69,7 @@ __device__ __forceinline__ bool dp_bound(Smem& S, int leff, int M, double* t_out
   if (tid == 0) S.dp_bin = kDpBins + 1;
   __syncthreads();
   uint32_t* buf = S.scr;  // F_{d-1} in buf[((d - 1) & 1) * (kDpBins + 1) + b]
-  const int b = tid;
+  const int b = tid / kDpSplit, part = tid % kDpSplit;
   uint32_t tot = 0;
   double C = 0.0;
   #pragma unroll 1
@@ -80,7 +82,9 @@ __device__ __forceinline__ bool dp_bound(Smem& S, int leff, int M, double* t_out
     const uint16_t* q = S.sidx + (d - 1) * rs;
     uint32_t* cur = buf + (d & 1) * (kDpBins + 1);
     const uint32_t* prev = buf + ((d - 1) & 1) * (kDpBins + 1);
-    if (b <= kDpBins - o) {
+    const bool mine = b <= kDpBins - o;
+    uint32_t acc = 0;
+    if (mine) {
       // Ranks whose rounded gap fits b bins: a prefix (gaps grow with the rank), found by bisection,
       // so that the sum below has a known trip count and its loads overlap (4 per step). A plain
       // loop with an early exit made every step two dependent shared loads: ~15k cycles per depth
@@ -90,31 +94,34 @@ __device__ __forceinline__ bool dp_bound(Smem& S, int leff, int M, double* t_out
         const int mid = (n + hi2) >> 1;
         if (static_cast<int>(q[mid]) <= b) n = mid + 1; else hi2 = mid;
       }
-      uint32_t acc;
       if (d == 1) {
-        acc = static_cast<uint32_t>(n);  // F_0 = 1 everywhere
+        acc = part == 0 ? static_cast<uint32_t>(n) : 0u;  // F_0 = 1 everywhere
       } else {
-        acc = 0;
-        int r = 0;
+        int r = part;
+        constexpr int st = kDpSplit;
         #pragma unroll 1
-        for (; r + 4 <= n; r += 4) {
-          const int q0 = q[r], q1 = q[r + 1], q2 = q[r + 2], q3 = q[r + 3];
+        for (; r + 3 * st < n; r += 4 * st) {
+          const int q0 = q[r], q1 = q[r + st], q2 = q[r + 2 * st], q3 = q[r + 3 * st];
           acc += (prev[b - q0] + prev[b - q1]) + (prev[b - q2] + prev[b - q3]);
           acc = acc < kDpSat ? acc : kDpSat;  // each term <= kDpSat: no u32 overflow
         }
         #pragma unroll 1
-        for (; r < n; ++r) acc += prev[b - q[r]];
+        for (; r < n; r += st) acc += prev[b - q[r]];
         acc = acc < kDpSat ? acc : kDpSat;
       }
-      cur[b] = acc;
     }
+    if (kDpSplit == 2) {  // the pair sits in one warp; every lane takes part in the shuffle
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      acc = acc < kDpSat ? acc : kDpSat;
+    }
+    if (mine && part == 0) cur[b] = acc;
     __syncthreads();
-    if (b <= kDpBins && b >= o) tot += cur[b - o];
+    if (part == 0 && b <= kDpBins && b >= o) tot += cur[b - o];
     // cur is rewritten two depths later, after the next iteration's barrier: no second barrier here.
   }
-  const bool ok = b <= kDpBins && tot >= static_cast<uint32_t>(M);
+  const bool ok = part == 0 && b <= kDpBins && tot >= static_cast<uint32_t>(M);
   const unsigned bal = __ballot_sync(0xffffffffu, ok);
-  if ((tid & 31) == 0 && bal) atomicMin(&S.dp_bin, (tid & ~31) + __ffs(bal) - 1);
+  if ((tid & 31) == 0 && bal) atomicMin(&S.dp_bin, ((tid & ~31) + __ffs(bal) - 1) / kDpSplit);
   __syncthreads();
   const int bin = S.dp_bin;
   if (bin > kDpBins) return false;
