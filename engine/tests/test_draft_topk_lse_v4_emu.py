@@ -193,3 +193,31 @@ def test_v6_emulated_k1_warp_best_item(emu_binary: Path, dtype: torch.dtype) -> 
         assert events.get("cta_radix", 0) == 0
     compare(emu_binary, x[..., :160001], 1, async_xchg=True)  # unaligned rows: element-wise loads
     compare(emu_binary, torch.full((1, 2, 3001), -INF, dtype=dtype), 1, 128, async_xchg=True)  # all -inf
+
+
+@pytest.fixture(scope="module")
+def emu_binary_opt_k(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The opt-in k > 1 options (not the library's default until measured): radix bound, rolled candidate
+    # pass, split merge, on top of the default (fast loads, the k = 1 warp path); 1 + 2 + 16 + 32 + 64.
+    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", ("DDTREE_TOPK_V4_EMU_OPT=115",))
+
+
+@pytest.mark.parametrize("k", [2, 17, 64])
+def test_v6_emulated_opt_in_k_options(emu_binary_opt_k: Path, k: int) -> None:
+    # Same answers as the reference through the radix bound (every warp searches the k-th group maximum bit
+    # by bit), the rolled candidate pass and the split merge (P lanes per slot item): random rows (8 and 4
+    # CTAs per row, one and two register rounds), tie-heavy (radix fallback), -inf, NaN and unaligned rows.
+    b = emu_binary_opt_k
+    x = logits((1, 2, 163840), "normal", torch.bfloat16, seed=700 + k)
+    assert compare(b, x, k, async_xchg=True, max_cluster=4)["cluster"] == 4
+    assert compare(b, x[:, :1], k, async_xchg=True).get("cta_radix", 0) == 0
+    compare(b, logits((1, 3, 20011), "normal", torch.float32, seed=710 + k), k, 128, async_xchg=True)
+    events = compare(b, logits((2, 1, 9000), "ties", torch.float32, seed=720 + k), k, async_xchg=True)
+    assert events.get("cta_radix", 0) > 0
+    compare(b, logits((1, 2, 5000), "neginf", torch.float32, seed=730 + k), k, 128, async_xchg=True)
+    y = logits((1, 3, 9000), "normal", torch.float32, seed=740 + k)
+    y[0, 1, 4444] = float("nan")
+    lp, ids, lse, events = run_emu(b, y, k, 128, async_xchg=True)
+    assert events["flags"] == 1 and torch.isnan(lse[0, 1]) and ids[0, 1].eq(-1).all()
+    compare(b, y[:, 2:], k, 128, async_xchg=True)
+    compare(b, logits((2, 1, 5), "normal", torch.float32, seed=750 + k), k, 128, async_xchg=True)  # V < k

@@ -22,14 +22,16 @@ ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "topk_emu"
 
 
-def build_emulator(tmp_path_factory: pytest.TempPathFactory, source: str, fake_cuda: str) -> Path:
-    """g++ build of tests/topk_emu/<source> against the fake CUDA headers in tests/topk_emu/<fake_cuda>."""
+def build_emulator(tmp_path_factory: pytest.TempPathFactory, source: str, fake_cuda: str,
+                   defines: tuple[str, ...] = ()) -> Path:
+    """g++ build of tests/topk_emu/<source> against the fake CUDA headers in tests/topk_emu/<fake_cuda>,
+    with extra preprocessor definitions ("NAME=VALUE")."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ not found: the CPU emulation of the kernel needs a C++20 compiler")
     out = tmp_path_factory.mktemp(Path(source).stem) / Path(source).stem
     cmd = [gxx, "-std=c++20", "-O2", "-pthread", f"-I{ENGINE / 'include'}", f"-I{EMU / fake_cuda}",
-           str(EMU / source), "-o", str(out)]
+           *(f"-D{d}" for d in defines), str(EMU / source), "-o", str(out)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-5000:]
     return out

@@ -1,10 +1,13 @@
-// Stage-truncation profile of draft_topk_lse v4 (NOTES, "v6 (session 4)"): the kernel instantiated with
-// STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier, 3 bound / CTA partial,
-// 4 candidates, 5 all but CTA 0's merge; 0 = whole), for the v5b paths (OPT 0), v5b + fast loads and the
-// v6 default (fast loads + the k = 1 warp path), at 1x15 (8 CTAs per row) and 8x15 (4) x 163,840 bf16,
-// k = 1, 16, 64; plus an empty kernel with the same launch (clusters + PDL) and the library's C ABI call.
-// Each figure: median µs per call of 40 replays of a CUDA graph of 32 calls over rotating inputs (> L2),
-// as the Python bench measures. Build (repo root, after the library in engine/build-topk):
+// Stage-truncation profile and stage trace of draft_topk_lse v4 (NOTES, "v6 (session 4)"). The kernel
+// instantiated with STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier, 3 bound /
+// CTA partial, 4 candidates, 5 all but CTA 0's merge; 0 = whole), for the library's default (v6: fast loads
+// + the k = 1 warp path), the opt-in k > 1 options (radix bound, rolled candidate pass, split merge) and
+// v5b (OPT 0), at 1x15 (8 CTAs per row) and 8x15 (4) x 163,840 bf16 (uniform logits in [-12, 12)), k = 1,
+// 16, 64; an empty kernel with the same launch (clusters + PDL) and the library's C ABI call. Each figure:
+// median µs per call of 40 replays of a CUDA graph of 32 calls over rotating inputs (> L2), as the Python
+// bench measures. Then STOP = 9 (the whole kernel with per-CTA %clock64 stamps at each stage, the latest
+// warp per CTA): the mean and max over CTAs of each stage's time after the PDL wait, for one call after
+// four untraced ones. Build (repo root, after the library in engine/build-topk):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -Iengine/include \
 //     engine/bench/profile/draft_topk_lse_stages.cu -Lengine/build-topk -lddtree \
 //     -Xlinker -rpath='$ORIGIN' -o engine/build-topk/topk_stages
@@ -17,6 +20,31 @@
 #include <vector>
 
 #include "ddtree/draft_topk_lse.h"
+
+// Trace build of the kernel (STOP = 9: the whole kernel plus stamps): lane 0 of each warp passing mark i
+// raises slot i of its CTA's row in g_trace to its SM clock (the latest warp wins), slot 0 is thread 0's
+// entry clock, slot 15 its entry %globaltimer and slot 14 the latest %globaltimer of any mark.
+__device__ unsigned long long* g_trace;
+__device__ __forceinline__ void v4_trace_mark(int i) {
+  if ((threadIdx.x & 31) != 0) return;
+  unsigned long long* t = g_trace + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 16;
+  const unsigned long long c = clock64();
+  unsigned long long g;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+  if (i == 0) {
+    if (threadIdx.x == 0) {
+      t[0] = c;
+      t[15] = g;
+    }
+    return;
+  }
+  atomicMax(t + i, c);
+  atomicMax(t + 14, g);
+}
+#define DDTREE_V4_MARK(i) \
+  do {                     \
+    if (STOP == 9) v4_trace_mark(i); \
+  } while (0)
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
 
 namespace k = ddtree::kernels;
@@ -157,6 +185,7 @@ int main() {
   for (int i = 0; i < 3000; ++i) fill<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);  // clocks up
   CK(cudaStreamSynchronize(s));
 
+  constexpr unsigned v6a = k::kV4OptFastLoad | k::kV4OptK1Warp;  // = kV4OptDefault
   std::printf("%-22s %-26s", "variant", "stage");
   for (const Shape& sh : shapes)
     for (int kk : ks) std::printf(" %3dx%d K%-2d", sh.B, sh.L, kk);
@@ -176,9 +205,75 @@ int main() {
                                           int64_t(sh.L) * sh.V, sh.V, kk, lp, id, lse, ws, ws_bytes, flags, s);
                   }));
   std::printf("\n");
-  row<0u>("v5b (OPT 0)", shapes, ks, lp, id, lse, flags, s);
-  row<k::kV4OptFastLoad>("v5b + fast loads", shapes, ks, lp, id, lse, flags, s);
+  constexpr unsigned rb = k::kV4OptRadixBound, rv = k::kV4OptRolledVisit, sp = k::kV4OptSplitMerge;
   row<k::kV4OptDefault>("v6 default", shapes, ks, lp, id, lse, flags, s);
+  row<v6a | rb>("v6 + radix bound", shapes, ks, lp, id, lse, flags, s);
+  row<v6a | rb | rv>("v6 + rb + rolled visit", shapes, ks, lp, id, lse, flags, s);
+  row<v6a | rb | sp>("v6 + rb + split merge", shapes, ks, lp, id, lse, flags, s);
+  row<v6a | rb | rv | sp>("v6 + all k>1 options", shapes, ks, lp, id, lse, flags, s);
+  row<0u>("v5b (OPT 0)", shapes, ks, lp, id, lse, flags, s);
+
+  // Stage timeline of one call (trace build), after 4 untraced calls; slot deltas from mark 1 (after the
+  // PDL wait) in ns at the clock the stamps measured.
+  unsigned long long* d_trace;
+  const size_t tr_n = size_t(8) * 15 * 8 * 16;
+  CK(cudaMalloc(&d_trace, tr_n * 8));
+  CK(cudaMemcpyToSymbol(g_trace, &d_trace, sizeof(d_trace)));
+  const char* names[10] = {"entry", "pdl_wait", "sums", "barrier1", "bound/k1:partial", "cands/k1:cwait",
+                           "ranks,put", "cta0 bar", "cta0 mbar", "end(cta0)"};
+  auto trace = [&](const char* label, auto kern, Shape& sh, int kk) {
+    std::vector<unsigned long long> h(tr_n);
+    for (int it = 0; it < 50; ++it) {
+      for (int i = 0; i < 4; ++i)
+        launch(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 0>, sh, sh.xs[i % sh.sets], kk,
+               lp, id, lse, flags, s);
+      CK(cudaMemsetAsync(d_trace, 0, tr_n * 8, s));
+      launch(kern, sh, sh.xs[it % sh.sets], kk, lp, id, lse, flags, s);
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(h.data(), d_trace, tr_n * 8, cudaMemcpyDeviceToHost));
+    const auto split = k::v4_split<bf16, 512>(sh.V, sh.max_cluster);
+    const int ctas = split.cluster * sh.B * sh.L;
+    double ghz_num = 0, ghz_den = 0;
+    unsigned long long g0 = ~0ull, g1 = 0;
+    for (int b = 0; b < ctas; ++b) {
+      const unsigned long long* t = &h[size_t(b) * 16];
+      unsigned long long last = 0;
+      for (int i = 1; i < 10; ++i) last = std::max(last, t[i]);
+      if (t[14] > t[15] && last > t[0]) {
+        ghz_num += double(last - t[0]);
+        ghz_den += double(t[14] - t[15]);
+      }
+      g0 = std::min(g0, t[15]);
+      g1 = std::max(g1, t[14]);
+    }
+    const double ghz = ghz_den > 0 ? ghz_num / ghz_den : 1.98;
+    std::printf("trace %-18s %dx%d K%-2d: clock %.2f GHz, first entry -> last mark %.2f us; per stage, us after "
+                "the PDL wait (mean / max over CTAs; cta0 = the merging CTAs):\n",
+                label, sh.B, sh.L, kk, ghz, double(g1 - g0) / 1000.0);
+    for (int i = 0; i < 10; ++i) {
+      double sum[2] = {0, 0}, mx[2] = {0, 0};
+      int n[2] = {0, 0};
+      for (int b = 0; b < ctas; ++b) {
+        const unsigned long long* t = &h[size_t(b) * 16];
+        const int z = (b % split.cluster) == 0 ? 1 : 0;
+        if (t[i] == 0 || t[1] == 0) continue;
+        const double d = (double(t[i]) - double(t[1])) / ghz / 1000.0;
+        sum[z] += d;
+        mx[z] = std::max(mx[z], d);
+        ++n[z];
+      }
+      std::printf("  %-18s others %6.2f / %6.2f (%3d)   cta0 %6.2f / %6.2f (%3d)\n", names[i],
+                  n[0] ? sum[0] / n[0] : 0.0, mx[0], n[0], n[1] ? sum[1] / n[1] : 0.0, mx[1], n[1]);
+    }
+    std::fflush(stdout);
+  };
+  for (int kk : {1, 16, 64})
+    trace("v6 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], kk);
+  trace("v6 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[1], 16);
+  trace("v6 + all k>1 options", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, v6a | rb | rv | sp, 9>, shapes[0],
+        16);
+
   int hflags = 0;
   CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
   CK(cudaGetLastError());

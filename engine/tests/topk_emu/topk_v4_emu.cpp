@@ -24,6 +24,13 @@ static std::mutex g_events_mu;
 
 namespace k = ddtree::kernels;
 static int g_max_cluster = k::kV4MaxCluster;
+// The kernel options of the st.async instantiations: the library's default unless the build sets them
+// (test_draft_topk_lse_v4_emu.py builds a second binary with the opt-in k > 1 options).
+#ifndef DDTREE_TOPK_V4_EMU_OPT
+#define DDTREE_TOPK_V4_EMU_OPT k::kV4OptDefault
+#endif
+template <bool ASYNC>
+constexpr unsigned kEmuOpt = ASYNC ? unsigned(DDTREE_TOPK_V4_EMU_OPT) : k::kV4OptDefault;
 
 template <typename T, int THREADS, bool ASYNC>
 static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp, std::vector<int>& id,
@@ -33,11 +40,11 @@ static int run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector
   const bool vec = vocab % (16 / int(sizeof(T))) == 0;
   emu4::launch_clusters(split.cluster, rows, THREADS, [&] {
     if (vec)
-      k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+      k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC, kEmuOpt<ASYNC>>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
                                                     split.cluster, split.pv, lp.data(), id.data(), lse.data(),
                                                     &flags);
     else
-      k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
+      k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC, kEmuOpt<ASYNC>>(x.data(), rows, vocab, int64_t(rows) * vocab, vocab, kk,
                                                      split.cluster, split.pv, lp.data(), id.data(), lse.data(),
                                                      &flags);
   });

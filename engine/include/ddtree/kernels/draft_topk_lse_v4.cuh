@@ -25,6 +25,10 @@
 //   CTA 0 (v5): once every CTA's bytes landed (st.async + mbarrier, the default; or a closing cluster
 //   barrier), every warp computes the lse from the partials and every slot item its row rank (its index
 //   plus a binary search in each other CTA's sorted slot); ranks < k are written as x - lse.
+// v6 (NOTES, "v6 (session 4)"; OPT = kV4OptDefault): unconditional loads for CTAs inside the row, and k = 1
+// without steps 2-3: per-warp best items, warp 15 sends the CTA's, CTA 0's warp 15 merges alone (1x15 x
+// 163,840: 8.4 -> 5.4 µs). The opt-in k > 1 options (kV4OptRadixBound, RolledVisit, SplitMerge) and the
+// STOP / DDTREE_V4_MARK hooks are for bench/profile/draft_topk_lse_stages.cu.
 #pragma once
 
 #include "ddtree/kernels/draft_topk_lse_v4/helpers.cuh"
@@ -98,12 +102,17 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   // (Not at 1024 threads, an opt-in shape: there it spilled 4 bytes for fp32.)
   const bool fast = (OPT & kV4OptFastLoad) != 0u && THREADS <= 512 && VEC && (v0 + nv_cta) * VN <= vocab;
   constexpr bool K1W = ASYNC && (OPT & kV4OptK1Warp) != 0u;
+  constexpr bool RB = ASYNC && (OPT & kV4OptRadixBound) != 0u;
+  constexpr bool RV = (OPT & kV4OptRolledVisit) != 0u;
+  constexpr bool SPLIT = (OPT & kV4OptSplitMerge) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
   };
 
+  DDTREE_V4_MARK(0);
   pdl_wait();  // the previous kernel's writes (logits) are visible; ours start after it ended
+  DDTREE_V4_MARK(1);
   uint4 raw[kV4Vecs];
   float tmax = -INFINITY;  // this thread's maximum
   int jbest = 0;           // K1W: local vector index (r * kV4Vecs + j) of this thread's first maximal vector
@@ -139,6 +148,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       v4_vec_sum<T>(raw[j], ref == -INFINITY ? 0.f : ref, s0, s1);
     }
   }
+  DDTREE_V4_MARK(2);
   if (STOP == 1) {
     sink(tmax);
     return;
@@ -201,11 +211,13 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     lo = __reduce_max_sync(0xffffffffu, lo);
     if (lane == 0) sm.witem[warp] = lo == 0u ? 0ull : ((uint64_t(wkey) << 32) | lo);
     __syncthreads();
+    DDTREE_V4_MARK(3);
     if (STOP == 2) {
       if (tid == 0) sink(sm.wsum[0] + float(sm.witem[1] & 1u));
       return;
     }
     if (warp != WARPS - 1) return;  // the last warp sends this CTA's partial and best item
+    DDTREE_V4_MARK(4);
     const float2 part = cta_partial();
     const uint64_t best = warp_best_item(lane < WARPS ? sm.witem[lane] : 0ull);
     if (STOP == 3) {
@@ -213,11 +225,13 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       return;
     }
     v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
+    DDTREE_V4_MARK(5);
     if (c != 0) {
       if (lane == 0) {
         v4_st_async(&sm.part[c], 0u, part, &sm.mbar);
         v4_st_async(&sm.slot[c][0], 0u, best, &sm.mbar);
       }
+      DDTREE_V4_MARK(6);
       return;
     }
     if (lane == 0) {
@@ -226,6 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     }
     __syncwarp();
     v4_mbar_wait0(&sm.mbar);
+    DDTREE_V4_MARK(8);
     if (STOP == 5) return;
     // CTA 0's merge, this warp alone: the lse as the k > 1 merge below, the best of the CTAs' items.
     const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
@@ -251,6 +266,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       top_id[row] = item_id(it);
       lse[row] = float(lse_d);
     }
+    DDTREE_V4_MARK(9);
     return;
   }
 
@@ -260,12 +276,45 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   if ((lane & (G - 1)) == 0) sm.gmax[tid / G] = g;
   __syncthreads();
   v4_cluster_wait();  // every CTA of the cluster runs: its shared memory may be written
+  DDTREE_V4_MARK(3);
   if (STOP == 2) {
     if (tid == 0) sink(sm.wsum[0] + float(sm.gmax[1]));
     return;
   }
 
-  if (warp != WARPS - 1 || k == 1) {
+  bool bad = false;      // a NaN/+inf slice
+  uint32_t thr_rb = 1u;  // RB: the slice bound (1 admits every valid logit)
+  if (RB && k > 1) {
+    // v6 radix bound: the k-th largest of the 128 group maxima (the largest x with >= k maxima >= x), found
+    // by every warp bit by bit from the top (lane i holds maxima 4i..4i+3); no counting, no second barrier.
+    // Fewer than k groups with a logit: 0 (then every valid logit is a candidate).
+    static_assert(kV4Groups == 4 * 32, "one 16-byte read of the group maxima per lane");
+    const uint4 g4 = reinterpret_cast<const uint4*>(sm.gmax)[lane];
+    uint32_t pre = 0u;
+#pragma unroll 1
+    for (int bit = 31; bit >= 0; --bit) {
+      const uint32_t cand = pre | (1u << bit);
+      const int cnt = __popc(__ballot_sync(0xffffffffu, g4.x >= cand)) + __popc(__ballot_sync(0xffffffffu, g4.y >= cand)) +
+                      __popc(__ballot_sync(0xffffffffu, g4.z >= cand)) + __popc(__ballot_sync(0xffffffffu, g4.w >= cand));
+      pre = cnt >= k ? cand : pre;
+    }
+    if (kc < n_valid) thr_rb = max(pre, 1u);
+    const float sw = lane < WARPS ? sm.wsum[lane] : 0.f;
+    bad = __any_sync(0xffffffffu, sw != sw);
+    if (warp == WARPS - 1) {
+      const float2 part = cta_partial();
+      if (lane == 0) {
+        if (STOP == 3 || STOP == 4) sm.part[c] = part;
+        else if (c != 0) v4_st_async(&sm.part[c], 0u, part, &sm.mbar);
+        else sm.part[0] = part;
+      }
+    }
+    DDTREE_V4_MARK(4);
+    if (STOP == 3) {
+      if (lane == 0) sink(float(thr_rb) + float(bad));
+      return;
+    }
+  } else if (warp != WARPS - 1 || k == 1) {
     // The k-th largest group maximum: groups whose maximum is >= it hold k distinct logits >= it (k = 1:
     // the largest, no counting). v5: the G lanes of a group each count 128 / G of the maxima (v4.1: 128
     // threads counted all 128, a 4x longer chain). The last warp combines the CTA's partial instead: its
@@ -296,7 +345,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   } else if (lane == 0) {
     sm.red_t[warp] = 0u;
   }
-  if (warp == WARPS - 1) {
+  if (!(RB && k > 1) && warp == WARPS - 1) {
     // This CTA's (reference, sum) into CTA 0's part[c] (truncated profiles keep it here).
     const float2 part = cta_partial();
     if (lane == 0) {
@@ -306,15 +355,19 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       sm.bad = part.y != part.y;
     }
   }
-  __syncthreads();
-  if (STOP == 3) {
-    if (tid == 0) sink(sm.part[c].y + float(sm.red_t[1]));
-    return;
+  if (!(RB && k > 1)) {
+    __syncthreads();
+    DDTREE_V4_MARK(4);
+    bad = sm.bad;
+    if (STOP == 3) {
+      if (tid == 0) sink(sm.part[c].y + float(sm.red_t[1]));
+      return;
+    }
   }
 
-  if (!sm.bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
-    uint32_t thr = 1u;  // key 0 = no logit; 1 admits every valid one
-    if (kc < n_valid) {
+  if (!bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
+    uint32_t thr = RB && k > 1 ? thr_rb : 1u;  // key 0 = no logit; 1 admits every valid one
+    if (!(RB && k > 1) && kc < n_valid) {
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) thr = max(thr, sm.red_t[w]);
     }
@@ -385,7 +438,22 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
           if (((m >> q) & 1u) && pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v, q)), base + q);
         }
       };
-      if (rounds == 1) {
+      if (RV && rounds == 1) {  // one copy of visit (v6): the registers rotate as in the sums
+#pragma unroll 1
+        for (int j = 0; j < kV4Vecs; ++j) {
+          const uint4 v = raw[0];
+#pragma unroll
+          for (int i = 0; i + 1 < kV4Vecs; ++i) raw[i] = raw[i + 1];
+          raw[kV4Vecs - 1] = v;
+          visit(v, j * THREADS + tid);
+        }
+      } else if (RV) {
+#pragma unroll 1
+        for (int lj = 0; lj < rounds * kV4Vecs; ++lj) {
+          const int lv = lj * THREADS + tid;
+          visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
+        }
+      } else if (rounds == 1) {
 #pragma unroll
         for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
       } else {
@@ -399,6 +467,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       }
     }
     __syncthreads();
+    DDTREE_V4_MARK(5);
     if (STOP == 4) {
       if (tid == 0) sink(float(sm.cnt) + float(sm.best & 1u));
       return;
@@ -445,9 +514,12 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     for (int r = tid; r < kc; r += THREADS) v4_st_async(&sm.slot[c][r], 0u, 0ull, &sm.mbar);
   }
   if (ASYNC) {
+    DDTREE_V4_MARK(6);
     if (c != 0) return;  // st.async needs nothing more from the sender
     __syncthreads();     // CTA 0's own partial and items (plain stores) are in
+    DDTREE_V4_MARK(7);
     v4_mbar_wait0(&sm.mbar);  // every warp reads the others' bytes
+    DDTREE_V4_MARK(8);
     if (STOP == 5) return;
   } else {
     v4_cluster_arrive_release();
@@ -489,7 +561,36 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
   const int step = pv * VN;
   auto n_of = [&](int cc) { return min(k, min(step, vocab - cc * step)); };  // items CTA cc sent (cc < cluster)
-  for (int t = tid; t < cluster * kV4MaxK; t += THREADS) {
+  if (SPLIT) {
+    // v6: item i of slot cc is index cc * k + i; P lanes (consecutive, P | 32) rank one item, lane p searching
+    // the slots o = p, p + P, ... (not its own), then a shuffle sum. P = the largest power of 2 <= 8 with
+    // cluster * k * P <= THREADS (K = 16 at 8 CTAs: 4; K = 64: 1). Warp-uniform loop bounds for the shuffles.
+    const int items = cluster * k;
+    int P = 1;
+    while (P < 8 && items * P * 2 <= THREADS) P *= 2;
+    for (int t0 = warp * 32; t0 < items * P; t0 += THREADS) {
+      const int t = t0 + lane;
+      const int item = t / P, p = t - item * P;
+      const int cc = item / k, r = item - cc * k;
+      const bool valid = t < items * P && r < n_of(cc);
+      const uint64_t it = valid ? sm.slot[cc][r] : 0ull;
+      int rank = 0;
+      if (valid) {
+#pragma unroll 1
+        for (int o = p; o < cluster; o += P) {
+          if (o != cc) rank += v4_count_greater_sorted(&sm.slot[o][0], n_of(o), it);
+        }
+      }
+      for (int d = 1; d < P; d <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, d);
+      rank += r;
+      if (valid && p == 0 && rank < ksel) {
+        const float f = key_to_float(item_key(it));
+        lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+        id_out[rank] = item_id(it);
+      }
+    }
+  }
+  for (int t = SPLIT ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
     const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
     if (r >= n_of(cc)) continue;
     const uint64_t it = sm.slot[cc][r];
@@ -509,6 +610,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     id_out[r] = -1;
   }
   if (tid == 0) lse[row] = float(lse_d);
+  DDTREE_V4_MARK(9);
 #endif
 }
 

@@ -16,6 +16,11 @@
 #ifndef DDTREE_TOPK_V4_EVENT
 #define DDTREE_TOPK_V4_EVENT(name) ((void)0)
 #endif
+// Per-CTA stage timestamps for bench/profile/draft_topk_lse_stages.cu (its trace build defines it; a no-op
+// in the library).
+#ifndef DDTREE_V4_MARK
+#define DDTREE_V4_MARK(stage) ((void)0)
+#endif
 #ifndef DDTREE_V4_SHARED
 #define DDTREE_V4_SHARED(type, name) __shared__ type name
 #endif
@@ -43,6 +48,15 @@ static_assert(kV4Cap >= kV4MaxK, "a CTA ranks at least k candidates");
 // profiler's A/B (bench/profile/draft_topk_lse_stages.cu).
 constexpr unsigned kV4OptFastLoad = 1u;
 constexpr unsigned kV4OptK1Warp = 2u;
+// k > 1, measured after the v6 stage trace (NOTES): kV4OptRadixBound (ASYNC only): every warp finds the
+// k-th largest group maximum itself by a bitwise search over 32 ballot rounds (one rolled loop) instead
+// of counting (v5) and a second block barrier; kV4OptRolledVisit: the candidate pass as one rolled copy of
+// its per-vector body; kV4OptSplitMerge: CTA 0 ranks each slot item with P = 1-8 lanes (each searching
+// some of the other CTAs' slots, then a shuffle sum) instead of one lane searching all seven.
+constexpr unsigned kV4OptRadixBound = 16u;
+constexpr unsigned kV4OptRolledVisit = 32u;
+constexpr unsigned kV4OptSplitMerge = 64u;
+// Not yet measured on a GPU (emulator-verified): they stay out of the default until the profiler says so.
 constexpr unsigned kV4OptDefault = kV4OptFastLoad | kV4OptK1Warp;
 
 #ifndef DDTREE_V4_EMULATED
