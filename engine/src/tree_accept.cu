@@ -6,6 +6,20 @@
 
 static_assert(DDTREE_TREE_ACCEPT_FUSED_MAX_NODES == ddtree::kernels::kAcceptFusedMaxNodes, "C ABI limit");
 
+// The arguments both C entry points share (spelled out in ddtree/tree_accept.h), as parameters and as a
+// forwarding list.
+#define DDTREE_ACCEPT_PARAMS                                                                                   \
+  const void *target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,                \
+      int64_t batch_stride, int64_t row_stride, const int32_t *node_token, const int32_t *first_child,         \
+      const int32_t *next_sibling, const int32_t *num_nodes, const int32_t *ctx_len, const float *temperature, \
+      const int64_t *seed, const int32_t *stop_ids, int32_t num_stop, int32_t max_depth, int32_t *accept_nodes, \
+      int32_t *accept_len, int32_t *committed_ids, int32_t *bonus, int32_t *finished, void *workspace,         \
+      size_t workspace_bytes
+#define DDTREE_ACCEPT_ARGS                                                                                      \
+  target_logits, dtype, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child, next_sibling,  \
+      num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, max_depth, accept_nodes, accept_len,          \
+      committed_ids, bonus, finished, workspace, workspace_bytes
+
 namespace {
 
 using ddtree::detail::align_up;
@@ -80,13 +94,7 @@ ddtree_status_t run_fused(const T* logits, int32_t batch, int32_t n_max, int32_t
 }
 
 // Argument checks shared by both entry points.
-ddtree_status_t validate(const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
-                         int64_t batch_stride, int64_t row_stride, const int32_t* node_token,
-                         const int32_t* first_child, const int32_t* next_sibling, const int32_t* num_nodes,
-                         const int32_t* ctx_len, const float* temperature, const int64_t* seed,
-                         const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
-                         int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished,
-                         void* workspace, size_t workspace_bytes) {
+ddtree_status_t validate(DDTREE_ACCEPT_PARAMS) {
   DDTREE_REQUIRE(n_max >= 1 && n_max <= 65535, "tree_accept: n_max must be in [1, 65535], got %d", n_max);
   DDTREE_REQUIRE(batch <= 65535, "tree_accept: batch must be <= 65535, got %d", batch);
   DDTREE_REQUIRE(vocab >= 1, "tree_accept: vocab must be >= 1, got %d", vocab);
@@ -127,62 +135,50 @@ DDTREE_API size_t ddtree_tree_accept_workspace_size(int32_t batch, int32_t n_max
          align_up(size_t(batch) * size_t(n_max) * size_t(num_chunks(vocab)) * sizeof(uint64_t));
 }
 
-DDTREE_API ddtree_status_t ddtree_tree_accept(
-    const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
-    int64_t batch_stride, int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
-    const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len, const float* temperature,
-    const int64_t* seed, const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
-    int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished, void* workspace,
-    size_t workspace_bytes, int32_t* error_flags, cudaStream_t stream) {
-  DDTREE_REQUIRE(batch >= 0, "tree_accept: batch must be >= 0, got %d", batch);
+}  // extern "C"
+
+namespace {
+
+// Both entry points: argument checks, then the split plan (fused = false) or the fused plan.
+ddtree_status_t check_and_run(bool fused, DDTREE_ACCEPT_PARAMS, uint32_t* counters, int32_t* error_flags,
+                              cudaStream_t stream) {
+  const char* op = fused ? "tree_accept_fused" : "tree_accept";
+  DDTREE_REQUIRE(batch >= 0, "%s: batch must be >= 0, got %d", op, batch);
   if (batch == 0) return ddtree::detail::succeed();
-  const ddtree_status_t st = validate(target_logits, dtype, batch, n_max, vocab, batch_stride, row_stride, node_token,
-                                      first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids,
-                                      num_stop, max_depth, accept_nodes, accept_len, committed_ids, bonus, finished,
-                                      workspace, workspace_bytes);
+  if (fused) {
+    DDTREE_REQUIRE(n_max <= DDTREE_TREE_ACCEPT_FUSED_MAX_NODES,
+                   "tree_accept_fused: n_max must be <= %d (use ddtree_tree_accept for larger trees), got %d",
+                   DDTREE_TREE_ACCEPT_FUSED_MAX_NODES, n_max);
+    DDTREE_REQUIRE(counters != nullptr && reinterpret_cast<uintptr_t>(counters) % 4 == 0,
+                   "tree_accept_fused: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", batch);
+  }
+  const ddtree_status_t st = validate(DDTREE_ACCEPT_ARGS);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   const int32_t width = max_depth + 1;
-  if (dtype == DDTREE_DTYPE_FLOAT32) {
-    return run(static_cast<const float*>(target_logits), batch, n_max, vocab, batch_stride, row_stride, node_token,
-               first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width,
-               accept_nodes, accept_len, committed_ids, bonus, finished, workspace, error_flags, stream);
-  }
-  return run(static_cast<const __nv_bfloat16*>(target_logits), batch, n_max, vocab, batch_stride, row_stride,
-             node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width,
-             accept_nodes, accept_len, committed_ids, bonus, finished, workspace, error_flags, stream);
+  auto launch = [&](auto* logits) {
+    return fused ? run_fused(logits, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child,
+                             next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width,
+                             accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters,
+                             error_flags, stream)
+                 : run(logits, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child, next_sibling,
+                       num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, accept_nodes, accept_len,
+                       committed_ids, bonus, finished, workspace, error_flags, stream);
+  };
+  return dtype == DDTREE_DTYPE_FLOAT32 ? launch(static_cast<const float*>(target_logits))
+                                       : launch(static_cast<const __nv_bfloat16*>(target_logits));
 }
 
-DDTREE_API ddtree_status_t ddtree_tree_accept_fused(
-    const void* target_logits, ddtree_dtype_t dtype, int32_t batch, int32_t n_max, int32_t vocab,
-    int64_t batch_stride, int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
-    const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len, const float* temperature,
-    const int64_t* seed, const int32_t* stop_ids, int32_t num_stop, int32_t max_depth, int32_t* accept_nodes,
-    int32_t* accept_len, int32_t* committed_ids, int32_t* bonus, int32_t* finished, void* workspace,
-    size_t workspace_bytes, uint32_t* counters, int32_t* error_flags, cudaStream_t stream) {
-  DDTREE_REQUIRE(batch >= 0, "tree_accept_fused: batch must be >= 0, got %d", batch);
-  if (batch == 0) return ddtree::detail::succeed();
-  DDTREE_REQUIRE(n_max <= DDTREE_TREE_ACCEPT_FUSED_MAX_NODES,
-                 "tree_accept_fused: n_max must be <= %d (use ddtree_tree_accept for larger trees), got %d",
-                 DDTREE_TREE_ACCEPT_FUSED_MAX_NODES, n_max);
-  DDTREE_REQUIRE(counters != nullptr && reinterpret_cast<uintptr_t>(counters) % 4 == 0,
-                 "tree_accept_fused: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", batch);
-  const ddtree_status_t st = validate(target_logits, dtype, batch, n_max, vocab, batch_stride, row_stride, node_token,
-                                      first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids,
-                                      num_stop, max_depth, accept_nodes, accept_len, committed_ids, bonus, finished,
-                                      workspace, workspace_bytes);
-  if (st != DDTREE_STATUS_SUCCESS) return st;
-  const int32_t width = max_depth + 1;
-  if (dtype == DDTREE_DTYPE_FLOAT32) {
-    return run_fused(static_cast<const float*>(target_logits), batch, n_max, vocab, batch_stride, row_stride,
-                     node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop,
-                     width, accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters,
-                     error_flags, stream);
-  }
-  return run_fused(static_cast<const __nv_bfloat16*>(target_logits), batch, n_max, vocab, batch_stride, row_stride,
-                   node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop,
-                   width, accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters, error_flags,
-                   stream);
+}  // namespace
+
+extern "C" {
+
+DDTREE_API ddtree_status_t ddtree_tree_accept(DDTREE_ACCEPT_PARAMS, int32_t* error_flags, cudaStream_t stream) {
+  return check_and_run(false, DDTREE_ACCEPT_ARGS, nullptr, error_flags, stream);
+}
+
+DDTREE_API ddtree_status_t ddtree_tree_accept_fused(DDTREE_ACCEPT_PARAMS, uint32_t* counters, int32_t* error_flags,
+                                                    cudaStream_t stream) {
+  return check_and_run(true, DDTREE_ACCEPT_ARGS, counters, error_flags, stream);
 }
 
 }  // extern "C"
-

@@ -87,6 +87,29 @@ __device__ __forceinline__ float gumbel(uint32_t key, uint32_t vocab_id) {
   return -log32(-log32(u));
 }
 
+// Stop-id truncation of a round's new tokens: token_at(s), s < len, is new token s (the accepted
+// non-root nodes' tokens, then the bonus `target`); the tokens are cut right after the first stop id.
+// Returns the number kept and sets *last (the bonus: the stop id, or target) and *done.
+template <typename TokenAt, typename StopAt>
+__device__ __forceinline__ int cut_at_stop(int len, int target, TokenAt token_at, StopAt stop_at, int num_stop,
+                                           int* last, int* done) {
+  int count = len, found = 0, bonus = target;
+  for (int s = 0; s < len && !found; ++s) {
+    const int token = token_at(s);
+    for (int q = 0; q < num_stop; ++q) {
+      if (stop_at(q) == token) {
+        count = s + 1;
+        bonus = token;
+        found = 1;
+        break;
+      }
+    }
+  }
+  *last = bonus;
+  *done = found;
+  return count;
+}
+
 // 1. Parents (from first_child / next_sibling) and depths of nodes 0..n-1; padding nodes get -1 / 0.
 __global__ void __launch_bounds__(kAcceptWalkThreads) tree_accept_tree_kernel(
     const int32_t* __restrict__ first_child, const int32_t* __restrict__ next_sibling,
@@ -265,19 +288,10 @@ __global__ void __launch_bounds__(kAcceptWalkThreads) tree_accept_walk_kernel(
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    // New tokens: the accepted non-root nodes' tokens, then the bonus; cut right after a stop id.
-    int count = len, done = 0, last = target;
-    for (int t = 0; t < len && !done; ++t) {
-      const int token = t + 1 < len ? tok[path[t + 1]] : target;
-      for (int s = 0; s < num_stop; ++s) {
-        if (stop_ids[s] == token) {
-          count = t + 1;
-          last = token;
-          done = 1;
-          break;
-        }
-      }
-    }
+    int last, done;
+    const int count = cut_at_stop(
+        len, target, [&](int t) { return t + 1 < len ? tok[path[t + 1]] : target; },
+        [&](int q) { return stop_ids[q]; }, num_stop, &last, &done);
     accept_len[b] = count;
     bonus[b] = last;
     finished[b] = done;
@@ -405,19 +419,10 @@ __device__ __forceinline__ void accept_walk_in_smem(
       t.path[len++] = cur;
     }
     const int target = t.tgt[cur];
-    // New tokens: the accepted non-root nodes' tokens, then the bonus; cut right after a stop id.
-    int count = len, done = 0, last = target;
-    for (int s = 0; s < len && !done; ++s) {
-      const int token = s + 1 < len ? t.tok[t.path[s + 1]] : target;
-      for (int q = 0; q < num_stop; ++q) {
-        if ((stops_in_smem ? stops[q] : stop_ids[q]) == token) {
-          count = s + 1;
-          last = token;
-          done = 1;
-          break;
-        }
-      }
-    }
+    int last, done;
+    const int count = cut_at_stop(
+        len, target, [&](int s) { return s + 1 < len ? t.tok[t.path[s + 1]] : target; },
+        [&](int q) { return stops_in_smem ? stops[q] : stop_ids[q]; }, num_stop, &last, &done);
     accept_len[b] = count;
     bonus[b] = last;
     finished[b] = done;
