@@ -94,34 +94,34 @@ ddtree_status_t run_fused(const T* logits, int32_t batch, int32_t n_max, int32_t
 }
 
 // Argument checks shared by both entry points.
-ddtree_status_t validate(DDTREE_ACCEPT_PARAMS) {
-  DDTREE_REQUIRE(n_max >= 1 && n_max <= 65535, "tree_accept: n_max must be in [1, 65535], got %d", n_max);
-  DDTREE_REQUIRE(batch <= 65535, "tree_accept: batch must be <= 65535, got %d", batch);
-  DDTREE_REQUIRE(vocab >= 1, "tree_accept: vocab must be >= 1, got %d", vocab);
-  DDTREE_REQUIRE(row_stride >= vocab, "tree_accept: row_stride (%lld) must be >= vocab (%d)",
+ddtree_status_t validate(const char* op, DDTREE_ACCEPT_PARAMS) {
+  DDTREE_REQUIRE(n_max >= 1 && n_max <= 65535, "%s: n_max must be in [1, 65535], got %d", op, n_max);
+  DDTREE_REQUIRE(batch <= 65535, "%s: batch must be <= 65535, got %d", op, batch);
+  DDTREE_REQUIRE(vocab >= 1, "%s: vocab must be >= 1, got %d", op, vocab);
+  DDTREE_REQUIRE(row_stride >= vocab, "%s: row_stride (%lld) must be >= vocab (%d)", op,
                  static_cast<long long>(row_stride), vocab);
   DDTREE_REQUIRE(batch <= 1 || batch_stride >= (int64_t(n_max) - 1) * row_stride + vocab,
-                 "tree_accept: batch_stride (%lld) overlaps the previous request's rows",
+                 "%s: batch_stride (%lld) overlaps the previous request's rows", op,
                  static_cast<long long>(batch_stride));
   DDTREE_REQUIRE(max_depth >= 0 && max_depth < ddtree::kernels::kAcceptMaxWidth,
-                 "tree_accept: max_depth must be in [0, %d), got %d", ddtree::kernels::kAcceptMaxWidth, max_depth);
+                 "%s: max_depth must be in [0, %d), got %d", op, ddtree::kernels::kAcceptMaxWidth, max_depth);
   DDTREE_REQUIRE(num_stop >= 0 && (num_stop == 0 || stop_ids != nullptr),
-                 "tree_accept: stop_ids must be non-null when num_stop (%d) > 0", num_stop);
+                 "%s: stop_ids must be non-null when num_stop (%d) > 0", op, num_stop);
   DDTREE_REQUIRE(dtype == DDTREE_DTYPE_FLOAT32 || dtype == DDTREE_DTYPE_BFLOAT16,
-                 "tree_accept: target_logits must be float32 or bfloat16 (dtype code %d)", int(dtype));
+                 "%s: target_logits must be float32 or bfloat16 (dtype code %d)", op, int(dtype));
   DDTREE_REQUIRE(target_logits != nullptr && node_token != nullptr && first_child != nullptr &&
                      next_sibling != nullptr && num_nodes != nullptr && ctx_len != nullptr &&
                      temperature != nullptr && seed != nullptr,
-                 "tree_accept: input pointers must be non-null");
+                 "%s: input pointers must be non-null", op);
   DDTREE_REQUIRE(accept_nodes != nullptr && accept_len != nullptr && committed_ids != nullptr && bonus != nullptr &&
                      finished != nullptr,
-                 "tree_accept: output pointers must be non-null");
+                 "%s: output pointers must be non-null", op);
   const size_t need = ddtree_tree_accept_workspace_size(batch, n_max, vocab);
   if (workspace == nullptr || workspace_bytes < need) {
     return ddtree::detail::fail(DDTREE_STATUS_WORKSPACE_TOO_SMALL,
-                                "tree_accept: workspace of %zu bytes given, %zu needed", workspace_bytes, need);
+                                "%s: workspace of %zu bytes given, %zu needed", op, workspace_bytes, need);
   }
-  DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "tree_accept: workspace must be 16-byte aligned");
+  DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "%s: workspace must be 16-byte aligned", op);
   return DDTREE_STATUS_SUCCESS;
 }
 
@@ -152,7 +152,7 @@ ddtree_status_t check_and_run(bool fused, DDTREE_ACCEPT_PARAMS, uint32_t* counte
     DDTREE_REQUIRE(counters != nullptr && reinterpret_cast<uintptr_t>(counters) % 4 == 0,
                    "tree_accept_fused: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", batch);
   }
-  const ddtree_status_t st = validate(DDTREE_ACCEPT_ARGS);
+  const ddtree_status_t st = validate(op, DDTREE_ACCEPT_ARGS);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   const int32_t width = max_depth + 1;
   auto launch = [&](auto* logits) {
