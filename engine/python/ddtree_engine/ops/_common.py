@@ -10,6 +10,7 @@ import torch
 from ddtree_engine import _lib
 
 _flags: dict[int, torch.Tensor] = {}
+_counters: dict[tuple[str, int], torch.Tensor] = {}
 
 
 def require(cond: bool, message: str) -> None:
@@ -55,6 +56,19 @@ def error_flags(device: torch.device | int | None = None) -> torch.Tensor:
         flags = torch.zeros(1, dtype=torch.int32, device=dev)
         _flags[dev.index] = flags
     return flags
+
+
+def arrival_counters(op: str, device: torch.device, batch: int) -> torch.Tensor:
+    """At least `batch` int32 arrival counters for `op` on `device` (kernels that find each request's last
+    CTA with them leave them zero after every launch, so they are zeroed once, when allocated, and reused).
+    Allocated on first use: warm the op up before capturing a CUDA graph. Calls of one op on one device
+    must not overlap on different streams."""
+    assert device.index is not None
+    buf = _counters.get((op, device.index))
+    if buf is None or buf.numel() < batch:
+        buf = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
+        _counters[(op, device.index)] = buf
+    return buf
 
 
 def check_errors(device: torch.device | int | None = None) -> None:

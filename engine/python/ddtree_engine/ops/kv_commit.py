@@ -8,21 +8,7 @@ import ctypes
 import torch
 
 from ddtree_engine import _lib
-from ddtree_engine.ops._common import cuda_device_of, error_flags, ptr, require, stream_handle
-
-_counters: dict[int, torch.Tensor] = {}
-
-
-def _counter_buffer(device: torch.device, batch: int) -> torch.Tensor:
-    """Per-device int32 counters the kernel uses to find each request's last CTA; it leaves them zero.
-    Allocated (zeroed) on first use, so warm up before capturing a graph."""
-    assert device.index is not None
-    buf = _counters.get(device.index)
-    if buf is None or buf.numel() < batch:
-        buf = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
-        _counters[device.index] = buf
-    return buf
-
+from ddtree_engine.ops._common import arrival_counters, cuda_device_of, error_flags, ptr, require, stream_handle
 
 def _fn() -> object:
     vp, i32 = ctypes.c_void_p, ctypes.c_int32
@@ -59,7 +45,7 @@ def kv_commit(k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], block_
     layers = len(k_caches)
     k_ptrs = (ctypes.c_void_p * layers)(*[t.data_ptr() for t in k_caches])
     v_ptrs = (ctypes.c_void_p * layers)(*[t.data_ptr() for t in v_caches]) if v_caches else None
-    counters = _counter_buffer(device, batch)
+    counters = arrival_counters("kv_commit", device, batch)
     with torch.cuda.device(device):
         status = _fn()(  # type: ignore[operator]
             ctypes.cast(k_ptrs, ctypes.c_void_p), ctypes.cast(v_ptrs, ctypes.c_void_p) if v_ptrs else None, layers, num_pages, page_size, row_bytes, ptr(block_table), batch, max_pages,

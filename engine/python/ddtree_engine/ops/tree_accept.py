@@ -8,7 +8,9 @@ import os
 import torch
 
 from ddtree_engine import _lib
-from ddtree_engine.ops._common import check_errors, cuda_device_of, error_flags, ptr, require, stream_handle
+from ddtree_engine.ops._common import (
+    arrival_counters, check_errors, cuda_device_of, error_flags, ptr, require, stream_handle,
+)
 from ddtree_engine.reference.tree_accept import AcceptOutput
 
 MAX_WIDTH = 1024
@@ -37,20 +39,6 @@ def _fused_fn() -> object:
         [vp, ctypes.c_int, i32, i32, i32, i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, i32, i32, vp, vp, vp, vp, vp,
          vp, ctypes.c_size_t, vp, vp, vp],
     )
-
-
-# Arrival counters of the fused plan, one zero-initialized buffer per device: every call leaves them at
-# zero again, so they are allocated once (before a CUDA graph is captured, by its warm-up call) and
-# reused. Calls on one device must therefore not overlap on different streams (the engine runs one).
-_counters: dict[int, torch.Tensor] = {}
-
-
-def _arrival_counters(device: torch.device, batch: int) -> torch.Tensor:
-    buf = _counters.get(device.index)
-    if buf is None or buf.numel() < batch:
-        buf = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
-        _counters[device.index] = buf
-    return buf
 
 
 def resolved_impl(n_max: int, impl: str | None = None) -> str:
@@ -128,7 +116,7 @@ def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_chi
     fused = resolved_impl(n_max) == "fused"
     with torch.cuda.device(device):
         if fused:
-            counters = _arrival_counters(device, batch)
+            counters = arrival_counters("tree_accept", device, batch)
             status = _fused_fn()(*args, ptr(counters), ptr(flags), stream_handle(device))  # type: ignore[operator]
         else:
             status = run_fn(*args, ptr(flags), stream_handle(device))  # type: ignore[operator]
