@@ -324,18 +324,10 @@ struct AcceptTreeSmem {
   int32_t path[kAcceptMaxWidth];
 };
 
-// Loads nodes 0..n-1's child lists and derives par[] (-1 = root or unreached). With `check`, raises
-// DDTREE_FLAG_BAD_INDEX on a child that does not come after its parent, as the split plan does.
-// Ends with a block barrier.
-__device__ __forceinline__ void load_parents(AcceptTreeSmem& t, const int32_t* __restrict__ fc,
-                                             const int32_t* __restrict__ ns, int n, bool check,
-                                             int32_t* __restrict__ flags) {
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    t.fc[j] = fc[j];
-    t.ns[j] = ns[j];
-    t.par[j] = -1;
-  }
-  __syncthreads();
+// par[] of nodes 0..n-1 from the child lists already in t.fc / t.ns (t.par preset to -1; -1 stays for
+// the root and unreached nodes). With `check`, raises DDTREE_FLAG_BAD_INDEX on a child that does not
+// come after its parent, as the split plan does. Ends with a block barrier.
+__device__ __forceinline__ void link_parents(AcceptTreeSmem& t, int n, bool check, int32_t* __restrict__ flags) {
   for (int p = threadIdx.x; p < n; p += blockDim.x) {
     int c = t.fc[p];
     for (int guard = 0; c != -1 && guard < n; ++guard) {
@@ -348,6 +340,19 @@ __device__ __forceinline__ void load_parents(AcceptTreeSmem& t, const int32_t* _
     }
   }
   __syncthreads();
+}
+
+// Loads nodes 0..n-1's child lists, then link_parents. Ends with a block barrier.
+__device__ __forceinline__ void load_parents(AcceptTreeSmem& t, const int32_t* __restrict__ fc,
+                                             const int32_t* __restrict__ ns, int n, bool check,
+                                             int32_t* __restrict__ flags) {
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    t.fc[j] = fc[j];
+    t.ns[j] = ns[j];
+    t.par[j] = -1;
+  }
+  __syncthreads();
+  link_parents(t, n, check, flags);
 }
 
 // Depth of node i from par[] (0 when it is not connected to the root; the last CTA flags that).
@@ -389,18 +394,7 @@ __device__ __forceinline__ void accept_walk_in_smem(
   if (stops_in_smem)
     for (int q = threadIdx.x; q < num_stop; q += blockDim.x) stops[q] = stop_ids[q];
   __syncthreads();
-  for (int p = threadIdx.x; p < n; p += blockDim.x) {
-    int c = t.fc[p];
-    for (int guard = 0; c != -1 && guard < n; ++guard) {
-      if (c <= p || c >= n) {  // children come after their parent in pop order
-        raise_flag(flags, 0x2);
-        break;
-      }
-      t.par[c] = p;
-      c = t.ns[c];
-    }
-  }
-  __syncthreads();
+  link_parents(t, n, true, flags);
   for (int j = 1 + int(threadIdx.x); j < n; j += blockDim.x) {
     const int p = t.par[j];
     if (p < 0) {
