@@ -342,17 +342,17 @@ __device__ __forceinline__ void link_parents(AcceptTreeSmem& t, int n, bool chec
   __syncthreads();
 }
 
-// Loads nodes 0..n-1's child lists, then link_parents. Ends with a block barrier.
+// A sampling CTA's parents: loads nodes 0..n-1's child lists, then link_parents without raising flags
+// (the request's last CTA checks the tree once). Ends with a block barrier.
 __device__ __forceinline__ void load_parents(AcceptTreeSmem& t, const int32_t* __restrict__ fc,
-                                             const int32_t* __restrict__ ns, int n, bool check,
-                                             int32_t* __restrict__ flags) {
+                                             const int32_t* __restrict__ ns, int n) {
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     t.fc[j] = fc[j];
     t.ns[j] = ns[j];
     t.par[j] = -1;
   }
   __syncthreads();
-  link_parents(t, n, check, flags);
+  link_parents(t, n, false, nullptr);
 }
 
 // Depth of node i from par[] (0 when it is not connected to the root; the last CTA flags that).
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   const bool sample = temp > 0.f;  // 0, negative or NaN: greedy
   uint32_t key = 0;
   if (sample) {  // block-uniform: the whole CTA derives node i's depth
-    load_parents(tree, first_child + int64_t(b) * n_max, next_sibling + int64_t(b) * n_max, n, false, flags);
+    load_parents(tree, first_child + int64_t(b) * n_max, next_sibling + int64_t(b) * n_max, n);
     key = gumbel_key(uint64_t(seed[b]), uint32_t(b), uint32_t(ctx_len[b] + node_depth_of(tree, i, n) + 1));
   }
   int bad = 0;
