@@ -106,6 +106,22 @@ def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: i
     return [g.tokens for g in gens], sum(len(g.tokens) for g in gens) / wall, sum(lens) / len(lens), eng
 
 
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    """The target model's shape options (shared with profile/e2e_round_profile.py)."""
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64, help="64 (the default tiny model), 128 or 256")
+    ap.add_argument("--vocab", type=int, default=320)
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    d = args.d_model
+    return ModelConfig(vocab_size=args.vocab, d_model=d, n_layers=args.layers, n_heads=args.heads,
+                       n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
@@ -114,11 +130,7 @@ def main() -> None:
     ap.add_argument("--agree", type=float, default=0.8)
     ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
     ap.add_argument("--distill-steps", type=int, default=400, help="training steps of the distilled drafter")
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=64, help="64 (the default tiny model), 128 or 256")
+    add_model_args(ap)
     ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
                     help="drafters to run (distilled trains a drafter first: slow on large models)")
     ap.add_argument("--exact", action="store_true",
@@ -130,10 +142,7 @@ def main() -> None:
     torch.manual_seed(0)
     if DEV == "cpu":
         torch.set_num_threads(1)
-    d = args.d_model
-    # head_dim 64 by default: the smallest the tree-attention kernel takes.
-    cfg = ModelConfig(vocab_size=320, d_model=d, n_layers=args.layers, n_heads=args.heads,
-                      n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+    cfg = model_config(args)  # head_dim 64 by default: the smallest the tree-attention kernel takes
     backend = default_backend(DEV)
     if DEV == "cuda" and args.exact:
         from ddtree_engine.reference.tree_attention import tree_attention as reference_attention

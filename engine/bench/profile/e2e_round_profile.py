@@ -26,11 +26,13 @@ import torch
 
 here = Path(__file__).resolve()
 sys.path.insert(0, str(here.parents[2] / "python"))
+sys.path.insert(0, str(here.parents[1]))
 
 from ddtree_engine.backend import default_backend  # noqa: E402
 from ddtree_engine.decode import DDTreeEngine, Request  # noqa: E402
 from ddtree_engine.drafter import NoisyOracleDrafter  # noqa: E402
 from ddtree_engine.model import ModelConfig, TinyTransformer  # noqa: E402
+from bench_e2e import add_model_args, model_config  # noqa: E402
 
 # Engine kernels that open a segment (matched as substrings of the CUPTI kernel name).
 SEGMENT_OPENERS = (("select", "draft_topk"), ("finish", "tree_accept"))
@@ -66,12 +68,7 @@ def segment_of(rnd: list[tuple[str, float, float]]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--vocab", type=int, default=320)
+    add_model_args(ap)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--budgets", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--block", type=int, default=16)
@@ -79,9 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("e2e_round_profile needs a CUDA device")
-    d = args.d_model
-    cfg = ModelConfig(vocab_size=args.vocab, d_model=d, n_layers=args.layers, n_heads=args.heads,
-                      n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
+    cfg = model_config(args)
     model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
     be = default_backend("cuda")
     L = args.block - 1
