@@ -11,26 +11,11 @@
 #include <vector>
 
 #include "ddtree/draft_topk_lse.h"
+#include "graph_timer.h"
 #include "ddtree/kernels/draft_topk_lse.cuh"
 
 namespace k = ddtree::kernels;
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
-
-__global__ void fill(__nv_bfloat16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12;
-    x[i] = __float2bfloat16((float(h & 0xFFFFFF) / 16777216.f - 0.5f) * 24.f);
-  }
-}
 __global__ void empty_kernel() {}
 
 // Phase 1's loads, max and sum-exp only (no selection): the memory part of phase 1.
@@ -64,35 +49,6 @@ __global__ void __launch_bounds__(256, 2) loads_only(const __nv_bfloat16* __rest
   }
   sum = k::warp_sum(sum);
   if (threadIdx.x == 0) out[row * gridDim.x + blockIdx.x] = make_float2(cm, sum);
-}
-
-// Median microseconds per call of `body(i)` for i in [0, calls), as graph replays.
-float time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body) {
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 40; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return t[t.size() / 2];
 }
 
 int main() {

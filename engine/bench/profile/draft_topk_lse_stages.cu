@@ -45,66 +45,17 @@ __device__ __forceinline__ void v4_trace_mark(int i) {
   do {                     \
     if (STOP == 9) v4_trace_mark(i); \
   } while (0)
+#include "graph_timer.h"
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
 
 namespace k = ddtree::kernels;
 using bf16 = __nv_bfloat16;
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-__global__ void fill(bf16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    // roughly the bench's randn * 4 range, bf16
-    x[i] = __float2bfloat16((float(h & 0xFFFFFF) / 16777216.f - 0.5f) * 24.f);
-  }
-}
 // Same signature and launch as the kernel: the floor of a call (launch, cluster scheduling, PDL wait).
 __global__ void __launch_bounds__(512, 2) empty_kernel(const bf16*, int, int, int64_t, int64_t, int, int, int, float*,
                                                        int32_t*, float*, int32_t*) {
   k::pdl_launch_dependents();
   k::pdl_wait();
-}
-
-float time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body) {
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 40; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
 }
 
 struct Shape {
