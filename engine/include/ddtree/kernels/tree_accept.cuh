@@ -10,8 +10,9 @@
 //   before the first call, returned to zero by the last CTA (so a CUDA graph can replay the launch).
 //   Sampling CTAs derive their node's depth (the noise key needs it) from the child lists themselves.
 //   Why: the split plan's three launches were latency chains of dependent global reads (parents, then
-//   depths, then one partial and one child search per walk step): 11-19 us per round on the H200 for
-//   a 17-65-node tree over a 320-token vocab, more than the logits take to read.
+//   depths, then one partial and one child search per walk step): 10-18 us per round on the H200 for
+//   a 17-65-node tree over a 320-token vocab (the fused kernel: 7.4-10.1 us), far more than the logits
+//   take to read.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel
