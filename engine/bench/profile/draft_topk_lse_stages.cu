@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "ddtree/draft_topk_lse.h"
@@ -109,7 +110,7 @@ void row(const char* name, std::vector<Shape>& shapes, const std::vector<int>& k
   one(std::integral_constant<int, 0>{}, "0 whole kernel");
 }
 
-int main() {
+int main(int argc, char** argv) {
   std::vector<Shape> shapes = {{1, 15, 163840, 8, 16, {}}, {8, 15, 163840, 4, 4, {}}};
   const std::vector<int> ks = {1, 16, 64};
   cudaStream_t s;
@@ -136,6 +137,17 @@ int main() {
   for (int i = 0; i < 3000; ++i) fill<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);  // clocks up
   CK(cudaStreamSynchronize(s));
 
+  if (argc > 2 && std::string(argv[1]) == "calls") {
+    // For an ncu source-level profile: 20 plain library calls at 1x15 K = argv[2] (profile one with
+    // --launch-skip), no graphs, no other kernels after the fills.
+    const int kk = std::atoi(argv[2]);
+    for (int i = 0; i < 20; ++i)
+      ddtree_draft_topk_lse(shapes[0].xs[i % shapes[0].sets], DDTREE_DTYPE_BFLOAT16, 1, 15, 163840, int64_t(15) * 163840,
+                            163840, kk, lp, id, lse, ws, ws_bytes, flags, s);
+    CK(cudaStreamSynchronize(s));
+    std::printf("calls done\n");
+    return 0;
+  }
   constexpr unsigned v6a = k::kV4OptFastLoad | k::kV4OptK1Warp;  // = kV4OptDefault
   std::printf("%-22s %-26s", "variant", "stage");
   for (const Shape& sh : shapes)
