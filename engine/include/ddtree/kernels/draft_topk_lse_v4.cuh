@@ -105,6 +105,11 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool RB = ASYNC && (OPT & kV4OptRadixBound) != 0u;
   constexpr bool RV = (OPT & kV4OptRolledVisit) != 0u;
   constexpr bool SPLIT = (OPT & kV4OptSplitMerge) != 0u;
+  // v7 options: st.async instantiations only (the closing-barrier ones, opt-in since v5, stay v6's; with
+  // them ptxas spilled 4 bytes at 256 and 512 threads).
+  constexpr bool SB = ASYNC && (OPT & kV4OptSpreadBound) != 0u;
+  constexpr bool FM = ASYNC && (OPT & kV4OptFlatMerge) != 0u;
+  constexpr bool BR = ASYNC && (OPT & kV4OptBatchReload) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -325,11 +330,15 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     if (k > 1) {
       constexpr int PER = kV4Groups / G;  // maxima counted per lane
       static_assert(PER % 4 == 0, "16-byte reads of the maxima");
-      const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax) + (lane & (G - 1)) * (PER / 4);
+      // v7 (SB): lane j of a group reads 16-byte words j, j + G, j + 2G, ...: the G lanes' words are
+      // contiguous, so a warp's read is conflict-free. v5/v6 gave lane j words j * PER / 4 + i, 128 bytes
+      // apart: every bank held G of the addresses (ncu: 16 wavefronts per LDS.128 instead of 4, the
+      // bound's short-scoreboard stalls were 14% of all samples at 1x15 K = 16).
+      const uint4* g4 = reinterpret_cast<const uint4*>(sm.gmax) + (SB ? (lane & (G - 1)) : (lane & (G - 1)) * (PER / 4));
       int ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;  // four independent chains
 #pragma unroll 4
       for (int i = 0; i < PER / 4; ++i) {  // (unrolled fully, ptxas spills at 64 registers)
-        const uint4 v = g4[i];
+        const uint4 v = g4[SB ? i * G : i];
         ge0 += int(v.x >= mine);
         ge1 += int(v.y >= mine);
         ge2 += int(v.z >= mine);
@@ -456,6 +465,21 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       } else if (rounds == 1) {
 #pragma unroll
         for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+      } else if (BR) {
+        // v7: a round's vectors are loaded together, then visited (v6 issued each L2 load right before its
+        // visit, behind the previous visit's shared atomic: one L2 latency per vector, 6.4 µs at 8x15 K = 16).
+        const bool want = tkey >= thr;
+        for (int r = 0; r < rounds; ++r) {
+          uint4 v[kV4Vecs];
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) {
+            const int lv = (r * kV4Vecs + j) * THREADS + tid;
+            v[j] = v4_neg_inf_vec<T>();
+            if (want && lv < nv_cta) v[j] = fast ? __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv)) : load(lv);
+          }
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) visit(v[j], (r * kV4Vecs + j) * THREADS + tid);
+        }
       } else {
         for (int r = 0; r < rounds; ++r) {
 #pragma unroll
@@ -590,7 +614,41 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       }
     }
   }
-  for (int t = SPLIT ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
+  if (FM && !SPLIT) {
+    // v7: items numbered densely (item t = slot cc = t / k, index r = t % k), so at k = 16 four warps hold
+    // all 128 of them; each item's row rank is the sum over ALL lists (its own included: r items of its own
+    // list beat it) of a branch-free binary search, the lists searched step by step together (eight
+    // independent loads per step, seven steps). v6 ran the seven searches one after another, each behind a
+    // branch (ncu: ~400 instructions per warp, one long dependent chain).
+    int nl[kV4MaxCluster];
+#pragma unroll
+    for (int o = 0; o < kV4MaxCluster; ++o) nl[o] = o < cluster ? n_of(o) : 0;
+    for (int t = tid; t < cluster * k; t += THREADS) {
+      const int cc = t / k, r = t - cc * k;
+      if (r >= n_of(cc)) continue;
+      const uint64_t it = sm.slot[cc][r];
+      int pos[kV4MaxCluster];
+#pragma unroll
+      for (int o = 0; o < kV4MaxCluster; ++o) pos[o] = 0;
+#pragma unroll
+      for (int st = kV4MaxK; st > 0; st >>= 1) {
+#pragma unroll
+        for (int o = 0; o < kV4MaxCluster; ++o) {
+          const uint64_t v = pos[o] + st <= nl[o] ? sm.slot[o][pos[o] + st - 1] : 0ull;
+          pos[o] += v > it ? st : 0;
+        }
+      }
+      int rank = 0;
+#pragma unroll
+      for (int o = 0; o < kV4MaxCluster; ++o) rank += pos[o];
+      if (rank < ksel) {
+        const float f = key_to_float(item_key(it));
+        lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+        id_out[rank] = item_id(it);
+      }
+    }
+  }
+  for (int t = SPLIT || FM ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
     const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
     if (r >= n_of(cc)) continue;
     const uint64_t it = sm.slot[cc][r];

@@ -56,8 +56,17 @@ constexpr unsigned kV4OptK1Warp = 2u;
 constexpr unsigned kV4OptRadixBound = 16u;
 constexpr unsigned kV4OptRolledVisit = 32u;
 constexpr unsigned kV4OptSplitMerge = 64u;
-// Not yet measured on a GPU (emulator-verified): they stay out of the default until the profiler says so.
-constexpr unsigned kV4OptDefault = kV4OptFastLoad | kV4OptK1Warp;
+// (Measured on the H200 in session 5, NOTES "v7": all three slower or neutral; profiler only.)
+// v7 (session 5, NOTES "v7"), k > 1, from an ncu source-level profile of v6: kV4OptSpreadBound: the bound's
+// group-maxima reads without bank conflicts; kV4OptFlatMerge: CTA 0 ranks each slot item by one branch-free
+// binary search per CTA list, all lists step by step together (v6: seven searches one after another, each
+// behind a branch), over a dense item numbering; kV4OptBatchReload: with two or more register rounds, the
+// candidate pass loads a round's vectors together before visiting them (v6: one dependent L2 load per visit).
+constexpr unsigned kV4OptSpreadBound = 128u;
+constexpr unsigned kV4OptFlatMerge = 256u;
+constexpr unsigned kV4OptBatchReload = 512u;
+constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
+constexpr unsigned kV4OptDefault = kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
