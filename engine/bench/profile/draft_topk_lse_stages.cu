@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
   row<v6a | sb>("v6 + spread bound", shapes, ks, lp, id, lse, flags, s);
   row<v6a | fm>("v6 + flat merge", shapes, ks, lp, id, lse, flags, s);
   row<v6a | br>("v6 + batch reload", shapes, ks, lp, id, lse, flags, s);
+  row<v6a | k::kV4OptFloatFilter>("v6 + float filter", shapes, ks, lp, id, lse, flags, s);
 
   // Stage timeline of one call (trace build), after 4 untraced calls; slot deltas from mark 1 (after the
   // PDL wait) in ns at the clock the stamps measured.

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool SB = ASYNC && (OPT & kV4OptSpreadBound) != 0u;
   constexpr bool FM = ASYNC && (OPT & kV4OptFlatMerge) != 0u;
   constexpr bool BR = ASYNC && (OPT & kV4OptBatchReload) != 0u;
+  constexpr bool FF = ASYNC && (OPT & kV4OptFloatFilter) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -383,6 +384,11 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     // Candidates: keys > thr, and keys == thr except that when thr is -inf's key only the -inf logits of
     // the first kc ids qualify (the slice's best items are its finite logits, then its lowest -inf ids).
     const int id_lim = thr == kV4KeyNegInf ? id0 + kc : 0x7fffffff;
+    // v7 (FF): the same test on floats. thr is 1 (admit all) or the key of a logit of this slice (no NaN or
+    // +inf: bad slices skip this); key order is float order with -0 == +0, which float compares give too,
+    // and thr = 1 becomes -inf with id_lim = INT_MAX (every non-NaN logit passes). v6 converted every
+    // logit to its key first (~4 instructions each).
+    const float thr_f = key_to_float(max(thr, kV4KeyNegInf));
     auto item_of = [&](float f, int id) -> uint64_t {
       const uint32_t key = v4_key(f);
       return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
@@ -420,14 +426,21 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       const unsigned lt = (1u << lane) - 1u;
       auto visit = [&](const uint4& v, int lv) {  // warp-uniform call
         const float vm = v4_vec_max<T>(v);
-        const bool hit = lv < nv_cta && v4_key(vm) >= thr;
+        const bool hit = lv < nv_cta && (FF ? vm >= thr_f : v4_key(vm) >= thr);
         if (!__any_sync(0xffffffffu, hit)) return;
         const int base = (v0 + lv) * VN;
         unsigned m = 0u;
 #pragma unroll
         for (int q = 0; q < VN; ++q) {
-          const uint32_t key = v4_key(v4_elem<T>(v, q));
-          const bool in = hit & (base + q < vocab) & ((key > thr) | ((key == thr) & (base + q < id_lim)));
+          bool pass;
+          if (FF) {
+            const float e = v4_elem<T>(v, q);
+            pass = (e > thr_f) | ((e == thr_f) & (base + q < id_lim));
+          } else {
+            const uint32_t key = v4_key(v4_elem<T>(v, q));
+            pass = (key > thr) | ((key == thr) & (base + q < id_lim));
+          }
+          const bool in = hit & (base + q < vocab) & pass;
           m |= unsigned(in) << q;
         }
         int off[VN];

@@ -65,8 +65,11 @@ constexpr unsigned kV4OptSplitMerge = 64u;
 constexpr unsigned kV4OptSpreadBound = 128u;
 constexpr unsigned kV4OptFlatMerge = 256u;
 constexpr unsigned kV4OptBatchReload = 512u;
+// kV4OptFloatFilter: the k > 1 candidate pass compares logits with the bound as floats, not as keys.
+constexpr unsigned kV4OptFloatFilter = 1024u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
-constexpr unsigned kV4OptDefault = kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload;
+constexpr unsigned kV4OptDefault =
+    kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).

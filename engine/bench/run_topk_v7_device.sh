@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One device call for draft_topk_lse v7 (engine/bench/NOTES.md, "v7 (session 5)"), on the library, the
+# self-test and the stage profiler built beforehand on the CPU machine (sm_90a, DDTREE_OPS=draft_topk_lse;
+# topk_stages from bench/profile/draft_topk_lse_stages.cu) in $B (default engine/build-topk).
+# Stages (STAGES, default all, in this order): stages (stage-truncation profile: v6, v7 and each v7 option,
+# plus per-CTA traces), selftest, bench (the default vs torch f32/bf16), pytest (draft_topk_lse GPU tests),
+# sanitize (memcheck + racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16).
+# Logs under $OUT (at most 8 files). Usage, from the repository root: bash engine/bench/run_topk_v7_device.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/v7out}; mkdir -p "$OUT"
+STAGES=${STAGES:-"stages selftest bench pytest sanitize ncu"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+B=$(realpath "${B:-engine/build-topk}")
+export DDTREE_LIB=$B/libddtree.so
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+if has stages; then
+  stamp stages
+  timeout 90 "$B/topk_stages" > "$OUT/stages.log" 2>&1
+  echo "stages rc=$?"; cat "$OUT/stages.log"
+fi
+if has selftest; then
+  stamp selftest
+  timeout 90 "$B/ddtree-selftest" draft_topk_lse > "$OUT/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | head -12
+fi
+if has bench; then
+  stamp bench
+  DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
+    --shapes=1x15x163840,8x15x163840 --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?"; grep -v "^\[" "$OUT/bench.log" | grep -E "x15x|TB/s" | head -20
+fi
+if has pytest; then
+  stamp pytest
+  timeout 200 python3 -m pytest engine/tests/test_draft_topk_lse.py -m gpu -p no:cacheprovider -q -x \
+    > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B/ddtree-selftest" draft_topk_lse_golden \
+      draft_topk_lse_sanitizer_sized > "$OUT/san_$tool.log" 2>&1
+    echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|FAIL' "$OUT/san_$tool.log" | tail -3 | tr '\n' ' ')"
+  done
+fi
+if has ncu; then
+  stamp ncu
+  LD_LIBRARY_PATH=$B timeout 60 ncu --clock-control none --cache-control none -k regex:draft_topk_lse_v4 \
+    --launch-skip 8 --launch-count 1 --section WarpStateStats --section SourceCounters --section SpeedOfLight \
+    --warp-sampling-interval 0 -f -o /tmp/v7k16 "$B/topk_stages" calls 16 > /tmp/v7ncu.log 2>&1
+  echo "ncu rc=$?"; tail -2 /tmp/v7ncu.log
+  ncu -i /tmp/v7k16.ncu-rep --page details > "$OUT/ncu16_details.txt" 2>&1
+  ncu -i /tmp/v7k16.ncu-rep --page source --csv --print-source sass > "$OUT/ncu16_src.csv" 2>&1
+  grep -E "Duration|SM Active|Warp Cycles Per Issued|excessive" "$OUT/ncu16_details.txt" | head -6
+fi
+stamp done
