@@ -68,6 +68,7 @@ constexpr unsigned kV4OptBatchReload = 512u;
 // kV4OptFloatFilter: the k > 1 candidate pass compares logits with the bound as floats, not as keys.
 constexpr unsigned kV4OptFloatFilter = 1024u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
+// The default since session 5's H200 run (each v7 option alone was faster or neutral on v6; NOTES "v7").
 constexpr unsigned kV4OptDefault =
     kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter;
 
