@@ -12,12 +12,15 @@ best case); the kernel reads the paged cache. Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
+import statistics
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
@@ -30,6 +33,7 @@ from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
 from _timing import copy_bandwidth, graph_time, scoped_env  # noqa: E402
+from ddtree_engine import _lib  # noqa: E402
 
 
 def measure_ceilings() -> tuple[float, float]:
@@ -42,6 +46,86 @@ def measure_ceilings() -> tuple[float, float]:
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     t = graph_time(lambda: a @ b, calls=5, reps=10)
     return bw, 2 * 8192**3 / t
+
+
+GEMM_N = 8192  # the matmul peer of the FLOP floor: one bf16 GEMM of GEMM_N^3
+
+
+def matmul_peer() -> Callable[[], object]:
+    a = torch.randn(GEMM_N, GEMM_N, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(GEMM_N, GEMM_N, dtype=torch.bfloat16, device="cuda")
+    return lambda: a @ b
+
+
+def capture(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `calls` calls of fn (warmed up on a side stream first, as capture requires)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def interleaved_time(fn: Callable[[], object], fn_calls: int, peer: Callable[[], object], peer_calls: int,
+                     reps: int = 15) -> tuple[float, float]:
+    """(seconds per call of fn, seconds per call of peer), medians over `reps` rounds in which a graph of
+    fn_calls calls of fn and a graph of peer_calls calls of peer replay back to back (fn, peer, fn, peer,
+    ...). The two graphs are sized to about the same duration, so both run under the same duty cycle and
+    power state: the H200 holds its 700 W cap by lowering the SM clock on long GEMM and fa3 runs
+    (NOTES, "Clock probe"), and a peer timed in a separate burst reads 710-814 TFLOP/s between calls."""
+    ga, gb = capture(fn, fn_calls), capture(peer, peer_calls)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    ta, tb = [], []
+    for _ in range(reps):
+        ev[0].record()
+        ga.replay()
+        ev[1].record()
+        gb.replay()
+        ev[2].record()
+        ev[2].synchronize()
+        ta.append(ev[0].elapsed_time(ev[1]) / 1e3 / fn_calls)
+        tb.append(ev[1].elapsed_time(ev[2]) / 1e3 / peer_calls)
+    return statistics.median(ta), statistics.median(tb)
+
+
+_LIBS: dict[str, object] = {}
+
+
+@contextlib.contextmanager
+def other_library(path: str) -> Iterator[None]:
+    """Route the ops' C calls to another build of libddtree (e.g. main's previous kernel) for the block, so
+    that two builds are timed in one process on the same inputs (--ab-lib). ctypes loads each library
+    RTLD_LOCAL: both sets of kernels live side by side in the one CUDA context."""
+    import ctypes
+
+    lib = _LIBS.get(path)
+    if lib is None:
+        lib = ctypes.CDLL(path)
+        for name, res, args in (("ddtree_last_error", ctypes.c_char_p, []),
+                                ("ddtree_status_string", ctypes.c_char_p, [ctypes.c_int]),
+                                ("ddtree_build_info", ctypes.c_char_p, []),
+                                ("ddtree_check_device", ctypes.c_int, [])):
+            getattr(lib, name).restype = res
+            getattr(lib, name).argtypes = args
+        _LIBS[path] = lib
+    saved = (_lib._lib, _lib._lib_path, dict(_lib._functions))
+    _lib._lib, _lib._lib_path = lib, Path(path)
+    _lib._functions.clear()
+    try:
+        yield
+    finally:
+        _lib._lib, _lib._lib_path = saved[0], saved[1]
+        _lib._functions.clear()
+        _lib._functions.update(saved[2])
 
 
 def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -79,7 +163,8 @@ FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask"}
 
 def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,
               use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128,
-              ab: bool = False) -> dict:
+              ab: bool = False, ab_libs: dict[str, str] | None = None,
+              peer: Callable[[], object] | None = None, ab_rounds: int = 0) -> dict:
     gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
     parents = torch.tensor([ddtree_like_parents(n, gen)])
     anc = ref.anc_from_parents(parents).cuda()
@@ -123,6 +208,36 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         row[f"{name}_us"] = graph_time(ours) * 1e6
         outs[name] = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
     ta_ops.set_impl("auto")
+    if peer is not None:
+        # v11 floor methodology: the matmul peer timed interleaved with the default back end, both graphs
+        # of about equal length, so the FLOP rate is read under the same power state as the kernel.
+        t_ours = row[f"{default}_us"] * 1e-6
+        t_gemm = 2 * GEMM_N**3 / rate
+        fn_calls = max(10, math.ceil(t_gemm / t_ours))
+        peer_calls = max(1, round(fn_calls * t_ours / t_gemm))
+        t_il, t_peer = interleaved_time(ours, fn_calls, peer, peer_calls)
+        row["rate_il"] = 2 * GEMM_N**3 / t_peer
+        row["ours_il_us"] = t_il * 1e6
+        row["floor_il_us"] = max(bytes_ / bw, flops / row["rate_il"]) * 1e6
+        row["il_calls"] = [fn_calls, peer_calls]
+    for name, path in (ab_libs or {}).items():
+        # The same inputs through another build of the library (e.g. main's kernel), same process.
+        with other_library(path):
+            row[f"{name}_us"] = graph_time(ours) * 1e6
+            o_ab = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
+        row[f"{name}_bits_equal"] = bool(torch.equal(o_ab.view(torch.int16), outs[default].view(torch.int16)))
+        row[f"{name}_rel_diff"] = rel_diff(o_ab, outs[default])
+    if ab_libs and ab_rounds > 0:
+        # This build and each --ab-lib build timed in alternation, ab_rounds rounds, medians: the card's power
+        # state drifts within a shape's timings (NOTES v11), and alternation spreads the drift over all builds.
+        alt: dict[str, list[float]] = {"this": [], **{name: [] for name in ab_libs}}
+        for _ in range(ab_rounds):
+            alt["this"].append(graph_time(ours) * 1e6)
+            for name, path in ab_libs.items():
+                with other_library(path):
+                    alt[name].append(graph_time(ours) * 1e6)
+        for name, ts in alt.items():
+            row[f"alt_{name}_us"] = statistics.median(ts)
     if ab and default == "fa3":
         # The default back end again with each launch switch of fa3 v10 flipped (the launcher's per-call
         # environment switches: fused merge on, lazy mask wait off, balanced chunks), same inputs and process.
@@ -205,23 +320,50 @@ def print_table(rows: list[dict], impls: list[str]) -> None:
             cells.append(f"{t:.1f}" if t else ("failed" if peer == "sdpa" else "n/a"))
             cells += [f"{t / r[f'{i}_us']:.2f}x" if t else "-" for i in impls]
         print("| " + " | ".join(cells) + " |", flush=True)
+    if any("rate_il" in r for r in rows):
+        print("\nFloor with the matmul peer interleaved with the default back end (same power state; see "
+              "interleaved_time):\n\n| Hq/Hkv | N | C | matmul TFLOP/s (il) | floor µs (il) | ours µs (il) | "
+              "ours/floor (il) | ours/floor (burst rate) | graphs (calls ours / GEMMs) |\n|" + "---|" * 9)
+        for r in rows:
+            if "rate_il" not in r:
+                continue
+            print(f"| {r['hq']}/{r['hkv']} | {r['n']} | {r['ctx'] // 1024}k | {r['rate_il'] / 1e12:.0f} | "
+                  f"{r['floor_il_us']:.1f} | {r['ours_il_us']:.1f} | {r['ours_il_us'] / r['floor_il_us']:.2f} | "
+                  f"{r['ours_us'] / r['floor_us']:.2f} | {r['il_calls'][0]} / {r['il_calls'][1]} |", flush=True)
 
 
-def print_ab(rows: list[dict]) -> None:
+def print_alt(rows: list[dict], ab_libs: dict[str, str]) -> None:
+    """This build against the --ab-lib builds timed in alternation (medians, µs)."""
+    if not any("alt_this_us" in r for r in rows):
+        return
+    names = list(ab_libs)
+    print("\n| Hq/Hkv | N | C | this build µs (alternating) | " + " | ".join(f"{n} µs" for n in names) + " | "
+          + " | ".join(f"{n} / this" for n in names) + " |\n|" + "---|" * (4 + 2 * len(names)))
+    for r in rows:
+        if "alt_this_us" not in r:
+            continue
+        cells = [f"{r['hq']}/{r['hkv']}", str(r["n"]), f"{r['ctx'] // 1024}k", f"{r['alt_this_us']:.1f}"]
+        cells += [f"{r[f'alt_{n}_us']:.1f}" for n in names]
+        cells += [f"{r[f'alt_{n}_us'] / r['alt_this_us']:.3f}" for n in names]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def print_ab(rows: list[dict], ab_libs: dict[str, str] | None = None) -> None:
     """fa3 (default) next to the same kernel with a launch switch flipped (µs, same process)."""
-    names = [n for n in FA3_AB if any(f"{n}_us" in r for r in rows)]
+    names = [n for n in [*FA3_AB, *(ab_libs or {})] if any(f"{n}_us" in r for r in rows)]
+    exact = FA3_AB_EXACT | set(ab_libs or {})
     if not names:
         return
     cols = ["Hq/Hkv", "N", "C", "fa3 µs"] + [f"{n} µs" for n in names] + ["same bits (exact switches)"]
-    cols += [f"{n} rel diff" for n in names if n not in FA3_AB_EXACT]
+    cols += [f"{n} rel diff" for n in names if n not in exact]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         if f"{names[0]}_us" not in r:
             continue
         cells = [f"{r['hq']}/{r['hkv']}", str(r["n"]), f"{r['ctx'] // 1024}k", f"{r['fa3_us']:.1f}"]
         cells += [f"{r[f'{n}_us']:.1f}" for n in names]
-        cells.append("yes" if all(r.get(f"{n}_bits_equal") for n in names if n in FA3_AB_EXACT) else "NO")
-        cells += [f"{r.get(f'{n}_rel_diff', float('nan')):.1e}" for n in names if n not in FA3_AB_EXACT]
+        cells.append("yes" if all(r.get(f"{n}_bits_equal") for n in names if n in exact) else "NO")
+        cells += [f"{r.get(f'{n}_rel_diff', float('nan')):.1e}" for n in names if n not in exact]
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
@@ -279,6 +421,14 @@ def main() -> None:
     ap.add_argument("--ab", action="store_true", help="also time the default fa3 back end with each launch "
                     "switch flipped (fused merge on, lazy mask wait off, balanced chunks; the launcher's per-call "
                     "environment switches)")
+    ap.add_argument("--ab-only", default="", help="comma list of --ab switches to time (default: all of FA3_AB)")
+    ap.add_argument("--ab-lib", action="append", default=[], metavar="NAME=PATH",
+                    help="also time the default back end of another libddtree build (e.g. main's) on the same "
+                    "inputs in this process, and check its bits against this build's (repeatable)")
+    ap.add_argument("--ab-rounds", type=int, default=0, help="also time this build and the --ab-lib builds in "
+                    "alternation, this many rounds, and print the medians")
+    ap.add_argument("--interleaved-floor", action="store_true", help="also time the matmul peer interleaved "
+                    "with the default back end per shape (same power state) and print the floor from that rate")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
                     "(default: all; it has never compiled at 64 nodes here, and each attempt is slow)")
     ap.add_argument("--flex-hq", default="", help="comma list of query-head counts to run flex_attention at "
@@ -302,14 +452,21 @@ def main() -> None:
                                             indent=1))
 
     # Pass 1: kernel + SDPA (fast). Pass 2: flex_attention, whose compiles are slow, shape by shape.
+    ab_libs = dict(x.split("=", 1) for x in args.ab_lib)
+    if args.ab_only:
+        for name in [n for n in FA3_AB if n not in args.ab_only.split(",")]:
+            del FA3_AB[name]
+    peer = matmul_peer() if args.interleaved_floor else None
     rows = []
     for hq, hkv, n, ctx in shapes:
-        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False, ab=args.ab))
+        rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False, ab=args.ab, ab_libs=ab_libs,
+                              peer=peer, ab_rounds=args.ab_rounds))
         print(json.dumps(rows[-1]), flush=True)
     save(rows)
     print_table(rows, impls)
-    if args.ab:
-        print_ab(rows)
+    if args.ab or ab_libs:
+        print_ab(rows, ab_libs)
+        print_alt(rows, ab_libs)
     if args.no_flex:
         return
     # N=512 first: flex compiled there in earlier measurements; N=64 may fail to compile (inductor).
@@ -321,10 +478,12 @@ def main() -> None:
             rows[k]["flex_error"] = "skipped (--flex-nodes / --flex-hq)"
             continue
         row = run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=True, use_sdpa=False)
-        for key in ("sdpa_us", "sdpa_error", "rel_diff_vs_sdpa"):
+        for key in ("sdpa_us", "sdpa_error", "rel_diff_vs_sdpa", "rate_il", "ours_il_us", "floor_il_us", "il_calls"):
             if key in rows[k]:
                 row[key] = rows[k][key]
         row.pop("sdpa_error", None) if row.get("sdpa_us") else None
+        for key, val in rows[k].items():  # pass 1's A/B and interleaved-floor fields
+            row.setdefault(key, val)
         for name in impls:
             row[f"{name}_us_pass1"] = rows[k][f"{name}_us"]
         rows[k] = row
