@@ -8,13 +8,17 @@ seeded fraction of positions (NoisyOracleDrafter; a random-weight drafter would 
 random-weight target), and with the engine's TinyDrafter distilled on the target's own outputs
 (`distill_drafter`). Prints tokens/s, the ratio to AR measured in the same run, the mean acceptance
 length (new tokens per request-round), and the share of a round spent outside the two model forwards
-(drafter + target), measured by replaying separately captured graphs of the whole round, the drafter
-call and the target forward on the same static inputs.
+(drafter + target): round time minus the time of one graph holding the drafter call and the target forward
+back to back on the same static inputs (so the seams between kernels count on both sides), medians of
+interleaved batches of replays timed with CUDA events. The older figure, round minus separately captured
+drafter and target graphs, is printed beside it. --finish fused split compares the round tails (A/B).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 
 import torch
@@ -60,31 +64,64 @@ def _time_replay(g: object, reps: int = 200) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def overhead_share(eng: DDTreeEngine) -> tuple[float, float, float]:
-    """(round, drafter, target) seconds per replay with every slot active mid-generation."""
+def _time_batch(g: object, reps: int) -> float:
+    """Seconds per replay over `reps` back-to-back replays (CUDA events on GPU: GPU time, not host time)."""
+    if not torch.cuda.is_available():
+        return _time_replay(g, reps)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        g.replay()  # type: ignore[attr-defined]
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / reps
+
+
+STATE = ("ctx_len", "root", "hidden", "out_len", "active", "live_budget")
+
+
+def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
+    """Seconds per replay (medians over `batches` interleaved batches of ROUND_REPS replays) of: the round's
+    graph; the drafter call and the target forward, each captured alone; and `models`, the drafter call
+    followed by the target forward in ONE graph (the round with the engine ops taken out, seams included).
+    Every slot active mid-generation; the state is restored before each batch of rounds, so every batch
+    replays the same rounds."""
     be, m = eng.be, eng.model
     budget = eng.budget.clone()
     drafts = eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
     top_lp, top_id, _ = be.draft_topk_lse(drafts, eng.K)
     tree = be.build_tree(top_lp, top_id, eng.root, eng.ctx_len, budget, eng.n_max)
-    ctx = eng.ctx_len.clone()  # the target-only graph must not move the real context
+    ctx = eng.ctx_len.clone()  # the target-only graphs must not move the real context
+
+    def draft() -> None:
+        eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
 
     def target() -> None:
         m.forward_tree(be, eng.cache.k, eng.cache.v, eng.cache.block_table, tree.node_token, tree.positions,
                        ctx, tree.anc)
 
-    with torch.inference_mode():
-        t_draft = _time_replay(_graph(lambda: eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)))
-        t_target = _time_replay(_graph(target))
-    # The whole round, on a snapshot of the state (replays advance it; restored after).
-    snap = {k: getattr(eng, k).clone() for k in ("ctx_len", "root", "hidden", "out_len", "active")}
+    def models() -> None:
+        draft()
+        target()
+
     eng.max_new.fill_(1 << 30)
+    snap = {k: getattr(eng, k).clone() for k in STATE}
     with torch.inference_mode():
-        g = eng._graph or _graph(eng._round)
-        t_round = _time_replay(g, reps=ROUND_REPS)
+        graphs = {"drafter": _graph(draft), "target": _graph(target), "models": _graph(models),
+                  "round": eng._graph or _graph(eng._round)}
+        times: dict[str, list[float]] = {k: [] for k in graphs}
+        for _ in range(batches):
+            for name, g in graphs.items():
+                if name == "round":
+                    for k, v in snap.items():
+                        getattr(eng, k).copy_(v)
+                for _ in range(2):
+                    g.replay()  # type: ignore[attr-defined]
+                _sync()
+                times[name].append(_time_batch(g, ROUND_REPS))
     for k, v in snap.items():
         getattr(eng, k).copy_(v)
-    return t_round, t_draft, t_target
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
@@ -131,6 +168,10 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
     ap.add_argument("--distill-steps", type=int, default=400, help="training steps of the distilled drafter")
     add_model_args(ap)
+    ap.add_argument("--finish", nargs="+", default=[""], choices=["", "fused", "split"],
+                    help="round tail: fused (round_finish, one launch), split (tree_accept + kv_commit + "
+                         "round_update + the budget mask: the session-4 path), or '' (the engine's default); "
+                         "several: an A/B in one run")
     ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
                     help="drafters to run (distilled trains a drafter first: slow on large models)")
     ap.add_argument("--exact", action="store_true",
@@ -167,10 +208,12 @@ def main() -> None:
         prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
                    for k in torch.randint(4, 64, (batch,), generator=g)]
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+        os.environ["DDTREE_ROUND_FINISH"] = ""  # the AR peer: the engine's default path at budget 0
         ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [], backend)
         graphs = ", graphs" if DEV == "cuda" and backend.graph_safe else ""
         print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}): {ar_tps:,.0f} tok/s")
-        for budget, kind in [(b, k) for b in args.budgets for k in args.kinds]:
+        for budget, kind, finish in [(b, k, f) for b in args.budgets for k in args.kinds for f in args.finish]:
+            os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
             if kind == "noisy":
                 dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
                 toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref, backend)
@@ -188,11 +231,15 @@ def main() -> None:
                 eng.admit(s, Request(p, args.tokens, budget=budget))
             for _ in range(3):
                 eng.step()
-            t_round, t_draft, t_target = overhead_share(eng)
-            share = max(0.0, t_round - t_draft - t_target) / t_round
-            print(f"  DDTree {kind:9s} budget {budget:4d}: {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  accept {acc:5.2f}  "
-                  f"round {t_round * 1e6:7.1f} us = drafter {t_draft * 1e6:6.1f} + target {t_target * 1e6:6.1f} "
-                  f"+ other {share:6.1%}   tokens equal to AR {agree_tok:.3f}")
+            t = overhead_share(eng)
+            other = (t["round"] - t["models"]) / t["round"]
+            other_sep = (t["round"] - t["drafter"] - t["target"]) / t["round"]
+            tail = "fused" if eng.fused_finish else "split"
+            print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
+                  f"accept {acc:5.2f}  round {t['round'] * 1e6:7.1f} us, drafter+target in one graph "
+                  f"{t['models'] * 1e6:7.1f} us -> other {other:6.1%} ({(t['round'] - t['models']) * 1e6:5.1f} us);"
+                  f"  separately: drafter {t['drafter'] * 1e6:6.1f} + target {t['target'] * 1e6:6.1f} -> other "
+                  f"{other_sep:6.1%}   tokens equal to AR {agree_tok:.3f}")
 
 
 if __name__ == "__main__":

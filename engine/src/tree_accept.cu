@@ -1,8 +1,13 @@
 // Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
-// or the split plan's three kernels.
+// or the split plan's three kernels; and of round_finish (the fused kernel with the round tail).
 #include "common.h"
+#include "ddtree/kernels/round_finish.cuh"
 #include "ddtree/kernels/tree_accept.cuh"
+#include "ddtree/round_finish.h"
 #include "ddtree/tree_accept.h"
+
+static_assert(DDTREE_ROUND_FINISH_MAX_LAYERS == ddtree::kernels::kFinishMaxLayers, "C ABI limit");
+static_assert(DDTREE_ROUND_FINISH_MAX_PAIRS == ddtree::kernels::kFinishMaxPairs, "C ABI limit");
 
 static_assert(DDTREE_TREE_ACCEPT_FUSED_MAX_NODES == ddtree::kernels::kAcceptFusedMaxNodes, "C ABI limit");
 
@@ -64,8 +69,8 @@ ddtree_status_t run(const T* logits, int32_t batch, int32_t n_max, int32_t vocab
                                 num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished);
 }
 
-template <typename T>
-ddtree_status_t run_fused(const T* logits, int32_t batch, int32_t n_max, int32_t vocab, int64_t batch_stride,
+template <typename T, typename Tail>
+ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int32_t n_max, int32_t vocab, int64_t batch_stride,
                           int64_t row_stride, const int32_t* node_token, const int32_t* first_child,
                           const int32_t* next_sibling, const int32_t* num_nodes, const int32_t* ctx_len,
                           const float* temperature, const int64_t* seed, const int32_t* stop_ids, int32_t num_stop,
@@ -81,16 +86,16 @@ ddtree_status_t run_fused(const T* logits, int32_t batch, int32_t n_max, int32_t
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   // Without PDL: the logits come from the model's last kernel, which does not trigger dependents early.
   if (vec)
-    return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true>, grid,
+    return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
                                   dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
                                   n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                   stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                  committed_ids, bonus, finished, flags);
-  return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false>, grid,
+                                  committed_ids, bonus, finished, flags, tail);
+  return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false, Tail>, grid,
                                 dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
                                 n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                 stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                committed_ids, bonus, finished, flags);
+                                committed_ids, bonus, finished, flags, tail);
 }
 
 // Argument checks shared by both entry points.
@@ -139,24 +144,100 @@ DDTREE_API size_t ddtree_tree_accept_workspace_size(int32_t batch, int32_t n_max
 
 namespace {
 
-// Both entry points: argument checks, then the split plan (fused = false) or the fused plan.
-ddtree_status_t check_and_run(bool fused, DDTREE_ACCEPT_PARAMS, uint32_t* counters, int32_t* error_flags,
-                              cudaStream_t stream) {
-  const char* op = fused ? "tree_accept_fused" : "tree_accept";
+// The C ABI tail description -> the kernel's RoundTail (checked; the caller checked the accept arguments).
+ddtree_status_t make_tail(const ddtree_round_tail_t* in, int32_t batch, int32_t n_max, int32_t width,
+                          const int32_t* ctx_len, k::RoundTail* out) {
+  DDTREE_REQUIRE(in != nullptr, "round_finish: tail must be non-null");
+  const ddtree_round_tail_t& t = *in;
+  DDTREE_REQUIRE(t.num_layers >= 1 && t.num_layers <= k::kFinishMaxLayers,
+                 "round_finish: num_layers must be in [1, %d], got %d (larger models: tree_accept_fused + kv_commit "
+                 "+ round_update)", k::kFinishMaxLayers, t.num_layers);
+  DDTREE_REQUIRE(t.num_pages >= 1 && t.page_size >= 1 && t.max_pages >= 1 && t.kv_row_bytes >= 1,
+                 "round_finish: num_pages (%d), page_size (%d), max_pages (%d) and kv_row_bytes (%lld) must be >= 1",
+                 t.num_pages, t.page_size, t.max_pages, static_cast<long long>(t.kv_row_bytes));
+  DDTREE_REQUIRE(int64_t(t.num_pages) * t.page_size <= INT32_MAX,
+                 "round_finish: num_pages x page_size (%d x %d) must fit in int32 (cache row indices)", t.num_pages,
+                 t.page_size);
+  DDTREE_REQUIRE(t.hid_rows >= n_max && t.hid_row_bytes >= 1 && t.tokens_width >= 1,
+                 "round_finish: hid_rows (%d) must be >= n_max (%d), hid_row_bytes (%lld) and tokens_width (%d) >= 1",
+                 t.hid_rows, n_max, static_cast<long long>(t.hid_row_bytes), t.tokens_width);
+  DDTREE_REQUIRE(t.ctx_len == ctx_len, "round_finish: the tail's ctx_len must be the accept's ctx_len pointer");
+  DDTREE_REQUIRE(t.k_caches && t.block_table && t.hid && t.active && t.ignore_stop && t.max_new && t.out_len &&
+                     t.root && t.hidden && t.r_tokens && t.r_count && t.r_finish,
+                 "round_finish: every tail pointer but v_caches and live_budget must be non-null");
+  (void)batch;
+  (void)width;
+  *out = k::RoundTail{};
+  uintptr_t bits = uintptr_t(t.kv_row_bytes);
+  for (int l = 0; l < t.num_layers; ++l) {
+    DDTREE_REQUIRE(t.k_caches[l] != nullptr && (t.v_caches == nullptr || t.v_caches[l] != nullptr),
+                   "round_finish: cache pointer of layer %d is null", l);
+    out->k[l] = static_cast<char*>(t.k_caches[l]);
+    out->v[l] = t.v_caches != nullptr ? static_cast<char*>(t.v_caches[l]) : nullptr;
+    bits |= reinterpret_cast<uintptr_t>(t.k_caches[l]);
+    if (t.v_caches != nullptr) bits |= reinterpret_cast<uintptr_t>(t.v_caches[l]);
+  }
+  const int unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+  DDTREE_REQUIRE(ddtree_round_finish_fits(t.num_layers, t.kv_row_bytes, unit),
+                 "round_finish: %d layers x %lld-byte rows (copy unit %d) exceed one CTA's commit (%d work items); "
+                 "use tree_accept_fused + kv_commit + round_update", t.num_layers,
+                 static_cast<long long>(t.kv_row_bytes), unit, k::kFinishMaxPairs);
+  const uintptr_t hbits = uintptr_t(t.hid_row_bytes) | reinterpret_cast<uintptr_t>(t.hid) |
+                          reinterpret_cast<uintptr_t>(t.hidden);
+  out->num_layers = t.num_layers;
+  out->num_pages = t.num_pages;
+  out->page_size = t.page_size;
+  out->max_pages = t.max_pages;
+  out->kv_row_bytes = t.kv_row_bytes;
+  out->kv_unit = unit;
+  out->block_table = t.block_table;
+  out->hid = static_cast<const char*>(t.hid);
+  out->hid_rows = t.hid_rows;
+  out->hid_unit = hbits % 16 == 0 ? 16 : hbits % 4 == 0 ? 4 : 1;
+  out->hid_row_bytes = t.hid_row_bytes;
+  out->active = t.active;
+  out->ignore_stop = t.ignore_stop;
+  out->max_new = t.max_new;
+  out->out_len = t.out_len;
+  out->ctx_len = t.ctx_len;
+  out->root = t.root;
+  out->hidden = static_cast<char*>(t.hidden);
+  out->r_tokens = t.r_tokens;
+  out->tokens_width = t.tokens_width;
+  out->r_count = t.r_count;
+  out->r_finish = t.r_finish;
+  out->live_budget = t.live_budget;
+  return DDTREE_STATUS_SUCCESS;
+}
+
+// All entry points: argument checks, then the split plan (fused = false) or the fused plan, the latter with
+// the round tail when `tail` is non-null (round_finish).
+ddtree_status_t check_and_run(bool fused, DDTREE_ACCEPT_PARAMS, const ddtree_round_tail_t* tail,
+                              uint32_t* counters, int32_t* error_flags, cudaStream_t stream) {
+  const char* op = tail != nullptr ? "round_finish" : fused ? "tree_accept_fused" : "tree_accept";
   DDTREE_REQUIRE(batch >= 0, "%s: batch must be >= 0, got %d", op, batch);
   if (batch == 0) return ddtree::detail::succeed();
   if (fused) {
     DDTREE_REQUIRE(n_max <= DDTREE_TREE_ACCEPT_FUSED_MAX_NODES,
-                   "tree_accept_fused: n_max must be <= %d (use ddtree_tree_accept for larger trees), got %d",
+                   "%s: n_max must be <= %d (use ddtree_tree_accept for larger trees), got %d", op,
                    DDTREE_TREE_ACCEPT_FUSED_MAX_NODES, n_max);
     DDTREE_REQUIRE(counters != nullptr && reinterpret_cast<uintptr_t>(counters) % 4 == 0,
-                   "tree_accept_fused: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", batch);
+                   "%s: counters must be a non-null, 4-byte aligned array of batch (%d) zeros", op, batch);
   }
   const ddtree_status_t st = validate(op, DDTREE_ACCEPT_ARGS);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   const int32_t width = max_depth + 1;
+  k::RoundTail round_tail;
+  if (tail != nullptr) {
+    const ddtree_status_t ts = make_tail(tail, batch, n_max, width, ctx_len, &round_tail);
+    if (ts != DDTREE_STATUS_SUCCESS) return ts;
+  }
   auto launch = [&](auto* logits) {
-    return fused ? run_fused(logits, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child,
+    if (tail != nullptr)
+      return run_fused(round_tail, logits, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child,
+                       next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, accept_nodes,
+                       accept_len, committed_ids, bonus, finished, workspace, counters, error_flags, stream);
+    return fused ? run_fused(k::NoRoundTail{}, logits, batch, n_max, vocab, batch_stride, row_stride, node_token, first_child,
                              next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width,
                              accept_nodes, accept_len, committed_ids, bonus, finished, workspace, counters,
                              error_flags, stream)
@@ -173,12 +254,25 @@ ddtree_status_t check_and_run(bool fused, DDTREE_ACCEPT_PARAMS, uint32_t* counte
 extern "C" {
 
 DDTREE_API ddtree_status_t ddtree_tree_accept(DDTREE_ACCEPT_PARAMS, int32_t* error_flags, cudaStream_t stream) {
-  return check_and_run(false, DDTREE_ACCEPT_ARGS, nullptr, error_flags, stream);
+  return check_and_run(false, DDTREE_ACCEPT_ARGS, nullptr, nullptr, error_flags, stream);
 }
 
 DDTREE_API ddtree_status_t ddtree_tree_accept_fused(DDTREE_ACCEPT_PARAMS, uint32_t* counters, int32_t* error_flags,
                                                     cudaStream_t stream) {
-  return check_and_run(true, DDTREE_ACCEPT_ARGS, counters, error_flags, stream);
+  return check_and_run(true, DDTREE_ACCEPT_ARGS, nullptr, counters, error_flags, stream);
+}
+
+DDTREE_API int32_t ddtree_round_finish_fits(int32_t num_layers, int64_t kv_row_bytes, int32_t copy_unit) {
+  if (num_layers < 1 || num_layers > k::kFinishMaxLayers || kv_row_bytes < 1 ||
+      (copy_unit != 1 && copy_unit != 4 && copy_unit != 16) || kv_row_bytes % copy_unit != 0)
+    return 0;
+  return 2 * int64_t(num_layers) * (kv_row_bytes / copy_unit) <= k::kFinishMaxPairs ? 1 : 0;
+}
+
+DDTREE_API ddtree_status_t ddtree_round_finish(DDTREE_ACCEPT_PARAMS, const ddtree_round_tail_t* tail,
+                                               uint32_t* counters, int32_t* error_flags, cudaStream_t stream) {
+  if (tail == nullptr) return ddtree::detail::fail(DDTREE_STATUS_INVALID_ARGUMENT, "round_finish: tail must be non-null");
+  return check_and_run(true, DDTREE_ACCEPT_ARGS, tail, counters, error_flags, stream);
 }
 
 }  // extern "C"

@@ -154,3 +154,58 @@ def test_gpu_round_has_no_host_sync(fast_model: TinyTransformer) -> None:
         torch.cuda.set_sync_debug_mode("default")
     out = eng.read_round()
     assert set(out.new_tokens) == {0, 1, 2}
+
+
+# ---- the round's tail in one launch (round_finish) vs the three launches ------------------------------
+@pytest.mark.parametrize("budget,batch", [(15, 3), (2, 1)])
+def test_gpu_fused_round_tail_is_lossless_and_equals_split(exact_model: TinyTransformer, exact_backend: Any,
+                                                            greedy_ref: list[list[int]], budget: int, batch: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact-mode engine takes the fused tail by default (so the lossless tests above run it); with
+    DDTREE_ROUND_FINISH=split it takes the three launches; both reproduce greedy AR token for token."""
+    prompts = _prompts()
+    pick = list(range(batch * 2))
+    refs = {k: prompts[i] + greedy_ref[i] for k, i in enumerate(pick)}
+    for mode, fused in (("", True), ("split", False)):
+        monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        drafter, on_admit = _noisy(batch, refs)
+        eng = DDTreeEngine(exact_model, drafter, exact_backend, slots=batch, max_budget=budget,
+                           max_context=MAX_CONTEXT)
+        assert eng.fused_finish is fused
+        gens = eng.generate([Request(prompts[i], N_TOKENS, budget=budget) for i in pick], on_admit=on_admit)
+        assert [g.tokens for g in gens] == [greedy_ref[i] for i in pick]
+
+
+def test_gpu_fused_round_tail_stops_mid_tree(exact_model: TinyTransformer, exact_backend: Any,
+                                             greedy_ref: list[list[int]]) -> None:
+    """A stop id met inside an accepted path ends the request right after it, through the fused tail."""
+    prompts = _prompts()
+    pick = [0, 3, 5]
+    stop = greedy_ref[3][40]
+    want = []
+    for i in pick:
+        ref = greedy_ref[i]
+        want.append(ref[: ref.index(stop) + 1] if stop in ref else ref)
+    drafter, on_admit = _noisy(3, {k: prompts[i] + greedy_ref[i] for k, i in enumerate(pick)}, agree=0.9)
+    eng = DDTreeEngine(exact_model, drafter, exact_backend, slots=3, max_budget=15, max_context=MAX_CONTEXT,
+                       stop_ids=[stop])
+    assert eng.fused_finish
+    gens = eng.generate([Request(prompts[i], N_TOKENS, budget=15) for i in pick], on_admit=on_admit)
+    assert [g.tokens for g in gens] == want
+    assert gens[1].finish_reason == "stop"
+
+
+def test_gpu_fused_round_tail_graph_equals_split_graph(fast_model: TinyTransformer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """All five kernels under CUDA graphs: the fused tail and the three launches give the same tokens and
+    the same acceptance, round by round (sampled and greedy requests mixed, budgets 0..32 in one batch)."""
+    prompts = _prompts()[:8]
+    reqs = [Request(p, 96, budget=[0, 1, 7, 32][k % 4], temperature=0.8 if k % 3 == 0 else 0.0, seed=k)
+            for k, p in enumerate(prompts)]
+    drafter = TinyDrafter(fast_model, block_len=L, seed=3)
+    runs = []
+    for mode in ("fused", "split"):
+        monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        runs.append(_run_fast(fast_model, drafter, 32, True, reqs))
+    assert [g.tokens for g in runs[0]] == [g.tokens for g in runs[1]]
+    assert [g.accept_lens for g in runs[0]] == [g.accept_lens for g in runs[1]]

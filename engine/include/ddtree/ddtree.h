@@ -10,5 +10,6 @@
 #include "ddtree/tree_accept.h"
 #include "ddtree/kv_commit.h"
 #include "ddtree/round_update.h"
+#include "ddtree/round_finish.h"
 
 #endif /* DDTREE_DDTREE_H_ */

@@ -25,6 +25,9 @@ class OpBackend:
     round_update: Callable[..., Any]
     # True when every op can be captured in a CUDA graph (no host sync, no allocation on the host side).
     graph_safe: bool = False
+    # tree_accept + kv_commit + round_update in one launch (ops.round_finish), offered only where those three
+    # are this backend's CUDA kernels; the decode loop uses it when the commit fits (ops.round_finish.fits).
+    round_finish: Callable[..., Any] | None = None
 
 
 def _load(package: str) -> dict[str, Callable[..., Any]]:
@@ -38,13 +41,18 @@ def reference_backend() -> OpBackend:
 
 
 def cuda_backend() -> OpBackend:
-    return OpBackend(name="cuda", graph_safe=True, **_load("ddtree_engine.ops"))
+    from ddtree_engine.ops.round_finish import round_finish
+
+    return OpBackend(name="cuda", graph_safe=True, round_finish=round_finish, **_load("ddtree_engine.ops"))
 
 
 def mixed_backend(name: str, base: OpBackend, **overrides: Callable[..., Any]) -> OpBackend:
     """`base` with some ops replaced (a backend whose ops are not all graph-safe is not graph-safe)."""
     ops = {op: overrides.get(op, getattr(base, op)) for op in OP_NAMES}
-    return OpBackend(name=name, graph_safe=base.graph_safe and not overrides, **ops)
+    # The fused round tail stands for base's tree_accept, kv_commit and round_update: dropped if any is replaced.
+    keep = not {"tree_accept", "kv_commit", "round_update"} & set(overrides)
+    return OpBackend(name=name, graph_safe=base.graph_safe and not overrides,
+                     round_finish=base.round_finish if keep else None, **ops)
 
 
 def default_backend(device: Any) -> OpBackend:

@@ -21,6 +21,7 @@ path, one token per step, no tree, no paging, no engine op except the shared Gum
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -123,8 +124,29 @@ class DDTreeEngine:
         self.r_tokens = torch.full((B, self.L + 1), -1, **i32)
         self.r_count = torch.zeros(B, **i32)
         self.r_finish = torch.zeros(B, **i32)
+        # budget where active, else 0: what build_tree reads. Kept by admit/release and by the fused round
+        # tail, so the round needs no torch.where(active, budget, 0) kernel; the split path still masks.
+        self.live_budget = torch.zeros(B, **i32)
+        self.fused_finish = self._pick_finish(os.environ.get("DDTREE_ROUND_FINISH", ""))
         self._graph: Any = None
         self.host_active = [False] * B
+
+    def _pick_finish(self, mode: str) -> bool:
+        """Whether the round ends with one round_finish launch (tree_accept + kv_commit + round_update) or
+        the three ops. DDTREE_ROUND_FINISH=split|fused; default fused where the backend offers it and the
+        commit fits one CTA per request (small models), else split."""
+        if mode not in ("", "fused", "split"):
+            raise ValueError(f"DDTREE_ROUND_FINISH must be fused or split, got {mode!r}")
+        if mode == "split" or self.be.round_finish is None:
+            if mode == "fused":
+                raise ValueError(f"DDTREE_ROUND_FINISH=fused: backend {self.be.name!r} has no fused round tail")
+            return False
+        from ddtree_engine.ops.round_finish import fits
+
+        ok = fits(self.cache.k, self.cache.v, self.n_max)
+        if mode == "fused" and not ok:
+            raise ValueError("DDTREE_ROUND_FINISH=fused: this model's commit does not fit one launch")
+        return ok
 
     # ---- admission (eager, between rounds) ---------------------------------------------------------
     @torch.inference_mode()
@@ -163,6 +185,7 @@ class DDTreeEngine:
         self.hidden[slot] = hidden
         self.root[slot] = prompt[-1]
         self.budget[slot] = req.budget
+        self.live_budget[slot] = req.budget
         self.temperature[slot] = req.temperature
         self.seed[slot] = req.seed
         self.ignore_stop[slot] = req.ignore_stop
@@ -174,12 +197,13 @@ class DDTreeEngine:
     def release(self, slot: int) -> None:
         """Stop decoding a slot (e.g. client gone, text stop string hit); frees it for admission."""
         self.active[slot] = False
+        self.live_budget[slot] = 0
         self.host_active[slot] = False
 
     # ---- one round (device only) --------------------------------------------------------------------
     def _round(self) -> None:
         be, m = self.be, self.model
-        budget = torch.where(self.active, self.budget, 0)
+        budget = self.live_budget if self.fused_finish else torch.where(self.active, self.budget, 0)
         drafts = self.drafter.draft(self.root, self.hidden, self.ctx_len)
         top_lp, top_id, _ = be.draft_topk_lse(drafts, self.K)
         tree = be.build_tree(top_lp, top_id, self.root, self.ctx_len, budget, self.n_max)
@@ -187,6 +211,15 @@ class DDTreeEngine:
             be, self.cache.k, self.cache.v, self.cache.block_table, tree.node_token, tree.positions,
             self.ctx_len, tree.anc,
         )
+        if self.fused_finish:  # the three ops below in one launch, plus the live budget
+            assert be.round_finish is not None
+            be.round_finish(
+                logits, tree.node_token, tree.first_child, tree.next_sibling, tree.num_nodes, self.ctx_len,
+                self.temperature, self.seed, self.stop_ids, self.cache.k, self.cache.v, self.cache.block_table,
+                hid, self.active, self.ignore_stop, self.max_new, self.out_len, self.root, self.hidden,
+                self.r_tokens, self.r_count, self.r_finish, self.live_budget,
+            )
+            return
         acc = be.tree_accept(
             logits, tree.node_token, tree.first_child, tree.next_sibling, tree.num_nodes, self.ctx_len,
             self.temperature, self.seed, self.stop_ids,

@@ -40,6 +40,23 @@ struct RoundUpdateParams {
   int32_t* flags;
 };
 
+// What one active (or inactive) slot's round amounts to; shared with the fused round tail (round_finish.cuh)
+// so both plans apply the same formulas.
+struct SlotOutcome {
+  int32_t n_new;     // tokens reported this round
+  int32_t finish;    // kFinish*
+  bool keep_active;  // the slot stays active
+};
+
+__device__ __forceinline__ SlotOutcome slot_outcome(bool act, int32_t acc, int32_t finished, bool ignore_stop,
+                                                    int32_t max_new, int32_t out_len) {
+  const int32_t remaining = max_new - out_len;
+  const int32_t n_new = act ? min(acc, remaining) : 0;
+  const bool stopped = act && finished != 0 && !ignore_stop && acc <= remaining;
+  const bool length = act && !stopped && out_len + n_new >= max_new;
+  return {n_new, stopped ? kFinishStop : length ? kFinishLength : kFinishNone, act && !(stopped || length)};
+}
+
 template <typename U>
 __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const RoundUpdateParams p) {
   const int b = blockIdx.x;
@@ -48,14 +65,11 @@ __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const
   if (threadIdx.x == 0) {
     const bool act = p.active[b] != 0;
     const int32_t acc = p.accept_len[b];
-    const int32_t remaining = p.max_new[b] - p.out_len[b];
-    const int32_t n_new = act ? min(acc, remaining) : 0;
-    const bool stopped = act && p.finished[b] != 0 && p.ignore_stop[b] == 0 && acc <= remaining;
-    const int32_t out = p.out_len[b] + n_new;
-    const bool length = act && !stopped && out >= p.max_new[b];
-    p.out_len[b] = out;
+    const SlotOutcome o = slot_outcome(act, acc, p.finished[b], p.ignore_stop[b] != 0, p.max_new[b], p.out_len[b]);
+    const int32_t n_new = o.n_new;
+    p.out_len[b] += n_new;
     p.r_count[b] = n_new;
-    p.r_finish[b] = stopped ? kFinishStop : length ? kFinishLength : kFinishNone;
+    p.r_finish[b] = o.finish;
     if (act) {
       p.root[b] = p.bonus[b];
     } else {
@@ -70,7 +84,7 @@ __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const
         node = -1;
       }
     }
-    p.active[b] = (act && !(stopped || length)) ? 1 : 0;
+    p.active[b] = o.keep_active ? 1 : 0;
     s_new = n_new;
     s_node = node;
   }

@@ -323,6 +323,22 @@ struct AcceptTreeSmem {
   int32_t fc[kAcceptFusedMaxNodes], ns[kAcceptFusedMaxNodes], par[kAcceptFusedMaxNodes];
   int32_t tok[kAcceptFusedMaxNodes], tgt[kAcceptFusedMaxNodes], next[kAcceptFusedMaxNodes];
   int32_t path[kAcceptMaxWidth];
+  int32_t info[16];  // the walk's results (WalkResult) and a round tail's prefetched slot state
+};
+
+// What the last CTA's walk decided for its request (the values it wrote to the outputs).
+struct WalkResult {
+  int count;   // accept_len: accepted nodes incl. the root, after stop-id truncation
+  int len;     // accepted nodes before truncation (path[0..len))
+  int target;  // the last accepted node's target token
+  int last;    // bonus
+  int done;    // finished
+};
+
+// The fused kernel without a round tail: the accept outputs are the kernel's only effect.
+struct NoRoundTail {
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int) const {}
+  __device__ __forceinline__ void operator()(AcceptTreeSmem&, int, int, const WalkResult&, int32_t*) const {}
 };
 
 // par[] of nodes 0..n-1 from the child lists already in t.fc / t.ns (t.par preset to -1; -1 stays for
@@ -369,7 +385,8 @@ __device__ __forceinline__ int node_depth_of(const AcceptTreeSmem& t, int i, int
 // The last CTA of request b: every node's target token from the chunk partials, the walk along the
 // first child holding its parent's target, stop-id truncation, outputs (the split plan's semantics).
 // All of the request's global inputs are read in one pass (one memory round trip on the critical path).
-__device__ __forceinline__ void accept_walk_in_smem(
+// Returns the walk's results to every thread (after a block barrier).
+__device__ __forceinline__ WalkResult accept_walk_in_smem(
     AcceptTreeSmem& t, const uint64_t* __restrict__ partial, int num_chunks, int b, int n, int n_max,
     const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
     const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ stop_ids, int num_stop, int width,
@@ -421,22 +438,27 @@ __device__ __forceinline__ void accept_walk_in_smem(
     accept_len[b] = count;
     bonus[b] = last;
     finished[b] = done;
-    t.next[0] = count;  // broadcast (next[] is no longer needed)
-    t.tgt[0] = target;
-    t.fc[0] = len;
+    t.info[0] = count;  // broadcast
+    t.info[1] = len;
+    t.info[2] = target;
+    t.info[3] = last;
+    t.info[4] = done;
   }
   __syncthreads();
-  const int count = t.next[0], target = t.tgt[0], len = t.fc[0];
+  const WalkResult w = {t.info[0], t.info[1], t.info[2], t.info[3], t.info[4]};
   int32_t* an = accept_nodes + int64_t(b) * width;
   int32_t* ci = committed_ids + int64_t(b) * width;
   for (int s = threadIdx.x; s < width; s += blockDim.x) {
-    an[s] = s < count ? t.path[s] : -1;
-    ci[s] = s < count ? (s + 1 < len ? t.tok[t.path[s + 1]] : target) : -1;
+    an[s] = s < w.count ? t.path[s] : -1;
+    ci[s] = s < w.count ? (s + 1 < w.len ? t.tok[t.path[s + 1]] : w.target) : -1;
   }
+  return w;
 }
 
-// The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads).
-template <typename T, bool VEC>
+// The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
+// of each request after the walk (NoRoundTail: nothing; RoundTail in round_finish.cuh: the KV commit and
+// the slot bookkeeping of the round); its prefetch() runs before the walk, so its loads overlap it.
+template <typename T, bool VEC, typename Tail>
 __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
     const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
@@ -445,7 +467,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     const int32_t* __restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t* __restrict__ partial,
     uint32_t* __restrict__ counters, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
     int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags) {
+    int32_t* __restrict__ flags, const Tail tail) {
   __shared__ uint64_t red[kAcceptThreads / 32];
   __shared__ AcceptTreeSmem tree;
   __shared__ int s_last;
@@ -477,8 +499,11 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   }
   __syncthreads();
   if (!s_last) return;
-  accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
-                      num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);
+  tail.prefetch(tree, b);
+  const WalkResult w =
+      accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
+                          num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);
+  tail(tree, b, width, w, flags);
 }
 
 }  // namespace kernels

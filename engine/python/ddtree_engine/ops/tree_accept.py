@@ -56,17 +56,14 @@ def _int_tensor(t: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch
     require(t.is_contiguous(), f"{name} must be contiguous")
 
 
-def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_child: torch.Tensor,
-                next_sibling: torch.Tensor, num_nodes: torch.Tensor, ctx_len: torch.Tensor,
-                temperature: torch.Tensor, seed: torch.Tensor, stop_ids: torch.Tensor,
-                max_depth: int | None = None, check: bool = False) -> AcceptOutput:
-    """Accept along each request's tree; target_logits [B*N, V] or [B, N, V] (bf16/f32, unit vocab stride).
-
-    Output width W = max_depth + 1 (default N; at most 1024). No host sync unless check=True."""
-    require(node_token.dim() == 2, f"node_token must be [B, N], got shape {tuple(node_token.shape)}")
+def launch_args(target_logits: torch.Tensor, node_token: torch.Tensor, first_child: torch.Tensor,
+                next_sibling: torch.Tensor, num_nodes: torch.Tensor, ctx_len: torch.Tensor, temperature: torch.Tensor,
+                seed: torch.Tensor, stop_ids: torch.Tensor, width: int,
+                out: AcceptOutput) -> tuple[list[object], int, torch.Tensor | None]:
+    """Checks tree_accept's inputs and returns the C arguments shared by ddtree_tree_accept(_fused) and
+    ddtree_round_finish (up to and including the workspace size), the size, and the workspace (keep it
+    referenced until the launch). Empty batch: no arguments."""
     batch, n_max = node_token.shape
-    width = n_max if max_depth is None else max_depth + 1
-    require(1 <= width <= MAX_WIDTH, f"max_depth + 1 must be in [1, {MAX_WIDTH}], got {width}")
     for name, t in (("node_token", node_token), ("first_child", first_child), ("next_sibling", next_sibling)):
         _int_tensor(t, name, (batch, n_max))
     for name, t in (("num_nodes", num_nodes), ("ctx_len", ctx_len)):
@@ -93,19 +90,11 @@ def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_chi
             f"target_logits rows overlap (strides {target_logits.stride()}); call .contiguous()")
     device = cuda_device_of(target_logits, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
                             seed, stop_ids)
-    out = AcceptOutput(
-        accept_nodes=torch.empty((batch, width), dtype=torch.int32, device=device),
-        accept_len=torch.empty((batch,), dtype=torch.int32, device=device),
-        committed_ids=torch.empty((batch, width), dtype=torch.int32, device=device),
-        bonus=torch.empty((batch,), dtype=torch.int32, device=device),
-        finished=torch.empty((batch,), dtype=torch.int32, device=device),
-    )
     if batch == 0:
-        return out
-    size_fn, run_fn = _fns()
+        return [], 0, None
+    size_fn, _ = _fns()
     nbytes = int(size_fn(batch, n_max, vocab))  # type: ignore[operator]
     workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    flags = error_flags(device)
     args = [
         ptr(target_logits), _DTYPES[target_logits.dtype], batch, n_max, vocab, batch_stride, row_stride,
         ptr(node_token), ptr(first_child), ptr(next_sibling), ptr(num_nodes), ptr(ctx_len), ptr(temperature),
@@ -113,6 +102,35 @@ def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_chi
         ptr(out.accept_nodes), ptr(out.accept_len), ptr(out.committed_ids), ptr(out.bonus), ptr(out.finished),
         ptr(workspace), nbytes,
     ]
+    return args, nbytes, workspace
+
+
+def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_child: torch.Tensor,
+                next_sibling: torch.Tensor, num_nodes: torch.Tensor, ctx_len: torch.Tensor,
+                temperature: torch.Tensor, seed: torch.Tensor, stop_ids: torch.Tensor,
+                max_depth: int | None = None, check: bool = False) -> AcceptOutput:
+    """Accept along each request's tree; target_logits [B*N, V] or [B, N, V] (bf16/f32, unit vocab stride).
+
+    Output width W = max_depth + 1 (default N; at most 1024). No host sync unless check=True."""
+    require(node_token.dim() == 2, f"node_token must be [B, N], got shape {tuple(node_token.shape)}")
+    batch, n_max = node_token.shape
+    width = n_max if max_depth is None else max_depth + 1
+    require(1 <= width <= MAX_WIDTH, f"max_depth + 1 must be in [1, {MAX_WIDTH}], got {width}")
+    device = node_token.device
+    out = AcceptOutput(
+        accept_nodes=torch.empty((batch, width), dtype=torch.int32, device=device),
+        accept_len=torch.empty((batch,), dtype=torch.int32, device=device),
+        committed_ids=torch.empty((batch, width), dtype=torch.int32, device=device),
+        bonus=torch.empty((batch,), dtype=torch.int32, device=device),
+        finished=torch.empty((batch,), dtype=torch.int32, device=device),
+    )
+    args, _, workspace = launch_args(target_logits, node_token, first_child, next_sibling, num_nodes, ctx_len,
+                                     temperature, seed, stop_ids, width, out)
+    if batch == 0:
+        return out
+    device = cuda_device_of(node_token)
+    flags = error_flags(device)
+    _, run_fn = _fns()
     fused = resolved_impl(n_max) == "fused"
     with torch.cuda.device(device):
         if fused:
