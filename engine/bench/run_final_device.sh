@@ -48,7 +48,8 @@ if [ "$STAGE" = check ]; then
            "racecheck build_tree_medium_all_phases" "memcheck draft_topk_lse_sanitizer_sized" \
            "racecheck draft_topk_lse_sanitizer_sized" \
            "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3" \
-           "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept"; do
+           "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept" \
+           "memcheck round_finish_san" "racecheck round_finish_san"; do
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"

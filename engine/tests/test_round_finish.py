@@ -80,6 +80,33 @@ def test_reference_zeroes_the_live_budget_of_slots_that_stop() -> None:
     assert st["ctx_len"].tolist() == [3, 2, 3]
 
 
+def test_decode_with_a_fused_tail_is_lossless_on_cpu() -> None:
+    """The decode loop's fused branch (live budget kept by admit/release and the tail, no mask) with the
+    reference round_finish: greedy DDTree == greedy AR, with continuous batching (5 requests, 2 slots),
+    mixed budgets (0, 3, 7) and a stop id, so slots finish, are re-admitted and run masked."""
+    import dataclasses
+
+    from ddtree_engine.decode import DDTreeEngine, Request, ar_generate
+    from ddtree_engine.drafter import NoisyOracleDrafter
+    from ddtree_engine.model import ModelConfig, TinyTransformer
+
+    cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=64)
+    model = TinyTransformer.random(cfg, seed=1)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 97, (int(n),), generator=g).tolist() for n in (3, 9, 1, 14, 6)]
+    refs = [ar_generate(model, p, 40) for p in prompts]
+    stop = refs[1][17]
+    want = [r[: r.index(stop) + 1] if stop in r else r for r in refs]
+    be = dataclasses.replace(reference_backend(), name="reference+fused-tail", round_finish=ref_finish)
+    drafter = NoisyOracleDrafter(97, 4, 2, 128, "cpu", agree=0.7)
+    eng = DDTreeEngine(model, drafter, be, slots=2, max_budget=7, max_context=80, stop_ids=[stop])
+    assert eng.fused_finish
+    gens = eng.generate([Request(p, 40, budget=[0, 3, 7][i % 3]) for i, p in enumerate(prompts)],
+                        on_admit=lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i]))
+    assert [x.tokens for x in gens] == want
+    assert eng.live_budget.tolist() == [0, 0]
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 STATE = ("ctx_len", "active", "out_len", "root", "hidden", "r_tokens", "r_count", "r_finish", "live_budget")
 

@@ -6,6 +6,10 @@
 // launches cost 13-16 us per round on the H200 (tree_accept 7.4-10.1, kv_commit 3.1-3.4, round_update
 // 2.3-2.6 plus the gaps): each is a short chain of dependent global reads, and two of the chains restart
 // from loads the accept's last CTA already holds in shared memory (the path, the bonus, the counts).
+// Measured (H200, same model): 10.8-11.2 µs for the one launch at budget 16/64 batch 1 and 8/16, 15.7 at
+// 8/64, against 12.5-15.6 µs of busy time for the three launches plus ~1 µs of gaps and the 2.3 µs mask the
+// live budget removes (bench/NOTES.md, session 5). The tail itself costs 3-6 µs: it is a chain of dependent
+// round trips (block table, then K/V rows, then stores) in one CTA.
 //
 // The tail, per request b, in the last CTA (256 threads):
 //   prefetch (before the walk): one thread loads the slot's scalar state into shared memory, so that

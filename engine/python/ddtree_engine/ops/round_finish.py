@@ -95,8 +95,9 @@ def round_finish(target_logits: torch.Tensor, node_token: torch.Tensor, first_ch
                          for i in range(5)))
     if batch == 0:
         return out
-    args, _, workspace = launch_args(  # workspace: referenced until the launchtarget_logits, node_token, first_child, next_sibling, num_nodes,
-                                                  ctx_len, temperature, seed, stop_ids, n_max, out)
+    # `workspace` stays referenced until the launch below.
+    args, _, workspace = launch_args(target_logits, node_token, first_child, next_sibling, num_nodes, ctx_len,
+                                     temperature, seed, stop_ids, n_max, out)
     row_bytes = k_caches[0][0, 0].numel() * k_caches[0].element_size()
     layers = len(k_caches)
     k_ptrs = (ctypes.c_void_p * layers)(*[t.data_ptr() for t in k_caches])
