@@ -81,7 +81,8 @@ STATE = ("ctx_len", "root", "hidden", "out_len", "active", "live_budget")
 
 
 def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
-    """Seconds per replay (medians over `batches` interleaved batches of ROUND_REPS replays) of: the round's
+    """Seconds per replay (medians over `batches` interleaved batches of ROUND_REPS replays, fewer for rounds
+    over 0.5 ms) of: the round's
     graph; the drafter call and the target forward, each captured alone; and `models`, the drafter call
     followed by the target forward in ONE graph (the round with the engine ops taken out, seams included).
     Every slot active mid-generation; the state is restored before each batch of rounds, so every batch
@@ -110,6 +111,14 @@ def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
         graphs = {"drafter": _graph(draft), "target": _graph(target), "models": _graph(models),
                   "round": eng._graph or _graph(eng._round)}
         times: dict[str, list[float]] = {k: [] for k in graphs}
+        # Long rounds (large models: 5-25 ms) need fewer replays for the same precision; the small model
+        # (~0.4 ms) keeps ROUND_REPS replays x `batches`.
+        graphs["round"].replay()  # type: ignore[attr-defined]
+        probe = _time_batch(graphs["round"], 1)
+        for k, v in snap.items():
+            getattr(eng, k).copy_(v)
+        reps = max(3, min(ROUND_REPS, int(0.01 / max(probe, 1e-6))))
+        batches = batches if probe < 2e-3 else min(batches, 3)
         for _ in range(batches):
             for name, g in graphs.items():
                 if name == "round":
@@ -118,7 +127,7 @@ def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
                 for _ in range(2):
                     g.replay()  # type: ignore[attr-defined]
                 _sync()
-                times[name].append(_time_batch(g, ROUND_REPS))
+                times[name].append(_time_batch(g, reps))
     for k, v in snap.items():
         getattr(eng, k).copy_(v)
     return {k: statistics.median(v) for k, v in times.items()}
