@@ -58,7 +58,7 @@ if [ "$STAGE" = check ]; then
   stamp "3. kernel GPU tests"
   timeout 280 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -x \
     engine/tests/test_round_update.py engine/tests/test_build_tree_gpu.py engine/tests/test_draft_topk_lse.py \
-    engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_lib.py \
+    engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_round_finish.py engine/tests/test_lib.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "kernel pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_kernels.log" | head -15
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -k "fa3" engine/tests/test_tree_attention_gpu.py \
