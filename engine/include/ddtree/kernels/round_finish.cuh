@@ -7,7 +7,7 @@
 // 2.3-2.6 plus the gaps): each is a short chain of dependent global reads, and two of the chains restart
 // from loads the accept's last CTA already holds in shared memory (the path, the bonus, the counts).
 // Measured (H200, same model): 10.8-11.2 µs for the one launch at budget 16/64 batch 1 and 8/16, 15.7 at
-// 8/64, against 12.5-15.6 µs of busy time for the three launches plus ~1 µs of gaps and the 2.3 µs mask the
+// 8/64, against 12.5-15.6 µs of busy time for the three launches plus ~1 µs of gaps and the mask the
 // live budget removes (bench/NOTES.md, session 5). The tail itself costs 3-6 µs: it is a chain of dependent
 // round trips (block table, then K/V rows, then stores) in one CTA.
 //
