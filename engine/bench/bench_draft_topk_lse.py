@@ -3,7 +3,8 @@ same process, CUDA-graph replays over rotating inputs, plus the byte floor (B*L*
 the copy bandwidth measured here). Every library implementation is timed in the same table: "v2", "v3"
 and "v4" (v3 and v4 apply to k <= 64; where a version resolves to another one the cell says "=v2" or
 "=v3"); the speedups are of the default (what the library picks), against both torch columns. Every
-configuration's kernel output is checked against the reference before it is timed.
+configuration's kernel output is checked against the reference before it is timed. The default call is timed
+itself (its own µs column): for V <= 1024 it runs the small-row kernel ("small"), not v4.
 Usage: python engine/bench/bench_draft_topk_lse.py [--quick] [--ks=1,16,32,64] [--shapes=1x15x163840,...]
     [--impls=v4]   (--quick: k = 1, 16 only; --impls: the versions timed besides the default, which is always
     timed; the others' cells say "-")"""
@@ -58,7 +59,13 @@ def main() -> None:
                 assert ok, f"{impl} kernel != reference at {batch}x{positions}x{vocab} k={k}"
                 times[impl] = time_calls([lambda x=x, i=impl: draft_topk_lse_impl(x, k, i) for x in xs])
                 cells[impl] = times[impl]
-            ours = times[default]
+            # The default call itself: for V <= 1024 it runs the small-row kernel, not the v4 of the column.
+            lp, ids, lse = draft_topk_lse_impl(xs[0], k, "default")
+            ok = torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
+            assert ok, f"default kernel != reference at {batch}x{positions}x{vocab} k={k}"
+            ours = time_calls([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs])
+            if vocab <= 1024 and default == "v4":
+                default = "small"
 
             def torch_f32(x: torch.Tensor) -> None:
                 xf = x.float()
@@ -73,12 +80,12 @@ def main() -> None:
             t_bf16 = time_calls([lambda x=x: torch_bf16(x) for x in xs])
             floor = nbytes / bw * 1e6
             rows.append([f"{batch}x{positions}x{vocab}", k, t_f32, t_bf16, cells["v2"], cells["v3"], cells["v4"],
-                         default, t_f32 / ours, t_bf16 / ours, floor, ours / floor])
+                         default, ours, t_f32 / ours, t_bf16 / ours, floor, ours / floor])
         del xs
     pdl_off = os.environ.get("DDTREE_DISABLE_PDL", "0") not in ("", "0")
     print_table("draft_topk_lse (bf16 logits; µs per call, median of graph replays"
                 + (", DDTREE_DISABLE_PDL=1)" if pdl_off else ")"),
-                ["B x L x V", "K", "torch f32", "torch bf16", "v2", "v3", "v4", "default", "x f32", "x bf16",
+                ["B x L x V", "K", "torch f32", "torch bf16", "v2", "v3", "v4", "default", "µs", "x f32", "x bf16",
                  "floor", "default/floor"],
                 rows)
     save_json("bench_draft_topk_lse" + ("_nopdl" if pdl_off else ""),

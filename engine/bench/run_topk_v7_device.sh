@@ -28,7 +28,7 @@ fi
 if has bench; then
   stamp bench
   DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
-    --shapes=1x15x163840,8x15x163840 --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
+    --shapes=1x15x163840,8x15x163840,1x15x320,8x15x320 --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -v "^\[" "$OUT/bench.log" | grep -E "x15x|TB/s" | head -20
 fi
 if has pytest; then

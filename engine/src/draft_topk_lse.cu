@@ -6,6 +6,8 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
+// Small rows (session 5, NOTES "v7"): where the default resolves to v4 and V <= kSmallMaxV (1024), the default
+// runs draft_topk_lse_small.cuh instead (one warp per row, no cluster); an explicit "v4" still runs v4.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "common.h"
 #include "ddtree/draft_topk_lse.h"
 #include "ddtree/kernels/draft_topk_lse.cuh"
+#include "ddtree/kernels/draft_topk_lse_small.cuh"
 #include "ddtree/kernels/draft_topk_lse_v3.cuh"
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
 
@@ -164,6 +167,19 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
 }
 
+// The small-row kernel: one warp per row, kSmallWarps rows per CTA, grid (1, blocks); no workspace, PDL.
+template <typename T>
+ddtree_status_t run_small(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
+                          int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
+                          int32_t* error_flags, cudaStream_t stream) {
+  const int64_t rows = int64_t(batch) * positions;
+  const unsigned blocks = unsigned((rows + k::kSmallWarps - 1) / k::kSmallWarps);
+  return ddtree::detail::launch("draft_topk_lse_small_kernel", k::draft_topk_lse_small_kernel<T>,
+                                dim3(1u, blocks, 1u), dim3(32 * k::kSmallWarps), stream, true, logits, int(rows),
+                                int(positions), int(vocab), batch_stride, row_stride, int(topk), top_lp, top_id, lse,
+                                error_flags);
+}
+
 template <typename T>
 ddtree_status_t run_v3(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse, void* workspace,
@@ -284,6 +300,13 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
   const int32_t which = ddtree_draft_topk_lse_resolve_impl(k, impl);
+  if (which == DDTREE_TOPK_IMPL_V4 && impl == DDTREE_TOPK_IMPL_DEFAULT && vocab <= k::kSmallMaxV) {
+    if (dtype == DDTREE_DTYPE_FLOAT32)
+      return run_small(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
+                       top_lp, top_id, lse, error_flags, stream);
+    return run_small(static_cast<const __nv_bfloat16*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
+                     top_lp, top_id, lse, error_flags, stream);
+  }
   if (which == DDTREE_TOPK_IMPL_V4) {
     const int threads = v4_config().threads;
     if (dtype == DDTREE_DTYPE_FLOAT32) {

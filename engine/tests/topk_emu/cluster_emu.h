@@ -177,6 +177,15 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
   return m;
 }
 
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  emu4::slot(int(threadIdx.x & 31)) = v;
+  emu4::warp_sync();
+  unsigned s = 0;
+  for (int l = 0; l < 32; ++l) s += unsigned(emu4::slot(l));
+  emu4::warp_sync();
+  return s;
+}
+
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }

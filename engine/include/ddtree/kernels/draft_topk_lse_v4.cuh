@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool FM = ASYNC && (OPT & kV4OptFlatMerge) != 0u;
   constexpr bool BR = ASYNC && (OPT & kV4OptBatchReload) != 0u;
   constexpr bool FF = ASYNC && (OPT & kV4OptFloatFilter) != 0u;
+  constexpr bool SS = FM && (OPT & kV4OptShortSearch) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -639,29 +640,51 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     int nl[kV4MaxCluster];
 #pragma unroll
     for (int o = 0; o < kV4MaxCluster; ++o) nl[o] = o < cluster ? n_of(o) : 0;
-    for (int t = tid; t < cluster * k; t += THREADS) {
-      const int cc = t / k, r = t - cc * k;
-      if (r >= n_of(cc)) continue;
-      const uint64_t it = sm.slot[cc][r];
-      int pos[kV4MaxCluster];
+    // MAXN >= every list's length, LISTS >= cluster: the searches' steps and lists (SS, v7b: the smallest
+    // that fit; else 64 and 8).
+    auto rank_items = [&](auto maxn_tag, auto lists_tag) {
+      constexpr int MAXN = decltype(maxn_tag)::value, LISTS = decltype(lists_tag)::value;
+      for (int t = tid; t < cluster * k; t += THREADS) {
+        const int cc = t / k, r = t - cc * k;
+        if (r >= n_of(cc)) continue;
+        const uint64_t it = sm.slot[cc][r];
+        int pos[LISTS];
 #pragma unroll
-      for (int o = 0; o < kV4MaxCluster; ++o) pos[o] = 0;
+        for (int o = 0; o < LISTS; ++o) pos[o] = 0;
 #pragma unroll
-      for (int st = kV4MaxK; st > 0; st >>= 1) {
+        for (int st = MAXN; st > 0; st >>= 1) {
 #pragma unroll
-        for (int o = 0; o < kV4MaxCluster; ++o) {
-          const uint64_t v = pos[o] + st <= nl[o] ? sm.slot[o][pos[o] + st - 1] : 0ull;
-          pos[o] += v > it ? st : 0;
+          for (int o = 0; o < LISTS; ++o) {
+            const uint64_t v = pos[o] + st <= nl[o] ? sm.slot[o][pos[o] + st - 1] : 0ull;
+            pos[o] += v > it ? st : 0;
+          }
+        }
+        int rank = 0;
+#pragma unroll
+        for (int o = 0; o < LISTS; ++o) rank += pos[o];
+        if (rank < ksel) {
+          const float f = key_to_float(item_key(it));
+          lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+          id_out[rank] = item_id(it);
         }
       }
-      int rank = 0;
-#pragma unroll
-      for (int o = 0; o < kV4MaxCluster; ++o) rank += pos[o];
-      if (rank < ksel) {
-        const float f = key_to_float(item_key(it));
-        lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
-        id_out[rank] = item_id(it);
-      }
+    };
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    using I16 = std::integral_constant<int, 16>;
+    using I32 = std::integral_constant<int, 32>;
+    using I64 = std::integral_constant<int, 64>;
+    static_assert(kV4MaxK == 64 && kV4MaxCluster == 8, "the short-search cases below");
+    if (SS && cluster <= 4) {
+      if (k <= 16) rank_items(I16{}, I4{});
+      else if (k <= 32) rank_items(I32{}, I4{});
+      else rank_items(I64{}, I4{});
+    } else if (SS && k <= 16) {
+      rank_items(I16{}, I8{});
+    } else if (SS && k <= 32) {
+      rank_items(I32{}, I8{});
+    } else {
+      rank_items(I64{}, I8{});
     }
   }
   for (int t = SPLIT || FM ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {

@@ -7,6 +7,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "ddtree/kernels/block_select.cuh"
 #include "ddtree/kernels/common.cuh"
@@ -67,10 +68,14 @@ constexpr unsigned kV4OptFlatMerge = 256u;
 constexpr unsigned kV4OptBatchReload = 512u;
 // kV4OptFloatFilter: the k > 1 candidate pass compares logits with the bound as floats, not as keys.
 constexpr unsigned kV4OptFloatFilter = 1024u;
+// kV4OptShortSearch (with kV4OptFlatMerge; v7b): the merge's searches take log2(k rounded up to 16/32/64) + 1
+// steps over 4 lists when the cluster has <= 4 CTAs, else 8 (v7: seven steps over eight lists always).
+constexpr unsigned kV4OptShortSearch = 2048u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // The default since session 5's H200 run (each v7 option alone was faster or neutral on v6; NOTES "v7").
 constexpr unsigned kV4OptDefault =
-    kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter;
+    kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter | kV4OptShortSearch;
+constexpr unsigned kV4OptV7 = kV4OptDefault & ~kV4OptShortSearch;  // session 5's call-2 default
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
