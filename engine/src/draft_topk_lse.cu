@@ -6,8 +6,11 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// Small rows (session 5, NOTES "v7"): where the default resolves to v4 and V <= kSmallMaxV (1024), the default
-// runs draft_topk_lse_small.cuh instead (one warp per row, no cluster); an explicit "v4" still runs v4.
+// Small rows (session 5, NOTES "v7"): with DDTREE_TOPK_SMALL=1 in the environment (read once per process),
+// where the default resolves to v4 and V <= kSmallMaxV (1024), the default runs draft_topk_lse_small.cuh
+// instead (one warp per row, no cluster); an explicit "v4" still runs v4. Opt-in: on the H200 it was faster
+// than v4 only for many rows at k >= 16 (8x15x320: 8.8 vs 13.2 µs at k = 16) and slower at k = 1 and at
+// 1x15x320 k = 64 (NOTES).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +65,15 @@ int32_t env_impl() {
     return int32_t(DDTREE_TOPK_IMPL_V4);
   }();
   return impl;
+}
+
+// DDTREE_TOPK_SMALL=1: the default takes the small-row kernel for V <= kSmallMaxV (see the top of this file).
+bool env_small() {
+  static const bool on = [] {
+    const char* e = std::getenv("DDTREE_TOPK_SMALL");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
 }
 
 // Whether the current device launches thread-block clusters (sm_90+), cached per device (an attribute
@@ -300,7 +312,7 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
   const int32_t which = ddtree_draft_topk_lse_resolve_impl(k, impl);
-  if (which == DDTREE_TOPK_IMPL_V4 && impl == DDTREE_TOPK_IMPL_DEFAULT && vocab <= k::kSmallMaxV) {
+  if (which == DDTREE_TOPK_IMPL_V4 && impl == DDTREE_TOPK_IMPL_DEFAULT && vocab <= k::kSmallMaxV && env_small()) {
     if (dtype == DDTREE_DTYPE_FLOAT32)
       return run_small(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
                        top_lp, top_id, lse, error_flags, stream);

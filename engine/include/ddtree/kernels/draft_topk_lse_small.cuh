@@ -16,6 +16,10 @@
 //      every item its slot): exactly the top kk (key desc, lower id first), unsorted.
 //   5. each item's rank = how many of the kk items beat it (broadcast reads); outputs x - lse.
 // Exact for any input (ties, -inf, signed zeros, V < k); the same outputs and flag as v2/v3/v4.
+// Measured (H200, session 5): NOT the ~2 µs predicted: 8.3-10.5 µs at 1x15x320 and 8.2-10.8 at 8x15x320,
+// whatever k: one warp runs ~1,300 mostly dependent instructions (the 16-step search re-reads the row
+// from shared memory 16 times, 10 loads a lane at V = 320) at one instruction per ~10 cycles. Opt-in
+// (DDTREE_TOPK_SMALL=1); the next version wants the row spread over more warps (NOTES "v7").
 #pragma once
 
 #include "ddtree/kernels/draft_topk_lse_v4/helpers.cuh"
@@ -23,7 +27,7 @@
 namespace ddtree {
 namespace kernels {
 
-constexpr int kSmallMaxV = 1024;  // rows up to this long take this kernel by default (k <= kV4MaxK)
+constexpr int kSmallMaxV = 1024;  // rows up to this long take this kernel when opted in (k <= kV4MaxK)
 constexpr int kSmallWarps = 4;    // rows per CTA (one warp each)
 
 struct SmallSmem {

@@ -31,7 +31,8 @@
 // STOP / DDTREE_V4_MARK hooks are for bench/profile/draft_topk_lse_stages.cu.
 // v7 (NOTES, "v7 (session 5)", from an ncu source-level profile): k > 1 with the bound's group-maxima reads
 // free of bank conflicts, CTA 0's ranks by eight interleaved branch-free searches, a round's reloads issued
-// together, and a float candidate filter (1x15 x 163,840 K = 16: 11.4 -> 8.8 µs; 8x15: 32.7 -> 28.4).
+// together, and a float candidate filter (1x15 x 163,840 K = 16: 11.4 -> 8.8 µs; 8x15: 32.7 -> 28.4); v7b:
+// the merge's searches only as deep and as wide as k and the cluster need (8x15 K = 16: 27.3 µs).
 #pragma once
 
 #include "ddtree/kernels/draft_topk_lse_v4/helpers.cuh"
