@@ -20,7 +20,8 @@
  * that version the default instead. ddtree_draft_topk_lse_impl() takes the choice per call
  * (DDTREE_TOPK_IMPL_DEFAULT = as ddtree_draft_topk_lse); v4 that cannot run falls back to v3, v3 with
  * k > 64 to v2. ddtree_draft_topk_lse_resolve_impl() says which one a call with (k, impl) runs (2, 3 or 4)
- * on the current device. */
+ * on the current device. With DDTREE_TOPK_SMALL=1 (read once per process), default calls that resolve to
+ * v4 with vocab <= 1024 run a one-warp-per-row kernel instead (opt-in: engine/bench/NOTES.md, "v7"). */
 #ifndef DDTREE_DRAFT_TOPK_LSE_H_
 #define DDTREE_DRAFT_TOPK_LSE_H_
 
