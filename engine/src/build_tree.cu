@@ -42,6 +42,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v6dp") == 0) return bt::kImplV6Dp;
   if (std::strcmp(v, "v7") == 0) return bt::kImplV7;
   if (std::strcmp(v, "auto") == 0) return bt::kImplAuto;
+  if (std::strcmp(v, "v8") == 0) return bt::kImplV8;
   return kDefaultImpl;
 }
 

@@ -64,7 +64,8 @@ int main() {
   // The selection, as the library's launcher reads it (DDTREE_BUILD_TREE_IMPL; unset: v6).
   if (const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL")) {
     const std::string s(v);
-    p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto : bt::kImplV6;
+    p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
+             : s == "v8" ? bt::kImplV8 : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
   emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });

@@ -50,6 +50,7 @@ inline double __dsub_rn(double a, double b) { volatile double r = a - b; return 
 inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
 inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline int __clz(unsigned v) { return v ? __builtin_clz(v) : 32; }
 struct alignas(16) double2 { double x, y; };  // CUDA's vector type (16-byte loads of two doubles)
 inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }

@@ -34,6 +34,7 @@
 // Parts 1-4 (configuration and helpers, selection, sorting, the serial fallback) live in build_tree/;
 // this file (part 5) holds the parallel selection that drives them, and the kernel.
 #include "ddtree/kernels/build_tree/enumerate.cuh"
+#include "ddtree/kernels/build_tree/v8.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -370,8 +371,14 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   int n = 1;
   bool lists = false;  // sibling lists already built (the parallel path)
   if (M > 0 && L > 0) {
-    n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, p.impl);
-    lists = n >= 0;
+    // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
+    n = -1;
+    if (p.impl == kImplV8 && M <= kV8MaxM && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M);
+    if (n < 0) {
+      const int impl = p.impl == kImplV8 ? kImplAuto : p.impl;
+      n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);
+      lists = n >= 0;
+    }
 #ifdef DDTREE_BUILD_TREE_TRACE
     if (tid == 0) DDTREE_BUILD_TREE_TRACE(b, n < 0);  // test hook: which path decided
 #endif

@@ -68,6 +68,8 @@ constexpr int kImplV7 = 2;    // counting bound + deviation rounds + counting or
 // M = 1024 (K = 64, sharpness 8: 77 vs 109 us) and not at M <= 256 (35.9 vs 38.8 us at sharpness 8).
 constexpr int kImplAuto = 3;
 constexpr int kAutoDpMinM = 256;
+// v8 (build_tree/v8.cuh) for requests with M <= 64 and L <= 16, the auto choice for the others.
+constexpr int kImplV8 = 4;
 
 struct Params {
   const float* lp;
@@ -84,7 +86,7 @@ struct Params {
   int32_t* positions;
   int32_t* first_child;
   int32_t* next_sibling;
-  int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto (0 = v6: what an aggregate-initialized Params gets)
+  int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto / kImplV8 (0 = v6: what an aggregate-initialized Params gets)
 };
 
 // Level state carried between the block-wide and the warp-only level loops.
