@@ -6,8 +6,10 @@ back-to-back launches (kernel time without launch overhead), "1-launch" replays 
 inputs (Python lists prepared beforehand), summed over the batch. Every configuration's kernel output is
 checked against the reference before it is timed. Usage:
     python engine/bench/bench_build_tree.py [--json out.json] [--quick | --targets]
-Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=v6 / v6dp / v7 (the selections the
-launcher can pick; see src/build_tree.cu) in the same process, next to the library's default.
+Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=auto (the session-4 default: v6, or v6dp
+where M > 256) and v8 (v8 where M <= 64, else auto), and with --all-impls also v6 / v6dp / v7 (the
+selections the launcher can pick; see src/build_tree.cu), in the same process, next to the library's
+default. --targets adds the end-to-end decoder's shapes (M = K = 16 and 64, B = 1 and 8).
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
     return torch.log_softmax(logits, -1).topk(k, -1).values.contiguous()
 
 
+IMPLS = ["auto", "v8", "default"]
+
+
 def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[str, float | int | str]:
     n_max = m + 1
     lp = draft_lp(bsz, k, sharp, seed=m * 31 + k + bsz)
@@ -57,9 +62,9 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
     want = ref_build_tree(lp.cpu(), ids.cpu(), root.cpu(), ctx.cpu(), budget.cpu(), n_max)
     fn = lambda: build_tree(lp, ids, root, ctx, budget, n_max)  # noqa: E731
     times = {}
-    # v6 (the previous default: chain bound + level pool) and the default (v7) on the same inputs; the
-    # launcher reads DDTREE_BUILD_TREE_IMPL per call, so each graph keeps the version it captured.
-    for impl in ("v6", "v6dp", "v7", "default"):
+    # Each selection and the default on the same inputs; the launcher reads DDTREE_BUILD_TREE_IMPL per
+    # call, so each graph keeps the version it captured.
+    for impl in IMPLS:
         with scoped_env({"DDTREE_BUILD_TREE_IMPL": impl}):  # "default": not a name, the library's default
             got = build_tree(lp, ids, root, ctx, budget, n_max)
             for name, g, w in zip(want._fields, got, want):
@@ -71,7 +76,7 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
     t_heap = heap_time(lp_lists, m, heap_reps)
     depth_max = int(got.node_depth.max())
     return {"M": m, "K": k, "B": bsz, "sharp": sharp, "kernel_us": t_call * 1e6, "kernel_1launch_us": t_one * 1e6,
-            "v6_us": times["v6"][0] * 1e6, "v6dp_us": times["v6dp"][0] * 1e6, "v7_us": times["v7"][0] * 1e6,
+            **{f"{i}_us": times[i][0] * 1e6 for i in IMPLS if i != "default"},
             "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call,
             "ratio_1launch": t_heap / t_one, "max_depth": depth_max}
 
@@ -82,7 +87,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--targets", action="store_true",
                     help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
+    ap.add_argument("--all-impls", action="store_true", help="also time v6, v6dp and v7")
     args = ap.parse_args()
+    if args.all_impls:
+        IMPLS[:0] = ["v6", "v6dp", "v7"]
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
     configs = []
@@ -93,7 +101,7 @@ def main() -> None:
     configs += [(256, 64, 64), (1024, 64, 64)]
     if args.targets:
         configs = [(m, k, 1) for m in (64, 256, 1024) for k in sorted({min(m, 64), 1024})]
-        configs += [(256, 64, 64), (1024, 64, 64)]
+        configs += [(256, 64, 64), (1024, 64, 64), (16, 16, 1), (16, 16, 8), (64, 64, 8)]
     if args.quick:
         configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (256, 64, 64), (1024, 64, 1), (1024, 1024, 8)]
     rows = []
@@ -110,11 +118,14 @@ def main() -> None:
     t_fb = graph_time(lambda: build_tree(zeros, ids, one, one, one * 1024, 1025), calls=2, reps=5)
 
     print()
-    print("| M | K | B | lp sharpness | v6 us/call | v6dp us/call | v7 us/call | default us/call | v6 / default | default us (1-launch graph) | python heap ms | heap / default | heap / 1-launch | max depth |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    named = [i for i in IMPLS if i != "default"]
+    print("| M | K | B | lp sharpness | " + " | ".join(f"{i} us/call" for i in named) + " | default us/call | "
+          "auto / default | default us (1-launch graph) | python heap ms | heap / default | heap / 1-launch | max depth |")
+    print("|---" * (len(named) + 11) + "|")
     for r in rows:
-        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']} | {r['v6_us']:.2f} | {r['v6dp_us']:.2f} | {r['v7_us']:.2f} | "
-              f"{r['kernel_us']:.2f} | {r['v6_us'] / r['kernel_us']:.2f}x | {r['kernel_1launch_us']:.2f} | "
+        cols = " | ".join(f"{r[f'{i}_us']:.2f}" for i in named)
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']} | {cols} | {r['kernel_us']:.2f} | "
+              f"{r['auto_us'] / r['kernel_us']:.2f}x | {r['kernel_1launch_us']:.2f} | "
               f"{r['heap_ms']:.3f} | {r['ratio']:.0f}x | {r['ratio_1launch']:.0f}x | {r['max_depth']} |")
     print(f"\nserial fallback (all-zero log-probs, M=1024, K=64, B=1): {t_fb * 1e6:.1f} us/call")
     if args.json:

@@ -39,7 +39,7 @@ if has selftest; then
   st_rc=${PIPESTATUS[0]}
   echo "selftest rc=$st_rc"
   # The same self-tests on the previous selection (DDTREE_BUILD_TREE_IMPL is read per launch).
-  for impl in v6 v6dp v7; do
+  for impl in v6 v6dp v7 auto v8; do
     DDTREE_BUILD_TREE_IMPL=$impl timeout 120 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$impl.log" 2>&1
     echo "selftest ($impl) rc=$? $(grep -c PASS "$OUT/selftest_$impl.log") PASS lines"
   done
@@ -48,26 +48,27 @@ fi
 if has sanitize; then
   stamp memcheck
   timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" \
-    build_tree_golden build_tree_fallback build_tree_medium > "$OUT/memcheck.log" 2>&1
+    build_tree_golden build_tree_fallback build_tree_medium build_tree_small > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; tail -3 "$OUT/memcheck.log"
-  for impl in v6dp v7; do
+  for impl in ${SAN_IMPLS:-auto v6dp v7}; do
     DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-      "$build/ddtree-selftest" build_tree_golden build_tree_medium > "$OUT/memcheck_$impl.log" 2>&1
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small > "$OUT/memcheck_$impl.log" 2>&1
     echo "memcheck ($impl) rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_$impl.log")"
     DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      "$build/ddtree-selftest" build_tree_golden build_tree_medium > "$OUT/racecheck_$impl.log" 2>&1
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small > "$OUT/racecheck_$impl.log" 2>&1
     echo "racecheck ($impl) rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck_$impl.log")"
   done
   stamp racecheck
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" build_tree_golden \
-    build_tree_medium > "$OUT/racecheck.log" 2>&1
+    build_tree_medium build_tree_small > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; tail -3 "$OUT/racecheck.log"
 fi
 
 if has pytest; then
   stamp pytest
+  # PYTEST_K narrows the selections (e.g. "auto or v8"); default: every selection.
   PYTHONPATH=$root/engine/python timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
-    > "$OUT/pytest.log" 2>&1
+    ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|Error|assert" "$OUT/pytest.log" | head -30
 fi

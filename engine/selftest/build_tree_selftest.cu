@@ -291,6 +291,48 @@ DDTREE_SELFTEST(build_tree_medium_all_phases) {
   }
 }
 
+// Small budgets (v8's range, M <= 64, L = 15): draft-like rows at several sharpnesses (one needs v8's
+// second probe stage), a row head of exactly 0 (a tie inside a family), dyadic ties (handed back to the
+// older paths), K = M and K = 1024 shapes of the decoder and the bench. Small enough for racecheck.
+DDTREE_SELFTEST(build_tree_small_budgets) {
+  const int L = 15, n_max = 65;
+  st::Rng rng(4242);
+  for (int K : {16, 64, 1024}) {
+    std::vector<Request> reqs;
+    const float sharp[] = {1.f, 3.f, 8.f, 8.f, 3.f, 3.f};
+    const int budgets[] = {64, 16, 64, 63, 64, 40};
+    for (int b = 0; b < 6; ++b) {
+      std::vector<float> lp(size_t(L) * K);
+      for (int d = 0; d < L; ++d) {
+        std::vector<float> logits(std::max(K, 2048));
+        for (auto& x : logits) x = sharp[b] * rng.normal();
+        float mx = -INFINITY;
+        for (float x : logits) mx = std::max(mx, x);
+        double sum = 0;
+        for (float x : logits) sum += std::exp(double(x - mx));
+        const float lse = mx + float(std::log(sum));
+        std::sort(logits.begin(), logits.end(), [](float a, float c) { return a > c; });
+        for (int k = 0; k < K; ++k) {
+          float v = logits[k] - lse;
+          if (b == 5) v = -float(rng.below(9)) * 0.25f;  // dyadic: exact ties across families
+          lp[size_t(d) * K + k] = v;
+        }
+        if (b == 4 && d >= 1 && d <= 3) lp[size_t(d) * K] = 0.f;  // probability 1 in fp32: a zero row head
+        std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float c) { return a > c; });
+      }
+      Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
+      for (auto& id : r.ids) id = rng.below(160000);
+      reqs.push_back(r);
+    }
+    auto got = device_build(reqs, L, K, n_max);
+    for (size_t b = 0; b < reqs.size(); ++b) {
+      std::string what = st::format("small K=%d b=%d budget=%d", K, int(b), reqs[b].budget);
+      expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
+      expect_invariants(got[b], reqs[b], L, K, n_max);
+    }
+  }
+}
+
 // Inputs that the parallel path must hand to the exact serial fallback.
 DDTREE_SELFTEST(build_tree_fallback_inputs) {
   const int L = 15, K = 64, n_max = 1025;

@@ -34,11 +34,11 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
-    rounds + counting order)."""
+    rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -259,6 +259,9 @@ def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budge
     if impl == "v6":
         assert "dp_bound" not in ev, ev
         return
+    if impl == "v8":  # v8 for M <= 64; auto (counting bound only where M > 256) for the others
+        assert ("v8" in ev) == (budget <= 64) and ("dp_bound" in ev) == (budget > 256), ev
+        return
     assert ev.get("dp_bound") == 1 and "chain_bound" not in ev, ev
     assert "raise" not in ev and "compact" not in ev, ev
     assert ("v7_round" in ev) == (impl == "v7" and min(k, budget) <= 273), ev
@@ -274,3 +277,67 @@ def test_auto_picks_the_counting_bound_per_request(emu_binary: Path, impl: str, 
     lp = draft_lp(3, 15, 64, seed=31, sharp=4.0)
     assert check(emu_binary, lp, budget=[1024, 256, 700], n_max=1025, seed=4, events=ev) == [0, 0, 0]
     assert ev.get("dp_bound") == 2 and ev.get("chain_bound") == 1, ev
+
+
+def bench_rows(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
+    """What bench_build_tree.py times: top-K of log_softmax(randn(32000) * sharp), L = 15."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.log_softmax(torch.randn(bsz, 15, 32000, generator=gen) * sharp, -1).topk(k, -1).values
+
+
+@pytest.mark.parametrize("budget", [1, 2, 16, 63, 64])
+def test_v8_decides_bench_rows(emu_binary: Path, impl: str, budget: int) -> None:
+    # v8's own path (no fallback) on the bench's and the decoder's shapes: K = M, 64 and 1024.
+    if impl != "v8":
+        pytest.skip("v8 only")
+    for k in sorted({budget, 64, 1024}):
+        for sharp in (8.0, 4.0, 1.0):
+            ev: dict[str, int] = {}
+            lp = bench_rows(1, k, sharp, seed=budget * 31 + k + int(sharp))
+            assert check(emu_binary, lp, budget=[budget], seed=k, events=ev) == [0]
+            assert ev.get("v8") == 1, (k, sharp, ev)
+
+
+def test_v8_batch_mixed_budgets_and_second_stage(emu_binary: Path, impl: str) -> None:
+    # One launch: v8 for the requests with M <= 64, the older paths for the others; sharpness-8 rows at
+    # M = 64 need the linear second probe stage.
+    if impl != "v8":
+        pytest.skip("v8 only")
+    ev: dict[str, int] = {}
+    lp = bench_rows(5, 64, 8.0, seed=1985)
+    assert check(emu_binary, lp, budget=[64, 0, 200, 17, 64], n_max=201, seed=7, events=ev) == [0, -1, 0, 0, 0]
+    assert ev.get("v8") == 3 and ev.get("v8_stage2", 0) >= 1, ev
+
+
+def test_v8_exact_zero_heads_tie_inside_a_family(emu_binary: Path, impl: str) -> None:
+    # lp[d][0] == 0 exactly (a draft position with probability 1 in fp32): a member and its rank-0
+    # extension score the same; the prefix comes first, and v8 orders that tie itself.
+    if impl != "v8":
+        pytest.skip("v8 only")
+    lp = bench_rows(1, 64, 4.0, seed=5)
+    lp[0, 1:4, 0] = 0.0
+    lp[0, 1:4] = lp[0, 1:4].sort(-1, descending=True).values
+    ev: dict[str, int] = {}
+    assert check(emu_binary, lp, budget=[64], events=ev) == [0]
+    assert ev.get("v8") == 1, ev
+
+
+def test_v8_hands_hard_rows_to_the_older_paths(emu_binary: Path, impl: str) -> None:
+    # Exact ties across families (dyadic rows), -inf padding, an fp64 range too wide for the integer
+    # scores: v8 gives the request back and the older paths decide, still equal to the reference.
+    if impl != "v8":
+        pytest.skip("v8 only")
+    ev: dict[str, int] = {}
+    dy = torch.tensor([[[-0.25, -0.5, -0.75, -1.0]] * 4])
+    check(emu_binary, dy, budget=[40], events=ev)
+    assert "v8" not in ev and ev.get("v8_tie", 0) + ev.get("v8_overflow", 0) >= 1, ev
+    lp = bench_rows(1, 64, 4.0, seed=9)
+    lp[0, 5, 20:] = -math.inf
+    ev = {}
+    assert check(emu_binary, lp, budget=[64], events=ev) == [0]
+    assert "v8" not in ev, ev
+    lp = torch.tensor([[[-6.6857430702782494e-09, -20.0, -21.0],
+                        [-5.3228440284729, -24.36475944519043, -34.079593658447266]]])
+    ev = {}
+    assert check(emu_binary, lp, budget=[12], events=ev) == [1]
+    assert "v8" not in ev and ev.get("inexact") == 1, ev

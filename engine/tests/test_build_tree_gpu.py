@@ -25,11 +25,12 @@ from ddtree_engine.ops.build_tree import build_tree  # noqa: E402  (loads libddt
 DEV = torch.device("cuda")
 
 
-@pytest.fixture(autouse=True, params=["auto", "v6", "v6dp", "v7"])
+@pytest.fixture(autouse=True, params=["auto", "v6", "v6dp", "v7", "v8"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs on each selection the launcher can pick (DDTREE_BUILD_TREE_IMPL, read per call;
     auto is the library default): v6 (chain bound + level pool), v6dp (counting bound + level pool), v7
-    (counting bound + deviation rounds + counting order), auto (v6dp where M > 256, else v6)."""
+    (counting bound + deviation rounds + counting order), auto (v6dp where M > 256, else v6), v8 (integer
+    scores + warp threshold probes where M <= 64, else auto)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -156,11 +157,23 @@ def test_rejects_bad_arguments() -> None:
         build_tree(torch.zeros(1, 4, 2, device=DEV).transpose(1, 2), ids, one, one, one, 8)
 
 
-@pytest.mark.parametrize("m", [64, 256, 1024])
+@pytest.mark.parametrize("m", [16, 64, 256, 1024])
 def test_bench_shaped_rows(m: int) -> None:
     # What bench_build_tree.py times: L = 15, top-K of log_softmax(randn(32000) * sharp), B = 8.
-    for k in sorted({min(m, 64), 1024}):
+    # (M = 16 and 64 with K = M are the end-to-end decoder's shapes.)
+    for k in sorted({min(m, 64), m if m <= 64 else 1024, 1024}):
         for sharp in (8.0, 4.0, 1.0):
             gen = torch.Generator().manual_seed(m + k + int(sharp))
             lp = torch.log_softmax(torch.randn(8, 15, 32000, generator=gen) * sharp, -1).topk(k, -1).values
             run_both(lp, [m] * 8, n_max=m + 1, seed=m + k)
+
+
+def test_small_budgets_with_zero_heads_and_ties() -> None:
+    # v8's range (M <= 64): row heads of exactly 0 (ties inside a family, ordered by v8), dyadic ties
+    # across families (handed to the older paths), mixed budgets 1..64 in one launch.
+    gen = torch.Generator().manual_seed(77)
+    lp = torch.log_softmax(torch.randn(6, 15, 4000, generator=gen) * 4.0, -1).topk(64, -1).values
+    lp[1, 2:6, 0] = 0.0
+    lp[2] = -(torch.randint(0, 9, (15, 64), generator=gen).float() / 4)
+    lp = lp.sort(-1, descending=True).values
+    run_both(lp, [64, 64, 64, 1, 33, 16], n_max=65)

@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
     std::printf("empty kernel (same block size and shared memory) in a 20-launch graph: %.2f us per launch\n", t[t.size() / 2]);
   }
   struct Cfg { int M, K; float sharp; };
-  const Cfg cfgs[] = {{256, 64, 4.f}, {256, 64, 8.f}, {256, 64, 1.f}, {1024, 64, 4.f}, {1024, 64, 8.f}, {64, 64, 1.f},
-                      {256, 1024, 4.f}};
+  // v8's shapes (M <= 64: the bench's and the end-to-end decoder's) first, then one M = 256 row.
+  const Cfg cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {64, 1024, 8.f}, {16, 16, 4.f}, {256, 64, 4.f}};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   float* d_spin;
   CK(cudaMalloc(&d_spin, 1 << 20));
@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
     bt::Params p{d_lp, d_ids, d_small, d_small + 1, d_small + 2, L, c.K, n_max, W,
                  d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
                  d_out + 5 * n_max, d_out + 6 * n_max};
-    // Each selection (v6, v6dp, v7: common.cuh) on the same inputs.
-    for (int impl : {bt::kImplV6, bt::kImplV6Dp, bt::kImplV7})
+    // Each selection (auto = the session-4 default, v8: common.cuh) on the same inputs.
+    for (int impl : {bt::kImplAuto, bt::kImplV8})
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV6 ? "v6" : impl == bt::kImplV6Dp ? "v6dp" : "v7", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

@@ -131,7 +131,9 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
       const int rlim = act ? min(R - 1, M / pi - 1) : 0;
       unsigned long long pk0 = 0, pk1 = 0;
       int tot = 0;
-#pragma unroll 1
+      // Unrolled: the first gap load of each position is independent of the others (most positions
+      // stop there), so four of them are in flight at once.
+#pragma unroll 4
       for (int i = p + 1; i < b; ++i) {
         const int c = v8_kids(V.gap + i * R, rlim, H[i + 1] - G - theta);
         tot += c;
@@ -220,6 +222,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     }
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(100);
   const int q = -V.qneg;
   // Every partial sum must stay below 2^53 units of 2^-q (2x margin for the fp64 estimate of the sum).
   if (V.bad || !(V.vsum < ldexp(1.0, 52 - q))) {
@@ -237,6 +240,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     if (r == 0) V.hv[d] = h;
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(101);
   // Each warp: its own copy of H (prefix sums of the heads) and the worst score.
   long long* H = V.H[warp];
   long long h1, worst;
@@ -268,6 +272,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     }
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(102);
   int jst = kWarps;
   for (int j = kWarps - 1; j >= 0; --j)
     if (V.cnt1[j] >= M) jst = j;
@@ -289,6 +294,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
       V.nfam2[warp] = nf;
     }
     __syncthreads();
+    DDTREE_BUILD_TREE_MARK(103);
     win = kWarps - 1;
     for (int j = kWarps - 1; j >= 0; --j)
       if (V.cnt2[j] >= M) win = j;
@@ -332,6 +338,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     }
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(104);
   // Order by counting: 4 threads per candidate, each over a quarter of the others.
   const int n = min(C, M);
   {
@@ -372,6 +379,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     if (tie_bad) V.bad = 1;
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(105);
   if (V.bad) {
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(v8_tie);
     __syncthreads();
@@ -413,6 +421,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     return -1;
   }
   if (tid == 0) DDTREE_BUILD_TREE_EVENT(v8);
+  DDTREE_BUILD_TREE_MARK(106);
   return n + 1;
 }
 
