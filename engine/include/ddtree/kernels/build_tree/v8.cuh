@@ -99,42 +99,45 @@ __device__ __forceinline__ int warp_sum_i(int v) {
 }
 
 // One warp counts the candidates scoring >= theta (ranks r < R with prod(r_i + 1) <= M), writing the
-// families into `rg`. Returns the count, or kV8Cap + 1 when families or candidates pass kV8Cap.
-__device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int R, int M, long long theta,
-                        int* nfam) {
+// families into `rg`. Returns the count, or cap + 1 once it is certain to pass cap (every family
+// allocated so far has at least its leader >= theta). Round 0 (the chain family alone) spreads its
+// positions over the lanes; later rounds take a family per lane. A lane with more than a few children
+// has them written by the whole warp (the first GPU run showed lane-serial writes of ~100 children
+// setting the pace of a probe).
+__device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int R, int M, int cap,
+                        long long theta, int* nfam) {
   const int lane = threadIdx.x & 31;
-  if (lane == 0) {
-    rg.G[0] = 0;
-    rg.meta[0] = 0xFFu | (1u << 20);  // the chain family: no parent, p = -1, pi = 1
-  }
-  __syncwarp();
   int count = 0, lo = 0, hi = 1;
   bool over = false;
-  while (lo < hi && !over) {
+  for (int round = 0; lo < hi && !over; ++round) {
     int next = hi;
 #pragma unroll 1
     for (int base = lo; base < hi; base += 32) {
-      const int f = base + lane;
-      const bool act = f < hi;
-      const long long G = act ? rg.G[f] : 0;
-      const uint32_t mt = act ? rg.meta[f] : 0u;
+      // This lane's family f and its positions [i0, i1) whose children it counts.
+      const int f = round == 0 ? 0 : base + lane;
+      const bool act = round == 0 || f < hi;
+      const long long G = round == 0 ? 0 : act ? rg.G[f] : 0;
+      const uint32_t mt = round == 0 ? 0xFFu | (1u << 20) : act ? rg.meta[f] : 0u;
       const int p = static_cast<int>((mt >> 8) & 31u) - 1;
       const int pi = static_cast<int>((mt >> 20) & 127u);
       const int a = p < 0 ? 1 : p + 1;
       const int b = act ? v8_dmax(H, L, theta + G) : 0;
-      if (act) {
+      const bool owner = act && (round > 0 || lane == 0);  // writes the family's record
+      if (owner) {
         rg.a[f] = static_cast<uint8_t>(a);
         rg.b[f] = static_cast<uint8_t>(b);
+        if (round == 0) { rg.G[0] = 0; rg.meta[0] = mt; }  // the chain family: no parent, p = -1, pi = 1
       }
-      count += warp_sum_i(act && b >= a ? b - a + 1 : 0);
-      // Children below the members: position i in (p, b), ranks 1..c_i, packed 7 bits per position.
+      count += warp_sum_i(owner && b >= a ? b - a + 1 : 0);
+      const int i0 = round == 0 ? lane : p + 1;
+      const int i1 = round == 0 ? min(lane + 1, b) : b;
       const int rlim = act ? min(R - 1, M / pi - 1) : 0;
       unsigned long long pk0 = 0, pk1 = 0;
       int tot = 0;
       // Unrolled: the first gap load of each position is independent of the others (most positions
-      // stop there), so four of them are in flight at once.
+      // stop there), so several are in flight at once.
 #pragma unroll 4
-      for (int i = p + 1; i < b; ++i) {
+      for (int i = i0; i < i1; ++i) {
         const int c = v8_kids(V.gap + i * R, rlim, H[i + 1] - G - theta);
         tot += c;
         if (i < 9) pk0 |= static_cast<unsigned long long>(c) << (7 * i);
@@ -147,19 +150,44 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
         if (lane >= o) inc += y;
       }
       const int wtot = __shfl_sync(0xffffffffu, inc, 31);
-      if (next + wtot > kV8Cap || count > kV8Cap) {
+      const int done = round == 0 ? 1 : min(base + 32, hi);  // families processed so far
+      if (count + (next + wtot - done) > cap || next + wtot > cap) {
         over = true;
         break;
       }
       int off = next + inc - tot;
+      const bool big = tot > 4;
+      if (!big) {
 #pragma unroll 1
-      for (int i = p + 1; i < b; ++i) {
-        const int c = static_cast<int>(i < 9 ? (pk0 >> (7 * i)) & 127u : (pk1 >> (7 * (i - 9))) & 127u);
+        for (int i = i0; i < i1; ++i) {
+          const int c = static_cast<int>(i < 9 ? (pk0 >> (7 * i)) & 127u : (pk1 >> (7 * (i - 9))) & 127u);
 #pragma unroll 1
-        for (int r = 1; r <= c; ++r, ++off) {
-          rg.G[off] = G + V.gap[i * R + r];
-          rg.meta[off] = static_cast<uint32_t>(f) | (static_cast<uint32_t>(i + 1) << 8) |
-                         (static_cast<uint32_t>(r) << 13) | (static_cast<uint32_t>(pi * (r + 1)) << 20);
+          for (int r = 1; r <= c; ++r, ++off) {
+            rg.G[off] = G + V.gap[i * R + r];
+            rg.meta[off] = static_cast<uint32_t>(f) | (static_cast<uint32_t>(i + 1) << 8) |
+                           (static_cast<uint32_t>(r) << 13) | (static_cast<uint32_t>(pi * (r + 1)) << 20);
+          }
+        }
+      }
+      unsigned bm = __ballot_sync(0xffffffffu, big);
+      while (bm) {
+        const int src = __ffs(static_cast<int>(bm)) - 1;
+        bm &= bm - 1u;
+        const long long sG = __shfl_sync(0xffffffffu, G, src);
+        const unsigned long long s0 = __shfl_sync(0xffffffffu, pk0, src), s1 = __shfl_sync(0xffffffffu, pk1, src);
+        const int sf = __shfl_sync(0xffffffffu, f, src), spi = __shfl_sync(0xffffffffu, pi, src);
+        const int si0 = __shfl_sync(0xffffffffu, i0, src), si1 = __shfl_sync(0xffffffffu, i1, src);
+        int soff = __shfl_sync(0xffffffffu, off, src);
+#pragma unroll 1
+        for (int i = si0; i < si1; ++i) {
+          const int c = static_cast<int>(i < 9 ? (s0 >> (7 * i)) & 127u : (s1 >> (7 * (i - 9))) & 127u);
+#pragma unroll 1
+          for (int r = 1 + lane; r <= c; r += 32) {
+            rg.G[soff + r - 1] = sG + V.gap[i * R + r];
+            rg.meta[soff + r - 1] = static_cast<uint32_t>(sf) | (static_cast<uint32_t>(i + 1) << 8) |
+                                    (static_cast<uint32_t>(r) << 13) | (static_cast<uint32_t>(spi * (r + 1)) << 20);
+          }
+          soff += c;
         }
       }
       next += wtot;
@@ -169,7 +197,7 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
     hi = next;
   }
   *nfam = hi;
-  return over ? kV8Cap + 1 : count;
+  return over ? cap + 1 : count;
 }
 
 // Block-uniform. Returns the node count (root included) with N.par / rank / dep / prev filled (sibling
@@ -178,6 +206,9 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   V8Smem& V = *reinterpret_cast<V8Smem*>(reinterpret_cast<unsigned char*>(&S) + kV8Offset);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int R = min(K, M + 1);
+  // Probe cap: enough for the ~1.1-1.7 M candidates the second stage leaves, small enough that probes
+  // far below the M-th score stop early.
+  const int cap = min(kV8Cap, 2 * M + 32);
   if (tid == 0) {
     V.qneg = 0;
     V.bad = 0;
@@ -264,7 +295,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   {
     const long long th = h1 - ((h1 - worst) >> (kWarps - 1 - warp));
     int nf = 0;
-    const int c = v8_probe(V, V.reg[warp], H, L, R, M, th, &nf);
+    const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
     if (lane == 0) {
       V.cnt1[warp] = c;
       V.nfam1[warp] = nf;
@@ -280,7 +311,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   if (jst == kWarps) {  // fewer than M candidates in all: every one of them is a node
     win = kWarps - 1;
     C = V.cnt1[win];
-  } else if (V.cnt1[jst] <= kV8Cap) {
+  } else if (V.cnt1[jst] <= cap) {
     win = jst;
     C = V.cnt1[win];
   } else {
@@ -288,7 +319,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     const long long ta = V.theta1[jst], tb = jst > 0 ? V.theta1[jst - 1] : h1 + 1;
     const long long th = tb - ((tb - ta) * (warp + 1)) / kWarps;
     int nf = 0;
-    const int c = v8_probe(V, V.reg[warp], H, L, R, M, th, &nf);
+    const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
     if (lane == 0) {
       V.cnt2[warp] = c;
       V.nfam2[warp] = nf;
@@ -299,14 +330,14 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     for (int j = kWarps - 1; j >= 0; --j)
       if (V.cnt2[j] >= M) win = j;
     C = V.cnt2[win];
-    if (C > kV8Cap) {
+    if (C > cap) {
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(v8_overflow);
       __syncthreads();
       return -1;
     }
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(v8_stage2);
   }
-  const bool second = jst < kWarps && V.cnt1[jst] > kV8Cap;
+  const bool second = jst < kWarps && V.cnt1[jst] > cap;
   V8Region& rg = V.reg[win];
   // Flatten the winner's families into candidates (score, family, length).
   if (warp == win) {
@@ -339,15 +370,18 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(104);
-  // Order by counting: 4 threads per candidate, each over a quarter of the others.
+  // Order by counting: P threads per candidate (adjacent lanes, P * C <= kThreads), each over a 1/P
+  // share of the others.
   const int n = min(C, M);
   {
-    const int Q = (C + 3) >> 2;
+    int lp2 = 0;
+    while (lp2 < 4 && (C << (lp2 + 1)) <= kThreads) ++lp2;  // P = 2^lp2 <= 16
+    const int P = 1 << lp2, Q = (C + P - 1) >> lp2;
     int tie_bad = 0;
 #pragma unroll 1
-    for (int it0 = 0; it0 < 4 * C; it0 += kThreads) {
-      const int it = it0 + tid, i = it >> 2, part = it & 3;
-      const bool act = it < 4 * C;
+    for (int it0 = 0; it0 < P * C; it0 += kThreads) {
+      const int it = it0 + tid, i = it >> lp2, part = it & (P - 1);
+      const bool act = it < P * C;
       int rank = 0, tie = 0;
       long long s = 0;
       int fi = 0, li = 0;
@@ -367,10 +401,10 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
           }
         }
       }
-      rank += __shfl_xor_sync(0xffffffffu, rank, 1);
-      rank += __shfl_xor_sync(0xffffffffu, rank, 2);
-      tie |= __shfl_xor_sync(0xffffffffu, tie, 1);
-      tie |= __shfl_xor_sync(0xffffffffu, tie, 2);
+      for (int o = 1; o < P; o <<= 1) {
+        rank += __shfl_xor_sync(0xffffffffu, rank, o);
+        tie |= __shfl_xor_sync(0xffffffffu, tie, o);
+      }
       if (act && part == 0) {
         V.node_of[i] = static_cast<int16_t>(rank < n ? rank + 1 : -1);
         if (tie && rank < n) tie_bad = 1;
