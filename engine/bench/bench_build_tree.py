@@ -49,7 +49,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
     return torch.log_softmax(logits, -1).topk(k, -1).values.contiguous()
 
 
-IMPLS = ["auto", "v8", "default"]
+IMPLS = ["auto", "v8", "v8p8", "default"]
 
 
 def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[str, float | int | str]:

@@ -44,6 +44,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v7") == 0) return bt::kImplV7;
   if (std::strcmp(v, "auto") == 0) return bt::kImplAuto;
   if (std::strcmp(v, "v8") == 0) return bt::kImplV8;
+  if (std::strcmp(v, "v8p8") == 0) return bt::kImplV8P8;
   return kDefaultImpl;
 }
 

@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
                  d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
                  d_out + 5 * n_max, d_out + 6 * n_max};
     // Each selection (auto = the session-4 default, v8: common.cuh) on the same inputs.
-    for (int impl : {bt::kImplAuto, bt::kImplV8})
+    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8})
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

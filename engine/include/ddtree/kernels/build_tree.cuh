@@ -373,9 +373,10 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   if (M > 0 && L > 0) {
     // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
     n = -1;
-    if (p.impl == kImplV8 && M <= kV8MaxM && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M);
+    const bool v8 = p.impl == kImplV8 || p.impl == kImplV8P8;
+    if (v8 && M <= kV8MaxM && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, p.impl == kImplV8P8 ? 8 : kWarps);
     if (n < 0) {
-      const int impl = p.impl == kImplV8 ? kImplAuto : p.impl;
+      const int impl = v8 ? kImplAuto : p.impl;
       n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);
       lists = n >= 0;
     }

@@ -70,6 +70,7 @@ constexpr int kImplAuto = 3;
 constexpr int kAutoDpMinM = 256;
 // v8 (build_tree/v8.cuh) for requests with M <= 64 and L <= 16, the auto choice for the others.
 constexpr int kImplV8 = 4;
+constexpr int kImplV8P8 = 5;  // v8 with 8 probing warps instead of 16 (the A/B of the probe count)
 
 struct Params {
   const float* lp;

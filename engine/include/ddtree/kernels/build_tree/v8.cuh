@@ -200,9 +200,9 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
   return over ? cap + 1 : count;
 }
 
-// Block-uniform. Returns the node count (root included) with N.par / rank / dep / prev filled (sibling
+// Block-uniform; P (<= kWarps, a power of two) warps probe. Returns the node count (root included) with N.par / rank / dep / prev filled (sibling
 // lists not built), or -1: the older paths decide (every thread returns after a barrier).
-__device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M) {
+__device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M, int P) {
   V8Smem& V = *reinterpret_cast<V8Smem*>(reinterpret_cast<unsigned char*>(&S) + kV8Offset);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int R = min(K, M + 1);
@@ -291,9 +291,15 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     worst = __shfl_sync(0xffffffffu, inc, L - 1) - g;
   }
   __syncwarp();
-  // Stage 1: theta_w = best - range / 2^(kWarps - 1 - w).
-  {
-    const long long th = h1 - ((h1 - worst) >> (kWarps - 1 - warp));
+  // Stage 1: warps w < P probe theta_w = best - dub * 2^(-(P - 1 - w) * step). With K >= M the M
+  // depth-1 ranks all score >= lp[0][M-1], so the distance from the best score to the M-th is at most
+  // dub = gap[0][M-1] and the last probe is a valid bound; the grid then spans ~4 octaves below it
+  // (step 4 / P octaves). Otherwise dub = the whole score range, step 16 / P octaves.
+  const bool dep1 = R - 1 >= M - 1;
+  const long long dub = dep1 ? V.gap[M - 1] : h1 - worst;
+  const double step = (dep1 ? 4.0 : 16.0) / P;
+  if (warp < P) {
+    const long long th = h1 - static_cast<long long>(static_cast<double>(dub) * exp2(-(P - 1 - warp) * step));
     int nf = 0;
     const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
     if (lane == 0) {
@@ -304,30 +310,32 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(102);
-  int jst = kWarps;
-  for (int j = kWarps - 1; j >= 0; --j)
+  int jst = P;
+  for (int j = P - 1; j >= 0; --j)
     if (V.cnt1[j] >= M) jst = j;
   int win, C;
-  if (jst == kWarps) {  // fewer than M candidates in all: every one of them is a node
-    win = kWarps - 1;
+  if (jst == P) {  // fewer than M candidates in all: every one of them is a node
+    win = P - 1;
     C = V.cnt1[win];
   } else if (V.cnt1[jst] <= cap) {
     win = jst;
     C = V.cnt1[win];
   } else {
-    // Stage 2: 16 thresholds splitting (theta_b, theta_a] linearly; the last one is theta_a itself.
+    // Stage 2: P thresholds splitting (theta_b, theta_a] linearly; the last one is theta_a itself.
     const long long ta = V.theta1[jst], tb = jst > 0 ? V.theta1[jst - 1] : h1 + 1;
-    const long long th = tb - ((tb - ta) * (warp + 1)) / kWarps;
-    int nf = 0;
-    const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
-    if (lane == 0) {
-      V.cnt2[warp] = c;
-      V.nfam2[warp] = nf;
+    if (warp < P) {
+      const long long th = tb - ((tb - ta) * (warp + 1)) / P;
+      int nf = 0;
+      const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
+      if (lane == 0) {
+        V.cnt2[warp] = c;
+        V.nfam2[warp] = nf;
+      }
     }
     __syncthreads();
     DDTREE_BUILD_TREE_MARK(103);
-    win = kWarps - 1;
-    for (int j = kWarps - 1; j >= 0; --j)
+    win = P - 1;
+    for (int j = P - 1; j >= 0; --j)
       if (V.cnt2[j] >= M) win = j;
     C = V.cnt2[win];
     if (C > cap) {
@@ -337,7 +345,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     }
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(v8_stage2);
   }
-  const bool second = jst < kWarps && V.cnt1[jst] > cap;
+  const bool second = jst < P && V.cnt1[jst] > cap;
   V8Region& rg = V.reg[win];
   // Flatten the winner's families into candidates (score, family, length).
   if (warp == win) {
