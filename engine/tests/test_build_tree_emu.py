@@ -299,12 +299,12 @@ def test_v8_decides_bench_rows(emu_binary: Path, impl: str, budget: int) -> None
 
 
 def test_v8_batch_mixed_budgets_and_second_stage(emu_binary: Path, impl: str) -> None:
-    # One launch: v8 for the requests with M <= 64, the older paths for the others; sharpness-8 rows at
-    # M = 64 need the linear second probe stage.
+    # One launch: v8 for the requests with M <= 64, the older paths for the others; with K = 32 < M
+    # the probes span the whole score range an octave apart, and these rows need the linear second stage.
     if impl != "v8":
         pytest.skip("v8 only")
     ev: dict[str, int] = {}
-    lp = bench_rows(5, 64, 8.0, seed=1985)
+    lp = bench_rows(5, 32, 4.0, seed=1985)
     assert check(emu_binary, lp, budget=[64, 0, 200, 17, 64], n_max=201, seed=7, events=ev) == [0, -1, 0, 0, 0]
     assert ev.get("v8") == 3 and ev.get("v8_stage2", 0) >= 1, ev
 
