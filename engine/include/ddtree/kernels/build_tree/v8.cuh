@@ -57,6 +57,7 @@ struct V8Smem {
   int cnt1[kWarps], cnt2[kWarps], nfam1[kWarps], nfam2[kWarps];
   double vsum;
   int qneg, bad, C;
+  int done1, done2;  // lowest probe index that finished with a usable count (atomics only)
 };
 // The v8 block lives after `lex` (which holds the Nodes it fills at the end) inside the kernel's Smem.
 constexpr size_t kV8Offset = sizeof(uint64_t) * kCap;
@@ -104,8 +105,10 @@ __device__ __forceinline__ int warp_sum_i(int v) {
 // positions over the lanes; later rounds take a family per lane. A lane with more than a few children
 // has them written by the whole warp (the first GPU run showed lane-serial writes of ~100 children
 // setting the pace of a probe).
+// Probe w also stops (as an overflow) once a probe with a higher threshold (index < w) has finished
+// with a usable count (M..cap, recorded in *done): its result can no longer win.
 __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int R, int M, int cap,
-                        long long theta, int* nfam) {
+                        long long theta, int* nfam, int w, int* done) {
   const int lane = threadIdx.x & 31;
   int count = 0, lo = 0, hi = 1;
   bool over = false;
@@ -113,6 +116,10 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
     int next = hi;
 #pragma unroll 1
     for (int base = lo; base < hi; base += 32) {
+      if (__shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(done, 0) : 0, 0) < w) {
+        over = true;
+        break;
+      }
       // This lane's family f and its positions [i0, i1) whose children it counts.
       const int f = round == 0 ? 0 : base + lane;
       const bool act = round == 0 || f < hi;
@@ -197,6 +204,7 @@ __device__ int v8_probe(V8Smem& V, V8Region& rg, const long long* H, int L, int 
     hi = next;
   }
   *nfam = hi;
+  if (!over && count >= M && lane == 0) atomicMin(done, w);
   return over ? cap + 1 : count;
 }
 
@@ -206,12 +214,14 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   V8Smem& V = *reinterpret_cast<V8Smem*>(reinterpret_cast<unsigned char*>(&S) + kV8Offset);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int R = min(K, M + 1);
-  // Probe cap: enough for the ~1.1-1.7 M candidates the second stage leaves, small enough that probes
-  // far below the M-th score stop early.
-  const int cap = min(kV8Cap, 2 * M + 32);
+  // Probe cap: enough for the <= ~1.5 M candidates a probe 2^(1/8) below the M-th score finds, small
+  // enough that probes far below it stop early (they are the most expensive ones).
+  const int cap = min(kV8Cap, (3 * M) / 2 + 32);
   if (tid == 0) {
     V.qneg = 0;
     V.bad = 0;
+    V.done1 = kWarps;
+    V.done2 = kWarps;
   }
   __syncthreads();
   // Pass 1: load and validate the rows (ranks < R), the scale q (max over q_x).
@@ -293,15 +303,16 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
   __syncwarp();
   // Stage 1: warps w < P probe theta_w = best - dub * 2^(-(P - 1 - w) * step). With K >= M the M
   // depth-1 ranks all score >= lp[0][M-1], so the distance from the best score to the M-th is at most
-  // dub = gap[0][M-1] and the last probe is a valid bound; the grid then spans ~4 octaves below it
-  // (step 4 / P octaves). Otherwise dub = the whole score range, step 16 / P octaves.
+  // dub = gap[0][M-1] and the last probe is a valid bound; the grid then spans ~2 octaves below it
+  // (step 2 / P octaves: on the bench's rows the M-th score sat 0.3-0.6 dub from the best, and the
+  // count roughly doubled per quarter octave). Otherwise dub = the whole score range, step 16 / P.
   const bool dep1 = R - 1 >= M - 1;
   const long long dub = dep1 ? V.gap[M - 1] : h1 - worst;
-  const double step = (dep1 ? 4.0 : 16.0) / P;
+  const double step = (dep1 ? 2.0 : 16.0) / P;
   if (warp < P) {
     const long long th = h1 - static_cast<long long>(static_cast<double>(dub) * exp2(-(P - 1 - warp) * step));
     int nf = 0;
-    const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
+    const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf, warp, &V.done1);
     if (lane == 0) {
       V.cnt1[warp] = c;
       V.nfam1[warp] = nf;
@@ -326,7 +337,7 @@ __device__ int v8_select(Smem& S, Nodes& N, const float* lp, int L, int K, int M
     if (warp < P) {
       const long long th = tb - ((tb - ta) * (warp + 1)) / P;
       int nf = 0;
-      const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf);
+      const int c = v8_probe(V, V.reg[warp], H, L, R, M, cap, th, &nf, warp, &V.done2);
       if (lane == 0) {
         V.cnt2[warp] = c;
         V.nfam2[warp] = nf;
