@@ -7,9 +7,10 @@ inputs (Python lists prepared beforehand), summed over the batch. Every configur
 checked against the reference before it is timed. Usage:
     python engine/bench/bench_build_tree.py [--json out.json] [--quick | --targets]
 Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=auto (the session-4 default: v6, or v6dp
-where M > 256) and v8 (v8 where M <= 64, else auto), and with --all-impls also v6 / v6dp / v7 (the
-selections the launcher can pick; see src/build_tree.cu), in the same process, next to the library's
-default. --targets adds the end-to-end decoder's shapes (M = K = 16 and 64, B = 1 and 8).
+where M > 256), v8 (v8 where M <= 64, else auto) and v8p8 (v8 with 8 probing warps), and with
+--all-impls also v6 / v6dp / v7 (the selections the launcher can pick; see src/build_tree.cu), in the
+same process, next to the library's default (v8auto: v8 where M <= 32, else auto). --targets adds the
+end-to-end decoder's shapes (M = K = 16 and 64, B = 1 and 8).
 """
 from __future__ import annotations
 

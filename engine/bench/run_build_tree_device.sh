@@ -39,7 +39,7 @@ if has selftest; then
   st_rc=${PIPESTATUS[0]}
   echo "selftest rc=$st_rc"
   # The same self-tests on the previous selection (DDTREE_BUILD_TREE_IMPL is read per launch).
-  for impl in v6 v6dp v7 auto v8; do
+  for impl in v6 v6dp v7 auto v8 v8auto; do
     DDTREE_BUILD_TREE_IMPL=$impl timeout 120 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$impl.log" 2>&1
     echo "selftest ($impl) rc=$? $(grep -c PASS "$OUT/selftest_$impl.log") PASS lines"
   done

@@ -31,11 +31,12 @@ ddtree_status_t prepare() {
 
 // Which selection runs. DDTREE_BUILD_TREE_IMPL=v6 (chain bound + level pool), v6dp (counting bound +
 // level pool), v7 (counting bound + deviation rounds), auto (the session-4 default: v6dp for requests
-// with M > 256, v6 otherwise) or v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
-// the others); unset or anything else: kDefaultImpl (v8; bench/NOTES.md "### v8 (session 5)" has the
-// H200 A/B). Read on every call (a getenv, no sync) so that one process can A/B them; a captured graph
-// keeps the value it was captured with.
-constexpr int kDefaultImpl = bt::kImplV8;
+// with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
+// the others), v8p8 (v8 with 8 probing warps) or v8auto (v8 for M <= 32, auto for the others); unset or
+// anything else: kDefaultImpl (v8auto; common.cuh and bench/NOTES.md "### v8 (session 5)" say why). Read
+// on every call (a getenv, no sync) so that one process can A/B them; a captured graph keeps the value
+// it was captured with.
+constexpr int kDefaultImpl = bt::kImplV8Auto;
 int impl_from_env() {
   const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL");
   if (v == nullptr) return kDefaultImpl;
@@ -45,6 +46,7 @@ int impl_from_env() {
   if (std::strcmp(v, "auto") == 0) return bt::kImplAuto;
   if (std::strcmp(v, "v8") == 0) return bt::kImplV8;
   if (std::strcmp(v, "v8p8") == 0) return bt::kImplV8P8;
+  if (std::strcmp(v, "v8auto") == 0) return bt::kImplV8Auto;
   return kDefaultImpl;
 }
 

@@ -341,3 +341,14 @@ def test_v8_hands_hard_rows_to_the_older_paths(emu_binary: Path, impl: str) -> N
     ev = {}
     assert check(emu_binary, lp, budget=[12], events=ev) == [1]
     assert "v8" not in ev and ev.get("inexact") == 1, ev
+
+
+def test_default_takes_v8_up_to_m_32(emu_binary: Path, impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The library default (v8auto): v8 for requests with M <= 32, auto for the others, per request.
+    if impl != "v8":
+        pytest.skip("one run is enough: the test sets the selection itself")
+    monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", "v8auto")
+    ev: dict[str, int] = {}
+    lp = bench_rows(4, 64, 4.0, seed=3)
+    assert check(emu_binary, lp, budget=[16, 32, 33, 64], n_max=65, seed=5, events=ev) == [0, 0, 0, 0]
+    assert ev.get("v8") == 2, ev

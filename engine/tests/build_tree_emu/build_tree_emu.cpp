@@ -65,7 +65,7 @@ int main() {
   if (const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL")) {
     const std::string s(v);
     p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
-             : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : bt::kImplV6;
+             : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
   emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });

@@ -27,8 +27,10 @@
 // counting bound (build_tree/dp_bound.cuh: a per-depth convolution of rounded gaps counts candidates
 // above each score, no selection, 1.0-1.2 M candidates above it), which spares the pool raises; v7
 // (build_tree/enumerate.cuh) enumerates the candidates above the counting bound by deviation rounds
-// and orders them by counting. The default ("auto") is v6dp for requests with M > 256, else v6:
-// measured fastest per shape on the H200 (bench/NOTES.md, build_tree v7).
+// and orders them by counting. "auto" is v6dp for requests with M > 256, else v6 (measured fastest per
+// shape on the H200, bench/NOTES.md, build_tree v7). v8 (build_tree/v8.cuh: exact integer scores, warp
+// threshold probes, order by counting) takes requests with M <= 64 and L <= 16 and hands anything it
+// cannot decide exactly to auto; the library default ("v8auto") uses it for M <= 32 only (common.cuh).
 #pragma once
 
 // Parts 1-4 (configuration and helpers, selection, sorting, the serial fallback) live in build_tree/;
@@ -373,8 +375,9 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   if (M > 0 && L > 0) {
     // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
     n = -1;
-    const bool v8 = p.impl == kImplV8 || p.impl == kImplV8P8;
-    if (v8 && M <= kV8MaxM && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, p.impl == kImplV8P8 ? 8 : kWarps);
+    const bool v8 = p.impl == kImplV8 || p.impl == kImplV8P8 || p.impl == kImplV8Auto;
+    const int v8_max_m = p.impl == kImplV8Auto ? kV8AutoMaxM : kV8MaxM;
+    if (v8 && M <= v8_max_m && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, p.impl == kImplV8P8 ? 8 : kWarps);
     if (n < 0) {
       const int impl = v8 ? kImplAuto : p.impl;
       n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);

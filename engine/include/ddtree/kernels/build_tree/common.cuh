@@ -71,6 +71,11 @@ constexpr int kAutoDpMinM = 256;
 // v8 (build_tree/v8.cuh) for requests with M <= 64 and L <= 16, the auto choice for the others.
 constexpr int kImplV8 = 4;
 constexpr int kImplV8P8 = 5;  // v8 with 8 probing warps instead of 16 (the A/B of the probe count)
+// The library default since session 5: v8 for requests with M <= kV8AutoMaxM (and L <= 16), auto for the
+// others. H200 (bench/NOTES.md "### v8 (session 5)"): v8 is 1.26-1.50x faster than auto at M = 16 (K = 16,
+// B = 1 and 8) and 1.14-1.65x at M = 64 with B = 1, but 0.64x at M = 64, K = 64, B = 8, sharpness 8.
+constexpr int kImplV8Auto = 6;
+constexpr int kV8AutoMaxM = 32;
 
 struct Params {
   const float* lp;
@@ -87,7 +92,7 @@ struct Params {
   int32_t* positions;
   int32_t* first_child;
   int32_t* next_sibling;
-  int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto / kImplV8 (0 = v6: what an aggregate-initialized Params gets)
+  int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto / kImplV8 / kImplV8P8 / kImplV8Auto (0 = v6: what an aggregate-initialized Params gets)
 };
 
 // Level state carried between the block-wide and the warp-only level loops.
