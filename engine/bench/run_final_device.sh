@@ -45,7 +45,8 @@ if [ "$STAGE" = check ]; then
 
   stamp "2. compute-sanitizer on the self-tests of the kernels changed this session"
   for t in "memcheck build_tree_golden" "racecheck build_tree_golden" "memcheck build_tree_medium_all_phases" \
-           "racecheck build_tree_medium_all_phases" "memcheck draft_topk_lse_sanitizer_sized" \
+           "racecheck build_tree_medium_all_phases" "memcheck build_tree_small_budgets" \
+           "racecheck build_tree_small_budgets" "memcheck draft_topk_lse_sanitizer_sized" \
            "racecheck draft_topk_lse_sanitizer_sized" \
            "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3" \
            "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept" \
