@@ -2,7 +2,7 @@
 counter-based noise below), the walk from the root along the target's choices, the bonus token and the
 stop-id truncation. Readable pure PyTorch (CPU or GPU); `ddtree_engine.ops.tree_accept` must agree exactly.
 
-Gumbel noise (defined here once; include/ddtree/kernels/tree_accept.cuh implements the same bits):
+Gumbel noise (defined here once; include/ddtree/kernels/tree_accept/common.cuh implements the same bits):
     h  = mix32(mix32(mix32(mix32(mix32(seed_lo ^ 0x9E3779B9) ^ seed_hi) ^ request) ^ position) ^ vocab_id)
     h  = mix32(h ^ 0x5BD1E995)
     u  = (h >> 8) * 2**-24                  # 24 high bits -> [0, 1), exact in float32

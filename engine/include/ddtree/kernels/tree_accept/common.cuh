@@ -1,0 +1,160 @@
+// tree_accept, the pieces both launch plans share: sizes, the Gumbel noise, stop-id truncation, one CTA's
+// scored vocab chunk and its block reduction. Overview in ../tree_accept.cuh.
+//
+// The Gumbel noise must equal reference/tree_accept.py's gumbel_noise bit for bit: integer hash, then a
+// logarithm made only of exactly rounded float32 operations (__f*_rn: no FMA contraction).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "ddtree/kernels/common.cuh"
+
+namespace ddtree {
+namespace kernels {
+
+constexpr int kAcceptThreads = 256;
+constexpr int kAcceptPerThread = 32;
+constexpr int kAcceptChunk = kAcceptThreads * kAcceptPerThread;  // 8192 logits per CTA
+constexpr int kAcceptWalkThreads = 256;
+constexpr int kAcceptMaxWidth = 1024;  // max_depth + 1
+constexpr int kAcceptFusedMaxNodes = 1024;  // n_max of the fused plan (its last CTA holds the tree in smem)
+constexpr int kAcceptStopsInSmem = 64;      // stop ids the fused walk stages in shared memory
+
+__device__ __forceinline__ uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// Hash of (seed, request, position): the per-(node depth) part of the noise key.
+__device__ __forceinline__ uint32_t gumbel_key(uint64_t seed, uint32_t request, uint32_t position) {
+  uint32_t h = mix32(uint32_t(seed) ^ 0x9E3779B9u);
+  h = mix32(h ^ uint32_t(seed >> 32));
+  h = mix32(h ^ request);
+  return mix32(h ^ position);
+}
+
+// log of a positive normal float, identical to reference log32 (same operations, same order).
+__device__ __forceinline__ float log32(float x) {
+  const int bits = __float_as_int(x);
+  int e = ((bits >> 23) & 0xFF) - 127;
+  float m = __int_as_float((bits & 0x7FFFFF) | 0x3F800000);
+  if (m > float(1.41421356237309504880)) {
+    m = __fmul_rn(m, 0.5f);
+    e += 1;
+  }
+  const float f = __fsub_rn(m, 1.0f);
+  const float s = __fdiv_rn(f, __fadd_rn(2.0f, f));
+  const float z = __fmul_rn(s, s);
+  float poly = float(1.0 / 11.0);
+  poly = __fadd_rn(__fmul_rn(poly, z), float(1.0 / 9.0));
+  poly = __fadd_rn(__fmul_rn(poly, z), float(1.0 / 7.0));
+  poly = __fadd_rn(__fmul_rn(poly, z), float(1.0 / 5.0));
+  poly = __fadd_rn(__fmul_rn(poly, z), float(1.0 / 3.0));
+  poly = __fmul_rn(poly, z);
+  const float t = __fadd_rn(s, __fmul_rn(s, poly));
+  return __fadd_rn(__fmul_rn(float(e), float(0.69314718055994530942)), __fadd_rn(t, t));
+}
+
+__device__ __forceinline__ float gumbel(uint32_t key, uint32_t vocab_id) {
+  const uint32_t h = mix32(mix32(key ^ vocab_id) ^ 0x5BD1E995u);
+  const float u = __fmul_rn(float(h >> 8), 5.9604644775390625e-8f);  // 2^-24
+  if (u == 0.f) return -INFINITY;
+  return -log32(-log32(u));
+}
+
+// Stop-id truncation of a round's new tokens: token_at(s), s < len, is new token s (the accepted
+// non-root nodes' tokens, then the bonus `target`); the tokens are cut right after the first stop id.
+// Returns the number kept and sets *last (the bonus: the stop id, or target) and *done.
+template <typename TokenAt, typename StopAt>
+__device__ __forceinline__ int cut_at_stop(int len, int target, TokenAt token_at, StopAt stop_at, int num_stop,
+                                           int* last, int* done) {
+  int count = len, found = 0, bonus = target;
+  for (int s = 0; s < len && !found; ++s) {
+    const int token = token_at(s);
+    for (int q = 0; q < num_stop; ++q) {
+      if (stop_at(q) == token) {
+        count = s + 1;
+        bonus = token;
+        found = 1;
+        break;
+      }
+    }
+  }
+  *last = bonus;
+  *done = found;
+  return count;
+}
+
+// One CTA's vocab chunk of one node's logits: loaded into registers first (the loads overlap whatever
+// the caller does before scoring them), then scored. best() gives the thread's best
+// pack_item(key(score), id) (0 = only NaN seen) and sets *bad on NaN.
+template <typename T, bool VEC>
+struct ChunkLogits {
+  static constexpr int VN = 16 / int(sizeof(T));
+  static constexpr int NV = kAcceptPerThread / VN;
+  uint4 raw[NV];
+
+  __device__ __forceinline__ void load(const T* __restrict__ x, int start, int vocab) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+      if (VEC && base + VN <= vocab) {
+        raw[j] = __ldg(reinterpret_cast<const uint4*>(x + base));
+      } else {
+        T* e = reinterpret_cast<T*>(&raw[j]);
+#pragma unroll
+        for (int q = 0; q < VN; ++q) e[q] = (base + q < vocab) ? x[base + q] : T(0.0f);
+      }
+    }
+  }
+
+  __device__ __forceinline__ uint64_t best(int start, int vocab, bool sample, float temp, uint32_t key,
+                                           int* bad) const {
+    uint64_t top = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+      const T* e = reinterpret_cast<const T*>(&raw[j]);
+#pragma unroll
+      for (int q = 0; q < VN; ++q) {
+        const int id = base + q;
+        if (id < vocab) {
+          float s = to_float<T>(e[q]);
+          if (s != s) {
+            *bad = 1;
+            continue;
+          }
+          if (sample) s = __fadd_rn(__fdiv_rn(s, temp), gumbel(key, uint32_t(id)));
+          const uint64_t it = pack_item(ordered_key(s), id);
+          top = it > top ? it : top;
+        }
+      }
+    }
+    return top;
+  }
+};
+
+// The CTA's maximum of every thread's `best` (valid in thread 0); raises the NaN flag once per warp.
+__device__ __forceinline__ uint64_t block_best(uint64_t best, int bad, uint64_t* red, int32_t* flags) {
+  best = warp_max_u64(best);
+  bad = warp_or(bad);
+  if (bad && (threadIdx.x & 31) == 0) raise_flag(flags, 0x1);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = best;
+  __syncthreads();
+  uint64_t m = red[0];
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 1; w < kAcceptThreads / 32; ++w) m = red[w] > m ? red[w] : m;
+  }
+  return m;
+}
+
+}  // namespace kernels
+}  // namespace ddtree
