@@ -4,7 +4,7 @@ Needs a library built with the phase trace (never the default build):
     cmake -S engine -B engine/build-trace -G Ninja -DDDTREE_CUDA_ARCHS=90a -DDDTREE_OPS=tree_attention \
           -DCMAKE_CUDA_FLAGS=-DDDTREE_TA_FA3_TRACE_BUILD && cmake --build engine/build-trace
     DDTREE_LIB=engine/build-trace/libddtree.so python3 engine/bench/profile/fa3_trace.py
-The kernel records %globaltimer (ns) and clock64 at eight marks per CTA (tree_attention_fa3.cuh:
+The kernel records %globaltimer (ns) and clock64 at eight marks per CTA (tree_attention/fa3_kernel.cuh:
 DDTREE_TA_FA3_TRACE). For each shape this prints, over the CTAs of one call made after a warm-up, the
 spread of their start times and the median / max of each phase, in µs (globaltimer) and in SM cycles
 (clock64), plus the kernel's span from the first CTA's entry to the last CTA's exit.

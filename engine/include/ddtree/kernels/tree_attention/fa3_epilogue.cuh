@@ -265,5 +265,25 @@ __device__ __forceinline__ void cluster_merge_epilogue(const Params& p, uint32_t
   cluster_sync_relaxed();
 }
 
+// The epilogue of one split of a split request (merged by the merge kernel): unnormalized O and (m, l)
+// in fp32 into the partial buffers, through L2.
+__device__ __forceinline__ void fa3_store_partials(const Params& p, const float (&acc)[16][4], const float (&m_run)[2],
+                                                   const float (&l_run)[2], int wrow, int g4, int t4, int b, int h,
+                                                   int rt, int split) {
+  using C = Fa3Config;
+  constexpr int D = C::D, BM = C::BM;
+  const int64_t slot = ((static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt) * p.num_splits + split;
+  float* po = p.part_o + slot * BM * D;
+  float* pml = p.part_ml + slot * BM * 2;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int lr = wrow + g4 + 8 * hf;
+#pragma unroll
+    for (int j = 0; j < C::DT8; ++j)
+      __stcg(reinterpret_cast<float2*>(po + lr * D + j * 8 + 2 * t4), make_float2(acc[j][2 * hf], acc[j][2 * hf + 1]));
+    if (t4 == 0) __stcg(reinterpret_cast<float2*>(pml + lr * 2), make_float2(m_run[hf], l_run[hf]));
+  }
+}
+
 }  // namespace tree_attn
 }  // namespace ddtree
