@@ -19,7 +19,7 @@ struct alignas(8) float2 {
   float x, y;
 };
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
-inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+// __float_as_uint comes from simt_emu.h.
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
