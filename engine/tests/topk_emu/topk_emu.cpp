@@ -12,6 +12,7 @@ static std::map<std::string, int> g_events;
 #define DDTREE_TOPK_V3_EVENT(name) (++g_events[#name])
 
 #include "ddtree/kernels/draft_topk_lse_v3.cuh"
+#include "emu_io.h"
 
 namespace k = ddtree::kernels;
 
@@ -62,26 +63,18 @@ int main() {
   int rows = 0, vocab = 0, kk = 0, dtype = 0;
   if (std::scanf("%d %d %d %d", &rows, &vocab, &kk, &dtype) != 4) return 2;
   std::getchar();  // the newline before the binary payload
-  std::vector<float> xf(size_t(rows) * vocab);
-  if (std::fread(xf.data(), 4, xf.size(), stdin) != xf.size()) return 3;
-  std::vector<float> lp(size_t(rows) * kk, 12345.f), lse(rows, 12345.f);  // poisoned
-  std::vector<int> id(size_t(rows) * kk, 0x5A5A5A5A);
-  int flags = 0;
+  std::vector<float> xf;
+  if (!topk_emu_io::read_logits(rows, vocab, xf)) return 3;
+  topk_emu_io::Outputs out(rows, kk);
   if (dtype == 1) {
     // 16-byte aligned storage like a CUDA allocation.
     std::vector<__nv_bfloat16> xb(xf.begin(), xf.end());
-    run(xb, rows, vocab, kk, lp, id, lse, flags);
+    run(xb, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   } else {
-    run(xf, rows, vocab, kk, lp, id, lse, flags);
+    run(xf, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   }
-  for (int r = 0; r < rows; ++r) {
-    std::printf("%a |", double(lse[r]));
-    for (int j = 0; j < kk; ++j) std::printf(" %a", double(lp[size_t(r) * kk + j]));
-    std::printf(" |");
-    for (int j = 0; j < kk; ++j) std::printf(" %d", id[size_t(r) * kk + j]);
-    std::printf("\n");
-  }
-  std::fprintf(stderr, "events flags=%d barriers=%ld", flags, emu::barrier_count);
+  topk_emu_io::print_rows(rows, kk, out);
+  std::fprintf(stderr, "events flags=%d barriers=%ld", out.flags, emu::barrier_count);
   for (const auto& [name, count] : g_events) std::fprintf(stderr, " %s=%d", name.c_str(), count);
   std::fprintf(stderr, "\n");
   return 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddtree/kernels/draft_topk_lse_small.cuh"
+#include "emu_io.h"
 
 namespace k = ddtree::kernels;
 
@@ -25,24 +26,16 @@ int main() {
   if (std::scanf("%d %d %d %d", &rows, &vocab, &kk, &dtype) != 4) return 2;
   if (vocab > k::kSmallMaxV || kk > k::kV4MaxK) return 4;
   std::getchar();  // the newline before the binary payload
-  std::vector<float> xf(size_t(rows) * vocab);
-  if (std::fread(xf.data(), 4, xf.size(), stdin) != xf.size()) return 3;
-  std::vector<float> lp(size_t(rows) * kk, 12345.f), lse(rows, 12345.f);  // poisoned
-  std::vector<int> id(size_t(rows) * kk, 0x5A5A5A5A);
-  int flags = 0;
+  std::vector<float> xf;
+  if (!topk_emu_io::read_logits(rows, vocab, xf)) return 3;
+  topk_emu_io::Outputs out(rows, kk);
   if (dtype == 1) {
     std::vector<__nv_bfloat16> xb(xf.begin(), xf.end());
-    run(xb, rows, vocab, kk, lp, id, lse, flags);
+    run(xb, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   } else {
-    run(xf, rows, vocab, kk, lp, id, lse, flags);
+    run(xf, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   }
-  for (int r = 0; r < rows; ++r) {
-    std::printf("%a |", double(lse[r]));
-    for (int j = 0; j < kk; ++j) std::printf(" %a", double(lp[size_t(r) * kk + j]));
-    std::printf(" |");
-    for (int j = 0; j < kk; ++j) std::printf(" %d", id[size_t(r) * kk + j]);
-    std::printf("\n");
-  }
-  std::fprintf(stderr, "events flags=%d barriers=%ld\n", flags, emu4::barrier_count.load());
+  topk_emu_io::print_rows(rows, kk, out);
+  std::fprintf(stderr, "events flags=%d barriers=%ld\n", out.flags, emu4::barrier_count.load());
   return 0;
 }

@@ -21,6 +21,7 @@ static std::mutex g_events_mu;
   } while (0)
 
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
+#include "emu_io.h"
 
 namespace k = ddtree::kernels;
 static int g_max_cluster = k::kV4MaxCluster;
@@ -73,25 +74,18 @@ int main() {
     if (std::scanf("%d", &g_max_cluster) != 1 || g_max_cluster < 1 || g_max_cluster > k::kV4MaxCluster) return 5;
     std::getchar();  // the newline before the binary payload
   }
-  std::vector<float> xf(size_t(rows) * vocab);
-  if (std::fread(xf.data(), 4, xf.size(), stdin) != xf.size()) return 3;
-  std::vector<float> lp(size_t(rows) * kk, 12345.f), lse(rows, 12345.f);  // poisoned
-  std::vector<int> id(size_t(rows) * kk, 0x5A5A5A5A);
-  int flags = 0, cluster = 0;
+  std::vector<float> xf;
+  if (!topk_emu_io::read_logits(rows, vocab, xf)) return 3;
+  topk_emu_io::Outputs out(rows, kk);
+  int cluster = 0;
   if (dtype == 1) {
     std::vector<__nv_bfloat16> xb(xf.begin(), xf.end());
-    cluster = run_threads(threads, async != 0, xb, rows, vocab, kk, lp, id, lse, flags);
+    cluster = run_threads(threads, async != 0, xb, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   } else {
-    cluster = run_threads(threads, async != 0, xf, rows, vocab, kk, lp, id, lse, flags);
+    cluster = run_threads(threads, async != 0, xf, rows, vocab, kk, out.lp, out.id, out.lse, out.flags);
   }
-  for (int r = 0; r < rows; ++r) {
-    std::printf("%a |", double(lse[r]));
-    for (int j = 0; j < kk; ++j) std::printf(" %a", double(lp[size_t(r) * kk + j]));
-    std::printf(" |");
-    for (int j = 0; j < kk; ++j) std::printf(" %d", id[size_t(r) * kk + j]);
-    std::printf("\n");
-  }
-  std::fprintf(stderr, "events flags=%d barriers=%ld cluster=%d", flags, emu4::barrier_count.load(), cluster);
+  topk_emu_io::print_rows(rows, kk, out);
+  std::fprintf(stderr, "events flags=%d barriers=%ld cluster=%d", out.flags, emu4::barrier_count.load(), cluster);
   for (const auto& [name, count] : g_events) std::fprintf(stderr, " %s=%d", name.c_str(), count);
   std::fprintf(stderr, "\n");
   return 0;
