@@ -107,9 +107,9 @@ def device_name() -> str:
     return f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))})"
 
 
-def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15) -> float:
-    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls `reps` times (warmed up
-    on a side stream first, as capture requires)."""
+def capture_graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `calls` calls of `fn`, replayed once (warmed up on a side stream first, as capture
+    requires)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -123,6 +123,12 @@ def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15) -> flo
             fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15) -> float:
+    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls `reps` times."""
+    g = capture_graph(fn, calls)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(reps):

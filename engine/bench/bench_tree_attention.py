@@ -32,7 +32,7 @@ ta_ops = sys.modules["ddtree_engine.ops.tree_attention"]
 from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401  (binds the name)
 
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
-from _timing import copy_bandwidth, graph_time, scoped_env  # noqa: E402
+from _timing import capture_graph, copy_bandwidth, graph_time, scoped_env  # noqa: E402
 from ddtree_engine import _lib  # noqa: E402
 
 
@@ -57,24 +57,6 @@ def matmul_peer() -> Callable[[], object]:
     return lambda: a @ b
 
 
-def capture(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of `calls` calls of fn (warmed up on a side stream first, as capture requires)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
-
-
 def interleaved_time(fn: Callable[[], object], fn_calls: int, peer: Callable[[], object], peer_calls: int,
                      reps: int = 15) -> tuple[float, float]:
     """(seconds per call of fn, seconds per call of peer), medians over `reps` rounds in which a graph of
@@ -82,7 +64,7 @@ def interleaved_time(fn: Callable[[], object], fn_calls: int, peer: Callable[[],
     ...). The two graphs are sized to about the same duration, so both run under the same duty cycle and
     power state: the H200 holds its 700 W cap by lowering the SM clock on long GEMM and fa3 runs
     (NOTES, "Clock probe"), and a peer timed in a separate burst reads 710-814 TFLOP/s between calls."""
-    ga, gb = capture(fn, fn_calls), capture(peer, peer_calls)
+    ga, gb = capture_graph(fn, fn_calls), capture_graph(peer, peer_calls)
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
     ta, tb = [], []
     for _ in range(reps):
