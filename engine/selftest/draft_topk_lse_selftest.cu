@@ -47,18 +47,8 @@ void run_case_impl(const Case& c, int32_t impl) {
     x[size_t(nan_row) * row_stride + c.vocab / 3] = NAN;
   }
   // Device input in the requested dtype.
-  st::DeviceBuffer<float> d_f32;
-  st::DeviceBuffer<uint16_t> d_bf16;
-  const void* d_logits;
-  if (c.bf16) {
-    std::vector<uint16_t> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = st::f32_to_bf16(x[i]);
-    d_bf16 = st::DeviceBuffer<uint16_t>(h);
-    d_logits = d_bf16.ptr;
-  } else {
-    d_f32 = st::DeviceBuffer<float>(x);
-    d_logits = d_f32.ptr;
-  }
+  const st::DeviceLogits dev_logits(x, c.bf16);
+  const void* d_logits = dev_logits.ptr;
   st::DeviceBuffer<float> lp(size_t(rows) * c.k), lse(rows);
   st::DeviceBuffer<int32_t> id(size_t(rows) * c.k), flags(1);
   lp.poison();

@@ -87,18 +87,8 @@ void run_case(const Case& c, uint64_t seed) {
     for (auto& x : h) x = uint8_t(rng.next());
 
   // Constant inputs.
-  st::DeviceBuffer<float> d_f32;
-  st::DeviceBuffer<uint16_t> d_bf16;
-  const void* d_logits;
-  if (c.bf16) {
-    std::vector<uint16_t> h(logits.size());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = st::f32_to_bf16(logits[i]);
-    d_bf16 = st::DeviceBuffer<uint16_t>(h);
-    d_logits = d_bf16.ptr;
-  } else {
-    d_f32 = st::DeviceBuffer<float>(logits);
-    d_logits = d_f32.ptr;
-  }
+  const st::DeviceLogits dev_logits(logits, c.bf16);
+  const void* d_logits = dev_logits.ptr;
   const ddtree_dtype_t dt = c.bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32;
   st::DeviceBuffer<int32_t> d_tok(tok), d_fc(fc), d_ns(ns), d_nn(nn), d_bt(bt), d_max(max_new), d_stop(stops);
   st::DeviceBuffer<float> d_temp(temp);

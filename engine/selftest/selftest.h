@@ -116,6 +116,25 @@ struct DeviceBuffer {
   }
 };
 
+// Logits on the device as fp32 or bf16 (rounded from the fp32 host values), for the kernels that take
+// either dtype; `ptr` is what the C ABI's `const void*` logits argument gets.
+struct DeviceLogits {
+  DeviceBuffer<float> f32;
+  DeviceBuffer<uint16_t> bf16;
+  const void* ptr = nullptr;
+  DeviceLogits(const std::vector<float>& host, bool as_bf16) {
+    if (as_bf16) {
+      std::vector<uint16_t> h(host.size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(host[i]);
+      bf16 = DeviceBuffer<uint16_t>(h);
+      ptr = bf16.ptr;
+    } else {
+      f32 = DeviceBuffer<float>(host);
+      ptr = f32.ptr;
+    }
+  }
+};
+
 }  // namespace st
 
 #define DDTREE_SELFTEST(name)                                                    \

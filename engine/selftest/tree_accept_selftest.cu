@@ -44,18 +44,8 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
     ns.insert(ns.end(), t.next_sibling.begin(), t.next_sibling.end());
     nn.push_back(t.n);
   }
-  st::DeviceBuffer<float> d_f32;
-  st::DeviceBuffer<uint16_t> d_bf16;
-  const void* d_logits;
-  if (bf16) {
-    std::vector<uint16_t> h(logits.size());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = st::f32_to_bf16(logits[i]);
-    d_bf16 = st::DeviceBuffer<uint16_t>(h);
-    d_logits = d_bf16.ptr;
-  } else {
-    d_f32 = st::DeviceBuffer<float>(logits);
-    d_logits = d_f32.ptr;
-  }
+  const st::DeviceLogits dev_logits(logits, bf16);
+  const void* d_logits = dev_logits.ptr;
   st::DeviceBuffer<int32_t> d_tok(tok), d_fc(fc), d_ns(ns), d_nn(nn), d_ctx(ctx), d_flags(std::vector<int>{0});
   st::DeviceBuffer<float> d_temp(temp);
   st::DeviceBuffer<int64_t> d_seed(seed);
