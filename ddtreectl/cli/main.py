@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
+from types import FrameType
 
 import typer
 
@@ -23,8 +25,23 @@ from ddtreectl.cli import deploy, lock, rollback  # noqa: F401,E402
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and exits with) the exit code."""
+    _interrupt_on_termination()
     code = run(argv)
     sys.exit(code)
+
+
+def _interrupt_on_termination() -> None:
+    """SIGTERM (`timeout`, a cancelled CI job, `systemctl stop`) and SIGHUP (the operator's SSH session
+    dropped) end Python without running `finally:`, which left host locks held for their whole TTL.
+    Treat them like Ctrl-C so the same cleanup runs; a second one kills at once."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:  # keep an ignored SIGHUP (nohup) ignored
+            signal.signal(signum, interrupt)
 
 
 def run(argv: list[str] | None = None) -> int:
