@@ -132,9 +132,10 @@ def deploy_command(
                 return plan_host(transport, inventory, h, options)
 
         outcome = fan_out(hosts, plan_one, deadline)
-        deploy_view.show_plans([r.value for r in outcome.ok], as_json=json_out)  # type: ignore[misc]
-        deploy_view.show_errors([(r.host.name, r.error) for r in outcome.failed if r.error is not None])
-        code = exit_code_of([r.error for r in outcome.failed if r.error is not None], len(hosts))
+        failed = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
+        deploy_view.show_plans([r.value for r in outcome.ok], failed, as_json=json_out)  # type: ignore[misc]
+        deploy_view.show_errors(failed)
+        code = exit_code_of([e for _, e in failed], len(hosts))
         if code:
             raise typer.Exit(code)
         return

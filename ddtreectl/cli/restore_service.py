@@ -71,8 +71,14 @@ def restore_service_command(
     leaders = run_on_hosts([h for h in ordered if not is_follower(h)], lambda h: restore(h, True), deadline_s=deadline)
     outcomes = list(followers.results) + list(leaders.results)
     results = [r.value for r in outcomes if r.ok and r.value is not None]
-    units_view.show_restore(results, as_json=json_out)
     errors = [r for r in outcomes if not r.ok]
+
+    def unit_of(host: Host) -> str | None:
+        service = inventory.service_of(host)
+        return service.unit if service else None
+
+    units_view.show_restore(results, as_json=json_out,
+                            errors=[(r.host.name, unit_of(r.host), r.error) for r in errors if r.error is not None])
     for r in errors:
         hint = getattr(r.error, "hint", None)
         # A DdtreeError already names its host; anything else gets the host prefixed here.

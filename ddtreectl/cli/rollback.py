@@ -37,8 +37,8 @@ def rollback_command(
             return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart)
 
     outcome = fan_out(hosts, one, 600.0 + lock_wait)
-    deploy_view.show_rollbacks([r.value for r in outcome.ok], as_json=json_out)  # type: ignore[misc]
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
+    deploy_view.show_rollbacks([r.value for r in outcome.ok], errors, as_json=json_out)  # type: ignore[misc]
     deploy_view.show_errors(errors)
     code = exit_code_of([e for _, e in errors], len(hosts))
     if code:

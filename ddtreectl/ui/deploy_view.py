@@ -82,11 +82,7 @@ def describe(r: DeployResult) -> str:
 def show_results(results: Sequence[DeployResult], errors: Sequence[tuple[str, BaseException]], *,
                  as_json: bool) -> None:
     if as_json:
-        doc: dict[str, Any] = {
-            "hosts": [dataclasses.asdict(r) for r in results],
-            "errors": [{"host": h, "error": str(getattr(e, "message", e)), "exit_code": int(getattr(e, "exit_code", 1)),
-                        "hint": getattr(e, "hint", None)} for h, e in errors],
-        }
+        doc: dict[str, Any] = {"hosts": [dataclasses.asdict(r) for r in results], "errors": errors_json(errors)}
         console.stdout().print_json(json.dumps(doc))
         return
     out = console.stdout()
@@ -101,6 +97,13 @@ def show_results(results: Sequence[DeployResult], errors: Sequence[tuple[str, Ba
     show_errors(errors)
 
 
+def errors_json(errors: Sequence[tuple[str, BaseException]]) -> list[dict[str, Any]]:
+    """The hosts that failed, for --json: without them a script cannot tell a failed host from one
+    that was never targeted."""
+    return [{"host": h, "error": str(getattr(e, "message", e)), "exit_code": int(getattr(e, "exit_code", 1)),
+             "hint": getattr(e, "hint", None)} for h, e in errors]
+
+
 def show_errors(errors: Sequence[tuple[str, BaseException]]) -> None:
     for host, err in errors:
         hint = getattr(err, "hint", None)
@@ -109,9 +112,11 @@ def show_errors(errors: Sequence[tuple[str, BaseException]]) -> None:
                                + (f"\nhint: {escape(hint)}" if hint else ""))
 
 
-def show_plans(plans: Sequence[PlanResult], *, as_json: bool) -> None:
+def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseException]] = (), *,
+               as_json: bool) -> None:
     if as_json:
-        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(p) for p in plans]}))
+        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(p) for p in plans],
+                                                "errors": errors_json(errors)}))
         return
     out = console.stdout()
     for p in plans:
@@ -133,9 +138,11 @@ def show_plans(plans: Sequence[PlanResult], *, as_json: bool) -> None:
         out.print(f"  GPUs: {escape(p.gpus)}")
 
 
-def show_rollbacks(results: Sequence[RollbackResult], *, as_json: bool) -> None:
+def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str, BaseException]] = (), *,
+                   as_json: bool) -> None:
     if as_json:
-        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(r) for r in results]}))
+        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(r) for r in results],
+                                                "errors": errors_json(errors)}))
         return
     for r in results:
         console.stdout().print(f"{escape(r.host)}: current -> {r.release} (was {r.previous or 'none'})"

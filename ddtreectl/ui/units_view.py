@@ -47,9 +47,17 @@ def phase_printer(event: PhaseEvent) -> None:
     err.print(f"{escape(event.host)}: {mark} {event.phase}{timing}{detail}")
 
 
-def show_restore(results: Sequence[RestoreResult], *, as_json: bool) -> None:
+def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
+                 errors: Sequence[tuple[str, str | None, BaseException]] = ()) -> None:
+    """The per-host outcomes; `errors` (host, unit, error) are the hosts that raised before or instead
+    of a gate result, listed in --json too so a script sees every targeted host."""
     out = console.stdout()
     if as_json:
+        failed: list[dict[str, object]] = [{
+            "host": host, "unit": unit, "ok": False, "started": False, "enabled": False, "duration_s": None,
+            "warnings": [], "phases": [], "failure": None,
+            "error": {"message": str(getattr(e, "message", e)), "hint": getattr(e, "hint", None),
+                      "exit_code": int(getattr(e, "exit_code", 1))}} for host, unit, e in errors]
         out.print_json(json.dumps([{
             "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
             "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
@@ -58,7 +66,8 @@ def show_restore(results: Sequence[RestoreResult], *, as_json: bool) -> None:
             "failure": None if r.failure is None else {
                 "phase": r.failure.phase, "elapsed_s": round(r.failure.elapsed_s, 3),
                 "reason": r.failure.reason, "journal": r.failure.journal},
-        } for r in results]))
+            "error": None,
+        } for r in results] + failed))
         return
     for r in results:
         for w in r.warnings:

@@ -1,0 +1,67 @@
+"""`--json` of the fan-out commands names EVERY targeted host, the ones that failed too.
+
+`status --json` and `gpus --json` always did; `deploy --plan --json`, `rollback --json` and
+`restore-service --json` printed only the hosts that succeeded (`{"hosts": []}`, `[]`), so a script
+reading stdout could not tell an unreachable host from one that was never targeted. The host here is
+unreachable for real: an SSH host on a loopback port where nothing listens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def _closed_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the block ends: connects are refused
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(
+        "services:\n  svc:\n    template: sglang-ddtree.service.j2\n    port: 30000\n"
+        "    model_path: /models/x\n    served_model_name: x\n"
+        f"hosts:\n  dead:\n    address: 127.0.0.1\n    port: {_closed_loopback_port()}\n    gpus: 0\n"
+        "    connect_timeout: 2\n    role: prod\n    service: svc\n"
+        f"  box:\n    transport: local\n    gpus: 0\n    remote_root: {tmp_path / 'root'}\n")
+    return path
+
+
+def ddtreectl(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ddtreectl")
+    if exe is None:
+        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+
+
+def _dead(entries: list[dict[str, object]]) -> dict[str, object]:
+    (dead,) = [e for e in entries if e["host"] == "dead"]
+    return dead
+
+
+@pytest.mark.parametrize("command", [["deploy", "--plan", "dead"], ["rollback", "-H", "dead"]])
+def test_deploy_plan_and_rollback_json_list_the_unreachable_host(inventory: Path, command: list[str]) -> None:
+    run = ddtreectl("-i", str(inventory), *command, "--json")
+    assert run.returncode == 4, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["hosts"] == []
+    error = _dead(doc["errors"])  # the shape `deploy --json` already used: host, error, exit_code, hint
+    assert "connection refused" in str(error["error"]) and error["exit_code"] == 4 and error["hint"]
+
+
+def test_restore_service_json_lists_every_host(inventory: Path) -> None:
+    run = ddtreectl("-i", str(inventory), "restore-service", "dead", "box", "--json")
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    doc = json.loads(run.stdout)
+    assert sorted(e["host"] for e in doc) == ["box", "dead"]
+    assert all(e["ok"] is False for e in doc)
+    error = _dead(doc)["error"]
+    assert isinstance(error, dict)
+    assert "connection refused" in str(error["message"]) and error["exit_code"] == 4
