@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 import threading
 from typing import List, Optional
 
@@ -10,7 +11,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError
+from ddtreectl.errors import DdtreeError, ExitCode, InventoryError
 
 
 @app.command("logs")
@@ -27,7 +28,7 @@ def logs_command(
     hosts = inventory.resolve(targets)
     prefix = len(hosts) > 1
     lock = threading.Lock()
-    failures: list[str] = []
+    failures: list[DdtreeError] = []
 
     def show(host_name: str, line: str) -> None:
         with lock:
@@ -37,7 +38,8 @@ def logs_command(
         host = hosts[host_index]
         service = inventory.service_of(host)
         if service is None:
-            failures.append(f"{host.name}: runs no service profile")
+            failures.append(InventoryError("runs no service profile; no journal to show", host=host.name,
+                                           hint=f"set hosts.{host.name}.service in {inventory.path.name}"))
             return
         argv = ["journalctl", "-u", service.unit, "--no-pager", "-n", str(lines), "-o", "short-iso"]
         argv += ["--since", since] if since else []
@@ -47,7 +49,7 @@ def logs_command(
                 transport.run(shlex.join(argv), timeout=7 * 24 * 3600 if follow else 60,
                               on_line=lambda line: show(host.name, line))
         except DdtreeError as err:
-            failures.append(str(err))
+            failures.append(err)
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(hosts))]
     for t in threads:
@@ -55,5 +57,10 @@ def logs_command(
     for t in threads:
         while t.is_alive():
             t.join(0.5)
+    if len(failures) == 1 and len(hosts) == 1:
+        raise failures[0]
+    for err in failures:  # each with its own hint; then one exit code for the fan-out
+        print(f"error: {err}" + (f"\nhint: {err.hint}" if err.hint else ""), file=sys.stderr)
+    codes = {int(err.exit_code) for err in failures}
     if failures:
-        raise DdtreeError("; ".join(failures), hint="check `ddtreectl status` for those hosts")
+        raise typer.Exit(codes.pop() if len(codes) == 1 and len(failures) == len(hosts) else int(ExitCode.PARTIAL))

@@ -6,7 +6,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError
+from ddtreectl.errors import InventoryError
 
 
 @app.command("render")
@@ -30,7 +30,7 @@ def render_command(
     target = inventory.host(host)
     rendered = render_service(inventory, target)
     if rendered is None:
-        raise DdtreeError(
+        raise InventoryError(
             "runs no service profile; nothing to render",
             hint=f"set hosts.{host}.service in {inventory.path.name}",
             host=host,

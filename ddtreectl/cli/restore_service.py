@@ -8,7 +8,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError, ExitCode, PartialFailureError, RemoteCommandError
+from ddtreectl.errors import DdtreeError, ExitCode, PartialFailureError, UsageError
 
 
 @app.command("restore-service")
@@ -44,7 +44,7 @@ def restore_service_command(
     inventory = load_inventory()
     hosts = inventory.resolve(targets) if targets else [h for h in inventory.hosts.values() if h.role == "prod"]
     if not hosts:
-        raise RemoteCommandError("no target: the inventory has no host with role prod",
+        raise UsageError("no target: the inventory has no host with role prod",
                                  hint="name the hosts to restore")
     options = RestoreOptions(enable=not no_enable, force=force)
 

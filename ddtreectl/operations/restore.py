@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, RemoteCommandError
+from ddtreectl.errors import GpusBusyError, InventoryError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
@@ -43,7 +43,7 @@ class RestoreResult:
 def _rendered(inventory: Inventory, host: Host) -> RenderedService:
     rendered = render_service(inventory, host)
     if rendered is None:
-        raise RemoteCommandError(
+        raise InventoryError(
             "runs no service profile; nothing to restore",
             hint=f"set hosts.{host.name}.service in {inventory.path.name}",
             host=host.name,
