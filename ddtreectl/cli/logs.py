@@ -11,7 +11,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError, ExitCode, InventoryError
+from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteCommandError
 
 
 @app.command("logs")
@@ -19,7 +19,7 @@ def logs_command(
     targets: List[str] = typer.Argument(..., help="Hosts, groups or `all`."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C."),
     since: Optional[str] = typer.Option(None, "--since", help="journalctl --since value, e.g. '1 hour ago'."),
-    lines: int = typer.Option(100, "--lines", "-n", help="How many past lines to show."),
+    lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many past lines to show."),
 ) -> None:
     """Show the journal of each host's service unit (several hosts: lines prefixed with the host)."""
     from ddtreectl.transport import connect
@@ -46,8 +46,13 @@ def logs_command(
         argv += ["-f"] if follow else []
         try:
             with connect(host, inventory) as transport:
-                transport.run(shlex.join(argv), timeout=7 * 24 * 3600 if follow else 60,
-                              on_line=lambda line: show(host.name, line))
+                result = transport.run(shlex.join(argv), timeout=7 * 24 * 3600 if follow else 60,
+                                       on_line=lambda line: show(host.name, line))
+            if not result.ok:  # e.g. a --since journalctl cannot parse: say so, never "no lines"
+                words = result.stderr.strip().splitlines()[-3:] or [f"exit {result.exit_code}"]
+                failures.append(RemoteCommandError(f"journalctl failed: {' / '.join(words)}", host=host.name,
+                                                   hint="check --since (e.g. '1 hour ago', '2026-11-30 05:00')"
+                                                   if since else f"run journalctl -u {service.unit} on the host"))
         except DdtreeError as err:
             failures.append(err)
 
