@@ -104,9 +104,16 @@ def status(
     listing = ", ".join(f"{h.host.name} ({h.outcome})" for h in problems)
     if code == ExitCode.CONNECTION:
         refused = [h for h in problems if h.outcome == "refused"]
+        # A host never trusted has nothing pinned to differ from: it needs `trust`, not suspicion.
+        new = [h.host.name for h in refused if h.host.host_key is None]
+        changed = [h.host.name for h in refused if h.host.host_key is not None]
+        first_contact = f"no pinned host key yet for {', '.join(new)} (never trusted)" if new else ""
+        if not changed:
+            raise ConnectError(first_contact, hint="check the fingerprint above out of band, then "
+                               + "; ".join(f"`ddtreectl trust {name}`" for name in new))
         raise ConnectError(
-            f"refused to trust {', '.join(h.host.name for h in refused)}: its key or machine-id "
-            "is not the one pinned for its name",
+            f"refused to trust {', '.join(changed)}: the key or machine-id is not the one pinned for "
+            "the host's name" + (f"; {first_contact}" if first_contact else ""),
             hint="the reasons and fingerprints are above (JSON: hosts[].error); "
                  "do not re-trust a host before you know why it changed")
     if code == ExitCode.INTERNAL:

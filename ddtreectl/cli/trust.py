@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
+from ddtreectl.errors import UsageError
 
 
 @app.command()
@@ -32,7 +35,17 @@ def trust(
             typer.echo(f"  REPLACING pinned {offer.pinned.key_type} key {offer.pinned.fingerprint}")
         if yes:
             return True
-        return typer.confirm("Trust this key for " + offer.host.name + "?", default=False)
+        try:
+            return typer.confirm("Trust this key for " + offer.host.name + "?", default=False)
+        except typer.Abort:
+            if sys.stdin is not None and sys.stdin.isatty():
+                raise  # Ctrl-C at the prompt: interrupted
+            # end of input without a terminal (a script, cron, CI): nobody answered, nothing was pinned
+            typer.echo("")  # end the prompt's line
+            raise UsageError(f"no answer to the trust prompt for {offer.host.name} (stdin is not a terminal); "
+                             "nothing was recorded",
+                             hint=f"compare the fingerprint above out of band, then `ddtreectl trust "
+                                  f"{offer.host.name} --yes`") from None
 
     outcome = trust_host(inventory, host, confirm=confirm, replace=replace)
     gpus = f"{len(outcome.gpu_uuids)} GPU UUID(s)" if outcome.gpu_uuids else "no GPUs"

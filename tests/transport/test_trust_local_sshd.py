@@ -154,3 +154,26 @@ def test_trust_refuses_a_different_machine_id_unless_replace(start_sshd: Start, 
     code, _, err = _cli(["-i", str(inv_path), "trust", "box", "--yes", "--replace"])
     assert code == 0, err
     assert load(inv_path).host("box").machine_id == Path("/etc/machine-id").read_text().strip()
+
+
+def test_trust_without_an_answer_on_stdin_is_a_usage_error(start_sshd: Start, tmp_path: Path) -> None:
+    """No terminal and no --yes (a script, cron, CI): the prompt meets end-of-file. That is not an
+    interruption (it was exit 130, "interrupted"): say that nobody answered and how to proceed."""
+    sshd = start_sshd()
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd)
+    before = inv_path.read_text()
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box"], stdin="")
+    assert code == 2, err
+    assert PublicKey.parse(sshd.host_key).fingerprint in out
+    assert "interrupted" not in err and "no answer" in err and "--yes" in err
+    assert inv_path.read_text() == before
+
+
+def test_status_of_a_never_trusted_host_says_so(start_sshd: Start, tmp_path: Path) -> None:
+    """The summary of `status` for a host with no pinned key must not claim a pinned key differs."""
+    sshd = start_sshd()
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd)
+    code, _, err = _cli(["-i", str(inv_path), "status", "box"])
+    assert code == 4
+    assert "not the one pinned" not in err and "re-trust" not in err
+    assert "no pinned host key" in err and "ddtreectl trust box" in err
