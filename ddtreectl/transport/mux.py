@@ -140,7 +140,13 @@ class MuxTransport:
         remote = wrap_command(f"printf '%s\\n' {STARTED_MARKER} >&2\n{command}", limit)
         # A session on a live master starts in milliseconds and a new connection is bounded by
         # ssh's ConnectTimeout; no start by then means a master stuck on a dead TCP connection.
-        start_by = started + min(limit, 3 * max(1.0, self.host.connect_timeout) + 1)
+        # A warm master gets one connect timeout, not three: after an IP move its wait plus the
+        # fresh connect that follows must fit in status's default deadline (5 s + 1 + 5 < 20 s;
+        # 3 x 5 + 1 + 5 did not, and the host read "no answer, raise --deadline" instead of
+        # "unreachable, set-ip").
+        connect = max(1.0, self.host.connect_timeout)
+        warm = os.path.exists(self.control_path)
+        start_by = started + min(limit, (connect if warm else 3 * connect) + 1)
         outcome = _execute(self._argv + [self._destination, remote], stdin, started + limit,
                            start_by, on_line, on_tick)
         if outcome.started:

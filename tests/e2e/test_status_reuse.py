@@ -156,6 +156,29 @@ def test_moved_host_gets_a_new_master_and_a_dead_master_does_not_hang(
     assert status(inventory)[1]["hosts"][0]["connection"] == "reused"
 
 
+def test_moved_host_behind_a_warm_master_with_the_default_timeouts(
+        testbed: Any, boot_hosts: Boot, tmp_path: Path) -> None:
+    """The IP move ddtreectl exists for, with the shipped defaults (connect_timeout 5, --timeout 20)
+    and no status option: the host's old address must read "unreachable ... set-ip", not "no answer
+    by the deadline, raise --deadline". A session on a live master starts in milliseconds, so a warm
+    master gets one connect timeout (plus 1 s) to start it, not three: three (16 s) plus the fresh
+    connect (5 s) used to overrun the 20 s deadline."""
+    (h,) = boot_hosts(["mx-move5"])
+    inventory = testbed.inventory([h], tmp_path / "hosts.yaml", host_overrides={"mx-move5": {"connect_timeout": 5}})
+    assert status(inventory)[0] == 0
+    old_path = master_path(inventory, "mx-move5")
+    assert control.master_pid(old_path) is not None
+    old_address = h.address
+    h.move_address(testbed.new_address())
+    code, doc, stderr = status(inventory)
+    assert code == 6, stderr
+    (m,) = doc["hosts"]
+    assert m["outcome"] == "unreachable", m["error"]
+    assert m["error"]["message"] == f"cannot reach {old_address}:22: connection timed out"
+    assert "set-ip" in m["error"]["hint"]
+    assert control.master_pid(old_path) is None
+
+
 def test_stopped_sshd_is_unreachable_in_the_paramiko_wording(
         testbed: Any, boot_hosts: Boot, tmp_path: Path, ssh_control_dir: str) -> None:
     (h,) = boot_hosts(["mx-nossh"])
