@@ -10,12 +10,13 @@ an expired automatic lock is taken over and the takeover is reported.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ddtreectl.errors import LockHeldError, RemoteCommandError
+from ddtreectl.errors import LockHeldError, RemoteCommandError, UsageError
 from ddtreectl.operations.audit import operator, remote_path
 from ddtreectl.transport.base import Transport
 
@@ -79,6 +80,19 @@ def _parse_record(name: str, text: str) -> LockInfo:
                     kind=str(data.get("kind", "manual")), ttl_s=int(data.get("ttl_s", 0) or 0), raw=text.strip())
 
 
+# A lock name becomes a directory under state/locks/ that `release` removes with rm -rf: no '/',
+# no '..', nothing a shell or rm could read as an option.
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a valid lock name, else UsageError (exit 2)."""
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a lock name (lower-case letters, digits, '-', '_')",
+                         hint="the locks ddtreectl takes are `deploy` and `mode`")
+    return name
+
+
 def _locks_dir(root: str) -> str:
     return remote_path(root, "state", "locks")
 
@@ -102,6 +116,7 @@ def acquire(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Acquired:
     """Take the lock or raise LockHeldError (exit 8) naming the holder. Waits up to `wait_s`."""
+    check_name(name)
     who = owner or operator()
     deadline = time.monotonic() + wait_s
     took_over: LockInfo | None = None
@@ -137,6 +152,7 @@ def acquire(
 
 def status(transport: Transport, root: str, name: str) -> LockInfo | None:
     """The lock's owner record, or None when it is free."""
+    check_name(name)
     path = remote_path(root, "state", "locks", f"{name}.lock", "owner.json")
     result = transport.run(f"cat {path} 2>/dev/null || echo FREE", timeout=30)
     text = result.stdout.strip()

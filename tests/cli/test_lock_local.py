@@ -1,0 +1,41 @@
+"""`ddtreectl lock status|release` on a `transport: local` host (the same shell scripts a remote host runs).
+
+The lock name becomes a path under <remote_root>/state/locks/ and `release` removes that directory
+with `rm -rf`: a name like `../../../etc/x` must be refused (usage error) before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddtreectl.cli.main import run
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "root"
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    gpus: 0\n    remote_root: {root}\n")
+    return inventory, root
+
+
+@pytest.mark.parametrize("name", ["../../../victim/x", "a/b", "", "-x", "mode lock"])
+def test_lock_names_that_leave_the_locks_directory_are_refused(box: tuple[Path, Path], tmp_path: Path, name: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    inventory, root = box
+    victim = tmp_path / "victim" / "x.lock"
+    victim.mkdir(parents=True)
+    (victim / "owner.json").write_text('{"owner": "someone@else", "kind": "manual"}')
+    (root / "state" / "locks").mkdir(parents=True)
+    for command in (["status"], ["release", "--force"]):
+        assert run(["-i", str(inventory), "lock", *command, "box", "--name", name]) == 2
+        assert "lock name" in capsys.readouterr().err
+    assert (victim / "owner.json").exists()
+
+
+def test_mode_and_deploy_locks_are_accepted(box: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    inventory, _ = box
+    for name in ("deploy", "mode"):
+        assert run(["-i", str(inventory), "lock", "status", "box", "--name", name]) == 0
+        assert f"{name} lock free" in capsys.readouterr().out
