@@ -89,7 +89,7 @@ def exit_code_of(errors: list[BaseException], total: int) -> int:
 
 @app.command("deploy")
 def deploy_command(
-    targets: Optional[List[str]] = typer.Argument(None, help="Hosts, groups or `all`."),
+    targets: Optional[List[str]] = typer.Argument(None, metavar="[TARGET]...", help="Hosts, groups or `all`."),
     host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to deploy to (repeatable)."),
     group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to deploy to (repeatable)."),
     plan: bool = typer.Option(False, "--plan", help="Show what would change on each host; change nothing."),

@@ -9,16 +9,20 @@ import typer
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
 
-lock_app = typer.Typer(help="Show or release a host's deploy lock.", no_args_is_help=True)
+lock_app = typer.Typer(help="Show or release a host's lock (deploy, or mode with --name mode).",
+                       no_args_is_help=True)
 app.add_typer(lock_app, name="lock")
 
 
 @lock_app.command("status")
 def lock_status_command(
-    host: str = typer.Argument(..., help="The host."),
-    name: str = typer.Option("deploy", "--name", help="Which lock."),
+    host: str = typer.Argument(..., metavar="HOST", help="The host."),
+    name: str = typer.Option("deploy", "--name", help="Which lock: deploy or mode."),
 ) -> None:
-    """Who holds the lock, why and since when; whether an automatic lock has expired (exit 8 when held)."""
+    """Who holds the lock, why and since when; whether an automatic lock has expired.
+
+    Exit codes: 0 free; 8 held; 4 unreachable; 2 not a lock name; 3 inventory invalid or unknown host.
+    """
     from ddtreectl.operations import remote_lock
     from ddtreectl.transport import connect
     from ddtreectl.ui.console import stdout
@@ -36,11 +40,15 @@ def lock_status_command(
 
 @lock_app.command("release")
 def lock_release_command(
-    host: str = typer.Argument(..., help="The host."),
-    name: str = typer.Option("deploy", "--name", help="Which lock."),
+    host: str = typer.Argument(..., metavar="HOST", help="The host."),
+    name: str = typer.Option("deploy", "--name", help="Which lock: deploy or mode."),
     force: bool = typer.Option(False, "--force", help="Release a lock someone else holds (audited)."),
 ) -> None:
-    """Release the lock (yours; someone else's only with --force, recorded in the host's audit log)."""
+    """Release the lock (yours; someone else's only with --force, recorded in the host's audit log).
+
+    Exit codes: 0 released (or was not held); 8 someone else holds it (see --force); 4 unreachable;
+    2 not a lock name; 3 inventory invalid or unknown host.
+    """
     from ddtreectl.operations import remote_lock
     from ddtreectl.operations.audit import append_audit
     from ddtreectl.transport import connect

@@ -16,12 +16,16 @@ from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteComman
 
 @app.command("logs")
 def logs_command(
-    targets: List[str] = typer.Argument(..., help="Hosts, groups or `all`."),
+    targets: List[str] = typer.Argument(..., metavar="TARGET...", help="Hosts, groups or `all`."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C."),
     since: Optional[str] = typer.Option(None, "--since", help="journalctl --since value, e.g. '1 hour ago'."),
     lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many past lines to show."),
 ) -> None:
-    """Show the journal of each host's service unit (several hosts: lines prefixed with the host)."""
+    """Show the journal of each host's service unit (several hosts: lines prefixed with the host).
+
+    Exit codes: 0 shown; 3 inventory invalid, unknown target or a host without a service profile;
+    4 unreachable; 5 journalctl failed (its message shown); 6 some hosts failed; 130 interrupted.
+    """
     from ddtreectl.transport import connect
 
     inventory = load_inventory()

@@ -11,7 +11,7 @@ from ddtreectl.errors import InventoryError
 
 @app.command("render")
 def render_command(
-    host: str = typer.Argument(..., help="Host name from the inventory."),
+    host: str = typer.Argument(..., metavar="HOST", help="Host name from the inventory."),
     diff: bool = typer.Option(
         False, "--diff", help="Connect and compare with what is installed: hand edits, drop-ins, NeedDaemonReload."
     ),
@@ -20,6 +20,9 @@ def render_command(
     """Print the systemd unit (and server --config) rendered for HOST; with --diff, show drift.
 
     Secrets live only in the host's 0600 EnvironmentFile and never appear here.
+
+    Exit codes: 0 printed (with --diff: compared, drift or not); 3 inventory invalid, unknown host,
+    no service profile or a template error; 4 (--diff) unreachable or host key refused.
     """
     from ddtreectl.operations.units import drift, read_installed
     from ddtreectl.render.units import render_service

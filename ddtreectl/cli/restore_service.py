@@ -14,7 +14,7 @@ from ddtreectl.errors import DdtreeError, ExitCode, PartialFailureError, UsageEr
 @app.command("restore-service")
 def restore_service_command(
     targets: Optional[List[str]] = typer.Argument(
-        None, help="Hosts, groups or `all` (default: every host whose role is prod)."
+        None, metavar="[TARGET]...", help="Hosts, groups or `all` (default: every host whose role is prod)."
     ),
     no_enable: bool = typer.Option(False, "--no-enable", help="Start it now but do not enable it at boot."),
     force: bool = typer.Option(
@@ -30,7 +30,8 @@ def restore_service_command(
     SSH connection. A multi-node service starts every rank and gates on rank 0.
 
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown), 7 GPUs held by other
-    processes, 6 some hosts failed while others succeeded, 4 unreachable.
+    processes, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
+    target or a host without a service profile, 2 no target and no `role: prod` host.
     """
     from ddtreectl.fleet import run_on_hosts
     from ddtreectl.inventory.models import Host

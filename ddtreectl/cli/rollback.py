@@ -24,7 +24,11 @@ def rollback_command(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable results on stdout."),
 ) -> None:
     """Switch `current` back to the previous good release (or --to ID, which must have a good build
-    stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt."""
+    stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt.
+
+    Exit codes: 0 switched; 5 no earlier good release (or --to ID is not one); 8 deploy lock held;
+    4 unreachable; 6 some hosts failed; 3 inventory invalid or unknown host/group.
+    """
     from ddtreectl.operations.plan import rollback_host
     from ddtreectl.transport import connect
     from ddtreectl.ui import deploy_view

@@ -25,6 +25,9 @@ def run(
     use `-- sh -c '…'` for pipes and redirections. Ctrl-C stops a local command; over SSH the
     command keeps running on the host until it ends or --timeout (`ddtreectl gpus HOST` shows it,
     and `mode HOST prod` refuses while it holds a GPU).
+
+    Exit codes: CMD's own exit status once it ran; before that 7 host in production, 8 another
+    holder, 5 no release deployed, 4 unreachable, 3 inventory invalid or unknown host.
     """
     from ddtreectl.cli.common import load_inventory
     from ddtreectl.operations.dev_run import run_dev

@@ -13,7 +13,7 @@ from ddtreectl.errors import UsageError
 
 @app.command()
 def trust(
-    host: str = typer.Argument(..., help="Host name from the inventory."),
+    host: str = typer.Argument(..., metavar="HOST", help="Host name from the inventory."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (you verified the fingerprint)."),
     replace: bool = typer.Option(
         False, "--replace", help="Replace a different key already pinned (host reinstalled)."
@@ -23,6 +23,10 @@ def trust(
 
     Nothing but the SSH key exchange happens before you agree: no login, no command. Compare the
     fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` run on the host itself.
+
+    Exit codes: 0 pinned (or already trusted); 4 declined, unreachable, or a different key or
+    machine-id is pinned (see --replace); 2 no answer (stdin not a terminal: use --yes) or a
+    `transport: local` host; 3 inventory invalid or unknown host.
     """
     from ddtreectl.operations.trust import TrustOffer, trust_host
 

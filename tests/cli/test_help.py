@@ -1,0 +1,19 @@
+"""Every command's --help states its exit codes (README: "each command's `--help` explains its options
+and exit codes"); logs, render, trust, rollback and lock did not."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddtreectl.cli.main import run
+
+COMMANDS = [["status"], ["logs"], ["render"], ["restore-service"], ["trust"], ["set-ip"], ["gpus"], ["mode"],
+            ["run"], ["deploy"], ["rollback"], ["lock", "status"], ["lock", "release"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_states_exit_codes(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Exit codes:" in out or "Exit codes" in " ".join(out.split())
+    assert "Traceback" not in out
