@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
+from rich import box
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -25,15 +27,13 @@ _OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout":
 
 def render_status(report: StatusReport, console: Console) -> None:
     """Print the table, then one line per problem host with its reason and hint."""
-    table = Table(show_lines=len(report.hosts) > 1, header_style="bold", pad_edge=False)
-    # Names, addresses and reachability never wrap; the wordy columns wrap at spaces.
-    for column in ("host", "address", "reach"):
-        table.add_column(column, no_wrap=True)
-    for column in ("GPUs", "service", "release", "warnings"):
-        table.add_column(column, min_width=8)
-    for status in report.hosts:
-        table.add_row(*_row(status))
-    console.print(table)
+    table = _table(report, compact=False)
+    if _widest_line(console, table) > console.width:
+        # Too narrow for the ruled table (an 80-column terminal, or a pipe, with long names): drop
+        # the rules and share the padding, which gives back ~15 columns.
+        table = _table(report, compact=True)
+    # Never crop: Rich would cut the right-hand columns (warnings) off; an overlong line wraps instead.
+    console.print(table, crop=False)
     answered = sum(1 for h in report.hosts if h.answered)
     summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
     console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
@@ -43,6 +43,29 @@ def render_status(report: StatusReport, console: Console) -> None:
             console.print(Text(f"{status.host.name}: {status.error}", style="red"))
             if status.hint:
                 console.print(Text(f"  hint: {status.hint}", style="dim"))
+
+
+def _table(report: StatusReport, *, compact: bool) -> Table:
+    several = len(report.hosts) > 1
+    table = Table(show_lines=several and not compact, pad_edge=False,
+                  header_style="bold underline" if compact else "bold", box=None if compact else box.HEAVY_HEAD,
+                  collapse_padding=compact)
+    # Names, addresses and reachability never wrap; the wordy columns wrap at spaces.
+    for column in ("host", "address", "reach"):
+        table.add_column(column, no_wrap=True)
+    for column in ("GPUs", "service", "release", "warnings"):
+        table.add_column(column, min_width=8)
+    for i, status in enumerate(report.hosts):
+        if compact and i:
+            table.add_row()  # no rules to tell the hosts' multi-line rows apart: a blank line does
+        table.add_row(*_row(status))
+    return table
+
+
+def _widest_line(console: Console, table: Table) -> int:
+    """Width of the widest line of `table` as rendered on `console` before any cropping."""
+    lines = Segment.split_lines(console.render(table, console.options))  # render_lines would crop
+    return max((Segment.get_line_length(line) for line in lines), default=0)
 
 
 def _row(status: HostStatus) -> list[Text | str]:

@@ -96,3 +96,23 @@ def test_completion_lists_hosts_and_groups_and_survives_a_broken_inventory(tmp_p
     other.write_text("hosts:\n  alpha:\n    transport: local\n    address: 127.0.0.1\n")
     run = ddtreectl(env={**env, "COMP_WORDS": f"ddtreectl -i {other} status ", "COMP_CWORD": "4"})
     assert set(run.stdout.split()) == {"all", "alpha"}
+
+
+def test_table_fits_80_columns_uncropped(tmp_path: Path) -> None:
+    """80 columns: a default terminal, and Rich's width when stdout is a pipe. With a `local` host
+    and one unreachable host the ruled table needed 85 and Rich cut its right edge off: the whole
+    warnings column and the border. Now it falls back to a table without rules."""
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: connects are refused (loopback only)
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  gpu-node-01:\n    address: 127.0.0.1\n    port: {port}\n    gpus: 0\n"
+                         f"  local:\n    transport: local\n    gpus: 0\n    remote_root: {tmp_path / 'root'}\n")
+    run = ddtreectl("-i", str(inventory), "status", env={"COLUMNS": "80"})
+    assert run.returncode == 6, run.stderr
+    table = run.stdout.split("hosts answered")[0].splitlines()[:-1]
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    assert table[0].split() == ["host", "address", "reach", "GPUs", "service", "release", "warnings"]
+    # the unreachable host's warnings cell, whole, in the last column
+    assert [line.split()[-1] for line in table if "gpu-node-01" in line] == ["reason"], "\n".join(table)
+    assert "below" in run.stdout
