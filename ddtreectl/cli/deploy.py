@@ -22,11 +22,12 @@ CLEANUP_GRACE_S = 20.0  # after Ctrl-C: how long the hosts get to release their 
 
 
 def resolve_targets(inventory: Inventory, targets: list[str] | None, hosts: list[str] | None,
-                    groups: list[str] | None) -> list[Host]:
+                    groups: list[str] | None, *, verb: str = "deploy") -> list[Host]:
     """Positional targets, --host and --group together; at least one must be named (never an implicit all)."""
     names = [*(targets or []), *(hosts or []), *(groups or [])]
     if not names:
-        raise UsageError("name what to deploy: --host HOST, --group GROUP or `all`",
+        every = "`all`" if targets is not None or verb == "deploy" else "`--host all`"
+        raise UsageError(f"name what to {verb}: --host HOST, --group GROUP or {every}",
                          hint="hosts: " + ", ".join(sorted(inventory.hosts)))
     for g in groups or []:
         if g not in inventory.groups:

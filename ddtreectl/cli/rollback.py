@@ -34,7 +34,7 @@ def rollback_command(
     from ddtreectl.ui import deploy_view
 
     inventory = load_inventory()
-    hosts = resolve_targets(inventory, None, host, group)
+    hosts = resolve_targets(inventory, None, host, group, verb="roll back")
 
     def one(h: Host, cancel: threading.Event) -> object:
         with connect(h, inventory) as transport:
