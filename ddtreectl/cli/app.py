@@ -23,6 +23,7 @@ app = typer.Typer(
 @dataclass
 class GlobalOptions:
     inventory: Optional[Path] = None
+    inventory_from_env: bool = False  # it came from $DDTREECTL_INVENTORY, not -i (named in errors)
     debug: bool = False
 
 
@@ -31,6 +32,7 @@ OPTIONS = GlobalOptions()
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     inventory: Optional[Path] = typer.Option(
         None,
         "--inventory",
@@ -42,6 +44,8 @@ def _global(
 ) -> None:
     """Operate multi-GPU DDTree inference hosts: status, deploy, units, restore, GPU gates."""
     OPTIONS.inventory = inventory
+    source = ctx.get_parameter_source("inventory")
+    OPTIONS.inventory_from_env = inventory is not None and source is not None and source.name == "ENVIRONMENT"
     OPTIONS.debug = debug
     if debug:
         # ddtreectl's own debug notes (e.g. why an SSH connection was not reused) on stderr;

@@ -22,6 +22,14 @@ def inventory_path() -> Path:
 
 def load_inventory() -> Inventory:
     """Load and validate the inventory selected by the global options."""
+    from ddtreectl.errors import InventoryError
     from ddtreectl.inventory.loader import load
 
-    return load(inventory_path())
+    path = inventory_path()
+    try:
+        return load(path)
+    except InventoryError as err:
+        if not (OPTIONS.inventory_from_env and not path.exists()):
+            raise
+        raise InventoryError(f"{err.message} (from $DDTREECTL_INVENTORY)",
+                             hint="fix or unset DDTREECTL_INVENTORY, or pass --inventory/-i PATH") from None
