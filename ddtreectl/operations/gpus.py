@@ -45,7 +45,8 @@ def wait_idle(transport: Transport, inventory: Inventory, host: Host, options: S
               on_round: Callable[[HostVerdict], None] = lambda verdict: None,
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> GpuCheck:
-    """Sample until the verdict is idle or `timeout_s` has passed; returns the last verdict either way."""
+    """Sample until the verdict is idle or `timeout_s` has passed, or is unknown for good (no
+    nvidia-smi); returns the last verdict either way."""
     started = clock()
     rounds = 0
     while True:
@@ -53,6 +54,6 @@ def wait_idle(transport: Transport, inventory: Inventory, host: Host, options: S
         rounds += 1
         on_round(verdict)
         waited = clock() - started
-        if verdict.idle or waited >= timeout_s:
+        if verdict.idle or verdict.settled or waited >= timeout_s:
             return GpuCheck(host.name, verdict, waited, rounds)
         sleep(min(poll_s, max(0.0, timeout_s - waited)))

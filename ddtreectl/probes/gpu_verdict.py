@@ -75,6 +75,8 @@ class HostVerdict:
     samples: int
     interval_s: float
     nvidia_smi_ms: int | None  # slowest nvidia-smi query of the window
+    # Unknown in a way sampling again cannot change (nvidia-smi is not installed): waiting is pointless.
+    settled: bool = False
 
     @property
     def idle(self) -> bool:
@@ -198,4 +200,5 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     verdict: Verdict = "busy" if signals else ("unknown" if unknown else "idle")
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
                        processes=processes, samples=len(states), interval_s=samples.interval_s,
-                       nvidia_smi_ms=slowest)
+                       nvidia_smi_ms=slowest,
+                       settled=verdict == "unknown" and bool(states) and all(s.status == "missing" for s in states))

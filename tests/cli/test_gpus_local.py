@@ -75,3 +75,19 @@ def test_wait_idle_gives_up_at_the_timeout_and_unknown_is_never_idle(tmp_path: P
     host = json.loads(run.stdout)["hosts"][0]
     # three GPUs where the inventory says one, one of them busy: never idle
     assert host["verdict"] == "busy" and "expected 1 GPUs, nvidia-smi listed 3" in host["reasons"]
+
+
+def test_wait_idle_does_not_wait_for_an_nvidia_smi_that_is_not_installed(tmp_path: Path) -> None:
+    """Sampling again cannot install nvidia-smi: --wait-idle (and `mode HOST dev`, which waits the
+    same way for --idle-timeout, 120 s by default) answers "unknown" after the first round instead
+    of polling until the timeout."""
+    bare = "/usr/sbin:/usr/bin:/sbin:/bin"
+    if shutil.which("nvidia-smi", path=bare):
+        pytest.skip("this machine has an nvidia-smi")
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    env["PATH"] = bare
+    run = ddtreectl(inventory, env, "--wait-idle", "--timeout", "60", "--samples", "1", "--json")
+    assert run.returncode == 7, run.stderr
+    (host,) = json.loads(run.stdout)["hosts"]
+    assert host["verdict"] == "unknown" and "nvidia-smi is not installed" in host["reasons"][0]
+    assert host["rounds"] == 1
