@@ -18,9 +18,10 @@
 // H[i+1] - G - theta, a prefix of the sorted gap row) and each child's leader scores >= theta.
 //
 // Threshold. Warp w counts the candidates scoring >= theta_w (families by deviation rounds, all
-// warp-synchronous: no block barrier, one shared list of families per warp, capped at kV8Cap) for a
-// factor-2 grid of 16 thresholds between the best score and the worst; if the best threshold with
-// >= M candidates overflowed the cap, 16 more probes split its bracket linearly. The winning warp's
+// warp-synchronous: no block barrier, one shared list of families per warp, capped at 1.5 M + 32 <= kV8Cap)
+// for a grid of 16 thresholds below the best score (2 octaves below a valid bound when K >= M, else a
+// factor-2 grid over the whole score range; see stage 1); if the best threshold with >= M candidates
+// overflowed the cap, 16 more probes split its bracket linearly. The winning warp's
 // families (count in [M, kV8Cap]) are flattened to candidates and ranked by counting (candidates with
 // a larger score, plus shorter members of the same family on an exact tie; an exact tie across families
 // near the cut sends the request back to the older paths, which order ties by rank tuple).
