@@ -1,6 +1,6 @@
 // draft_topk_lse v4, part 1: configuration, the cluster / mbarrier / st.async primitives, the
-// shared-memory layout, the row split, and the per-vector and rank-counting helpers. Overview and the kernel
-// in ../draft_topk_lse_v4.cuh.
+// shared-memory layout, the row split, and the per-vector and rank-counting helpers. Overview in
+// ../draft_topk_lse_v4.cuh, the kernel in kernel.cuh.
 #pragma once
 
 #include <cuda_bf16.h>

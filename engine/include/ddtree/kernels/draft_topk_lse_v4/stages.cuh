@@ -1,0 +1,155 @@
+// draft_topk_lse v4, part 2: the kernel's per-stage device functions (a vector's load, a CTA's partial, the
+// candidate passes over one vector, the merge's ranking), each called from a lambda of the kernel. Overview
+// in ../draft_topk_lse_v4.cuh.
+//
+// The kernel's scalars come by const reference, as the lambdas captured them: passed by value (the load
+// and the k > 1 pass), ptxas allocated registers differently and the SASS changed.
+#pragma once
+
+#include "ddtree/kernels/draft_topk_lse_v4/helpers.cuh"
+
+namespace ddtree {
+namespace kernels {
+
+// This CTA's (reference, sum) from its warps' (after the first barrier; the last warp computes it), in
+// fp32: the largest reference by one redux on ordered keys (key 0 = no warp with a nonzero sum; NaN sums
+// keep their reference), every lane gets it.
+template <int THREADS>
+__device__ __forceinline__ float2 v4_cta_partial(const V4Smem<THREADS>& sm, int lane) {
+  constexpr int WARPS = THREADS / 32;
+  const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
+  const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
+  const uint32_t kb = __reduce_max_sync(0xffffffffu, ws != 0.f ? ordered_key(wr) : 0u);
+  const float cref = kb == 0u ? 0.f : key_to_float(kb);
+  float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
+#pragma unroll
+  for (int o = WARPS / 2; o > 0; o >>= 1) term += __shfl_xor_sync(0xffffffffu, term, o);  // lanes < WARPS
+  return make_float2(cref, term);
+}
+
+// The largest of 32 lanes' items (0 = none), in every lane: two 32-bit reduxes.
+__device__ __forceinline__ uint64_t v4_warp_best_item(uint64_t it) {
+  const uint32_t kmax = __reduce_max_sync(0xffffffffu, uint32_t(it >> 32));
+  const uint32_t lo = __reduce_max_sync(0xffffffffu, uint32_t(it >> 32) == kmax ? uint32_t(it) : 0u);
+  return (uint64_t(kmax) << 32) | lo;
+}
+
+// v7 merge (FM): the row rank of every item of every CTA's sorted slot, as the sum over the lists (its own
+// included) of a branch-free binary search, all lists step by step together; ranks < ksel are written.
+// MAXN >= every list's length, LISTS >= cluster.
+template <int MAXN, int LISTS, int THREADS, typename NOf>
+__device__ __forceinline__ void v4_rank_items(const V4Smem<THREADS>& sm, const int (&nl)[kV4MaxCluster], const NOf& n_of,
+                                              int tid, int cluster, int k, int ksel, double lse_d, float* lp_out,
+                                              int32_t* id_out) {
+  for (int t = tid; t < cluster * k; t += THREADS) {
+    const int cc = t / k, r = t - cc * k;
+    if (r >= n_of(cc)) continue;
+    const uint64_t it = sm.slot[cc][r];
+    int pos[LISTS];
+#pragma unroll
+    for (int o = 0; o < LISTS; ++o) pos[o] = 0;
+#pragma unroll
+    for (int st = MAXN; st > 0; st >>= 1) {
+#pragma unroll
+      for (int o = 0; o < LISTS; ++o) {
+        const uint64_t v = pos[o] + st <= nl[o] ? sm.slot[o][pos[o] + st - 1] : 0ull;
+        pos[o] += v > it ? st : 0;
+      }
+    }
+    int rank = 0;
+#pragma unroll
+    for (int o = 0; o < LISTS; ++o) rank += pos[o];
+    if (rank < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[rank] = item_id(it);
+    }
+  }
+}
+
+// Local vector lv of this CTA (its vectors start at row vector v0): -inf past the CTA's nv_cta vectors and
+// past the row's end.
+template <typename T, bool VEC>
+__device__ __forceinline__ uint4 v4_load_vec(const T* const& x, const int& v0, const int& nv_cta, const int& vocab, int lv) {
+  constexpr int VN = 16 / int(sizeof(T));
+  uint4 out = v4_neg_inf_vec<T>();
+  if (lv < nv_cta) {
+    const int base = (v0 + lv) * VN;
+    if (VEC && base + VN <= vocab) {
+      out = __ldg(reinterpret_cast<const uint4*>(x + base));
+    } else {
+#pragma unroll
+      for (int q = 0; q < VN; ++q)
+        if (base + q < vocab) v4_set_elem<T>(out, q, v4_bits(x[base + q]));
+    }
+  }
+  return out;
+}
+
+// k>1 visit
+template <typename T, bool FF, int THREADS>
+__device__ __forceinline__ void v4_append_candidates(V4Smem<THREADS>& sm, const uint4& v, int lv, const int& v0, const int& nv_cta,
+                                                     const int& vocab, const uint32_t& thr, const float& thr_f, const int& id_lim, const int& lane,
+                                                     const unsigned& lt) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const float vm = v4_vec_max<T>(v);
+  const bool hit = lv < nv_cta && (FF ? vm >= thr_f : v4_key(vm) >= thr);
+  if (!__any_sync(0xffffffffu, hit)) return;
+  const int base = (v0 + lv) * VN;
+  unsigned m = 0u;
+#pragma unroll
+  for (int q = 0; q < VN; ++q) {
+    bool pass;
+    if (FF) {
+      const float e = v4_elem<T>(v, q);
+      pass = (e > thr_f) | ((e == thr_f) & (base + q < id_lim));
+    } else {
+      const uint32_t key = v4_key(v4_elem<T>(v, q));
+      pass = (key > thr) | ((key == thr) & (base + q < id_lim));
+    }
+    const bool in = hit & (base + q < vocab) & pass;
+    m |= unsigned(in) << q;
+  }
+  int off[VN];
+  int total = 0;
+#pragma unroll
+  for (int q = 0; q < VN; ++q) {  // slots in (element, lane) order
+    const unsigned bq = __ballot_sync(0xffffffffu, (m >> q) & 1u);
+    off[q] = total + __popc(bq & lt);
+    total += __popc(bq);
+  }
+  int pos0 = 0;
+  if (lane == 0) pos0 = v4_atomic_add_shared(&sm.cnt, total);
+  pos0 = __shfl_sync(0xffffffffu, pos0, 0);
+#pragma unroll
+  for (int q = 0; q < VN; ++q) {
+    const int pos = pos0 + off[q];
+    if (((m >> q) & 1u) && pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v, q)), base + q);
+  }
+}
+
+// The selection item of logit f (id) when it is a candidate against the bound (thr, id_lim), else 0.
+__device__ __forceinline__ uint64_t v4_item_of(float f, int id, const uint32_t& thr, const int& id_lim) {
+  const uint32_t key = v4_key(f);
+  return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
+}
+
+// The k = 1 candidate pass over one vector (lane-local, v5): a lane whose vector reaches the bound keeps
+// its best admitted item in best.
+template <typename T, typename ItemOf>
+__device__ __forceinline__ void v4_visit_k1(const uint4& v, int lv, const int& v0, const int& nv_cta, const int& vocab,
+                                            const uint32_t& thr, const ItemOf& item_of, unsigned long long& best) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const float vm = v4_vec_max<T>(v);
+  if (lv < nv_cta && v4_key(vm) >= thr) {
+    const int base = (v0 + lv) * VN;
+#pragma unroll
+    for (int q = 0; q < VN; ++q) {
+      const uint64_t it = base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull;
+      best = it > best ? it : best;
+    }
+  }
+}
+
+}  // namespace kernels
+}  // namespace ddtree
