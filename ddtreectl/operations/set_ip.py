@@ -200,8 +200,12 @@ def verify_identity(
     try:
         conn = connect(moved, inventory)
     except HostKeyError as err:
+        # Not the connect error's own hint ("trust --replace"): that would re-pin whatever answers
+        # at the new address under this name.
         raise HostKeyError(f"the machine at {where} is not {moved.name}: {err.message}; {untouched}",
-                           hint=err.hint, host=moved.name) from None
+                           hint=f"check which machine has {where}; if {moved.name} was reinstalled on purpose, "
+                           f"compare the fingerprint on its console, then `ddtreectl set-ip {moved.name} {where} "
+                           f"--no-verify` and `ddtreectl trust {moved.name} --replace`", host=moved.name) from None
     except ConnectError as err:
         raise ConnectError(
             f"cannot verify {moved.name} at {where}: {err.message}; {untouched}",

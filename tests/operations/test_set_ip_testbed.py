@@ -95,6 +95,11 @@ def test_a_different_machine_at_the_new_address_is_refused(
     assert first.startswith(f"error: sip-ours: the machine at {stranger.address} is not sip-ours: "
                             f"HOST KEY MISMATCH at {stranger.address}:22")
     assert "the inventory was not changed" in first
+    # The hint is about the address, not the generic "run trust --replace" of a connection refused
+    # for its key: re-trusting sip-ours where it still is would change nothing, and after a forced
+    # move it would pin the stranger's key under our name.
+    hint = run.stderr.split("hint: ", 1)[1]
+    assert hint.startswith(f"check which machine has {stranger.address}"), hint
     assert inventory.read_bytes() == before
     # --dry-run checks the same way
     assert ddtreectl(inventory, "set-ip", "sip-ours", stranger.address, "--dry-run").returncode == 4
