@@ -6,37 +6,16 @@ that only ever does development."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.probes.fixtures import fixture
+from tests.cli.local_box import ddtreectl, make_local_box
 
 
 @pytest.fixture
 def box(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "gpus.txt").write_text(fixture("nvidia-smi-gpus-h200-1x.txt"))
-    stub = tmp_path / "bin" / "nvidia-smi"
-    stub.write_text(f"#!/bin/sh\ncase \"$1\" in --query-gpu=*) cat {tmp_path}/gpus.txt ;; esac\n")
-    stub.chmod(0o755)
-    root = tmp_path / "root"
-    (root / "releases" / "r1").mkdir(parents=True)
-    (root / "current").symlink_to("releases/r1")
-    inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    address: 127.0.0.1\n    gpus: 1\n"
-                         f"    remote_root: {root}\n")
-    return inventory, root, {**os.environ, "PATH": f"{tmp_path}/bin:{os.environ['PATH']}", "USER": "carol"}
-
-
-def ddtreectl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("ddtreectl")
-    if exe is None:
-        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, env=env)
+    return make_local_box(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
 
 
 def test_usage_errors(box: tuple[Path, Path, dict[str, str]]) -> None:

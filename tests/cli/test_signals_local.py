@@ -9,8 +9,6 @@ Driven through the INSTALLED console script on a `transport: local` host whose G
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -18,31 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.probes.fixtures import fixture
+from tests.cli.local_box import installed_ddtreectl, make_local_box
 
 
 @pytest.fixture
 def busy_box(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
-    (tmp_path / "bin").mkdir()
     # 1 H200 with memory in use and no process listed: busy (memory) on every sample, forever.
-    (tmp_path / "gpus.txt").write_text(fixture("nvidia-smi-gpus-h200-1x-memory-no-process.txt"))
-    stub = tmp_path / "bin" / "nvidia-smi"
-    stub.write_text(f"#!/bin/sh\ncase \"$1\" in --query-gpu=*) cat {tmp_path}/gpus.txt ;; esac\n")
-    stub.chmod(0o755)
-    root = tmp_path / "root"
-    (root / "releases" / "r1").mkdir(parents=True)
-    (root / "current").symlink_to("releases/r1")
-    inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    address: 127.0.0.1\n    gpus: 1\n"
-                         f"    remote_root: {root}\n")
-    return inventory, root, {**os.environ, "PATH": f"{tmp_path}/bin:{os.environ['PATH']}", "USER": "carol"}
-
-
-def _exe() -> str:
-    exe = shutil.which("ddtreectl")
-    if exe is None:
-        pytest.skip("ddtreectl is not installed (python3 -m pip install -e .)")
-    return exe
+    return make_local_box(tmp_path, "nvidia-smi-gpus-h200-1x-memory-no-process.txt")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -50,7 +30,7 @@ def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path,
                                                      signum: signal.Signals) -> None:
     inventory, root, env = busy_box
     lock_dir = root / "state" / "locks" / "mode.lock"
-    proc = subprocess.Popen([_exe(), "-i", str(inventory), "mode", "box", "dev", "--reason", "profile",
+    proc = subprocess.Popen([installed_ddtreectl(), "-i", str(inventory), "mode", "box", "dev", "--reason", "profile",
                              "--idle-timeout", "300"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -70,6 +50,6 @@ def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path,
     assert "Traceback" not in err
     assert not lock_dir.exists(), "the mode lock outlived the command"
     # and the next switch is not told that another one is in progress
-    again = subprocess.run([_exe(), "-i", str(inventory), "lock", "status", "box", "--name", "mode"],
+    again = subprocess.run([installed_ddtreectl(), "-i", str(inventory), "lock", "status", "box", "--name", "mode"],
                            capture_output=True, text=True, timeout=60, env=env)
     assert again.returncode == 0 and "free" in again.stdout, again.stdout + again.stderr
