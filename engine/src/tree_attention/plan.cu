@@ -205,28 +205,35 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
 }  // namespace tree_attention_launch
 }  // namespace ddtree
 
+namespace {
+
+// The C entries below that only report a figure of the plan: the figure when the shape plans (the last error
+// cleared), else 0 with make_plan's message in ddtree_last_error().
+template <typename Pick>
+auto planned(int batch, int hq, int hkv, int d, int n_max, int max_pages, int page_size, int kv_chunk, Pick pick)
+    -> decltype(pick(Plan{})) {
+  Plan plan;
+  if (make_plan(batch, hq, hkv, d, n_max, max_pages, page_size, kv_chunk, &plan) != DDTREE_STATUS_SUCCESS) return 0;
+  ddtree::detail::succeed();
+  return pick(plan);
+}
+
+}  // namespace
+
 extern "C" {
 
 DDTREE_API size_t ddtree_tree_attention_workspace_size(int batch, int num_qo_heads, int num_kv_heads,
                                                        int head_dim, int n_max, int max_pages,
                                                        int page_size, int kv_chunk) {
-  Plan plan;
-  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
-                &plan) != DDTREE_STATUS_SUCCESS)
-    return 0;
-  ddtree::detail::succeed();
-  return plan.workspace();
+  return planned(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                 [](const Plan& p) { return p.workspace(); });
 }
 
 DDTREE_API size_t ddtree_tree_attention_workspace_counter_bytes(int batch, int num_qo_heads, int num_kv_heads,
                                                                int head_dim, int n_max, int max_pages,
                                                                int page_size, int kv_chunk) {
-  Plan plan;
-  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
-                &plan) != DDTREE_STATUS_SUCCESS)
-    return 0;
-  ddtree::detail::succeed();
-  return plan.cnt_bytes;
+  return planned(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                 [](const Plan& p) { return p.cnt_bytes; });
 }
 
 DDTREE_API ddtree_status_t ddtree_tree_attention_set_impl(int impl) {
@@ -245,12 +252,8 @@ DDTREE_API int ddtree_tree_attention_impl_for(int head_dim) { return resolve_imp
 DDTREE_API int ddtree_tree_attention_plan_chunk(int batch, int num_qo_heads, int num_kv_heads,
                                                 int head_dim, int n_max, int max_pages, int page_size,
                                                 int kv_chunk) {
-  Plan plan;
-  if (make_plan(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
-                &plan) != DDTREE_STATUS_SUCCESS)
-    return 0;
-  ddtree::detail::succeed();
-  return plan.chunk;
+  return planned(batch, num_qo_heads, num_kv_heads, head_dim, n_max, max_pages, page_size, kv_chunk,
+                 [](const Plan& p) { return p.chunk; });
 }
 
 }  // extern "C"
