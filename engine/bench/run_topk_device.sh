@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One device call for draft_topk_lse v7 (engine/bench/NOTES.md, "v7 (session 5)"), on the library, the
+# One device call for draft_topk_lse (written for v7, engine/bench/NOTES.md "v7 (session 5)"; the per-version
+# scripts of v4-v6 that NOTES names stay in git history), on the library, the
 # self-test and the stage profiler built beforehand on the CPU machine (sm_90a, DDTREE_OPS=draft_topk_lse;
 # topk_stages from bench/profile/draft_topk_lse_stages.cu) in $B (default engine/build-topk).
 # Stages (STAGES, default all, in this order): stages (stage-truncation profile: v6, v7 and each v7 option,
 # plus per-CTA traces), selftest, bench (the default vs torch f32/bf16), pytest (draft_topk_lse GPU tests),
 # sanitize (memcheck + racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16).
-# Logs under $OUT (at most 8 files). Usage, from the repository root: bash engine/bench/run_topk_v7_device.sh
+# Logs under $OUT (at most 8 files). Usage, from the repository root: bash engine/bench/run_topk_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/v7out}; mkdir -p "$OUT"
