@@ -81,7 +81,8 @@ def test_cli_missing_inventory_via_environment(
 
     monkeypatch.setenv("DDTREECTL_INVENTORY", str(tmp_path / "gone.yaml"))
     assert run(["status"]) == 3
-    assert capsys.readouterr().err.splitlines()[0] == f"error: {tmp_path}/gone.yaml: inventory file not found"
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: {tmp_path}/gone.yaml: inventory file not found (from $DDTREECTL_INVENTORY)")
 
 
 def test_installed_command_exit_code_without_network(tmp_path: Path) -> None:
