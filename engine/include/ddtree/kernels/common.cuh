@@ -37,6 +37,25 @@ __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { retu
 // Loads `N` consecutive elements starting at p[i] as floats: one 16-byte load when `vec` (caller
 // guarantees alignment and i + N <= n), else element-wise with bounds (out-of-range -> NaN marker
 // is avoided: they are reported invalid through `valid`).
+// Issues all NV 16-byte loads of this thread's share of a row chunk before any use: vector j starts at element
+// start + (j * THREADS + tid) * VN (VN = 16 / sizeof(T)), so a warp's loads are coalesced. A vector that crosses
+// `vocab`, or every vector when the row is not 16-byte aligned (!VEC), is read element-wise, 0 past the end.
+template <typename T, bool VEC, int NV, int THREADS>
+__device__ __forceinline__ void load_row_vectors(const T* __restrict__ x, int start, int vocab, uint4 (&raw)[NV]) {
+  constexpr int VN = 16 / int(sizeof(T));
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int base = start + (j * THREADS + int(threadIdx.x)) * VN;
+    if (VEC && base + VN <= vocab) {
+      raw[j] = __ldg(reinterpret_cast<const uint4*>(x + base));
+    } else {
+      T* e = reinterpret_cast<T*>(&raw[j]);
+#pragma unroll
+      for (int q = 0; q < VN; ++q) e[q] = (base + q < vocab) ? x[base + q] : T(0.0f);
+    }
+  }
+}
+
 template <typename T, int N>
 __device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[N]) {
   static_assert(sizeof(T) * N == 16, "one 16-byte vector");

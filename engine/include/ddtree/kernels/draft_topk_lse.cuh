@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(kTopkThreads, 2) draft_topk_partial_kernel(
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // Element (j, e) of this thread has id start + (j * THREADS + tid) * VN + e: coalesced 16-byte loads.
+  // (common.cuh's load_row_vectors does the same; calling it here changed ptxas's register allocation of this
+  // bf16 kernel, so the inline copy stays until a GPU run re-checks it.)
   uint32_t key[kTopkPerThread];
   float tmax = -INFINITY;
   int bad = 0;

@@ -86,17 +86,7 @@ __global__ void __launch_bounds__(kV3Threads, VEC ? 3 : 2) draft_topk_partial_v3
 
   // All loads issued before the first use: element (j, q) has id start + (j * THREADS + tid) * VN + q.
   uint4 raw[kV3Vecs];
-#pragma unroll
-  for (int j = 0; j < kV3Vecs; ++j) {
-    const int base = start + (j * kV3Threads + int(threadIdx.x)) * VN;
-    if (VEC && base + VN <= vocab) {
-      raw[j] = __ldg(reinterpret_cast<const uint4*>(x + base));
-    } else {
-      T* e = reinterpret_cast<T*>(&raw[j]);
-#pragma unroll
-      for (int q = 0; q < VN; ++q) e[q] = (base + q < vocab) ? x[base + q] : T(0.0f);
-    }
-  }
+  load_row_vectors<T, VEC, kV3Vecs, kV3Threads>(x, start, vocab, raw);
 
   // Online max / sum exp per vector. fmaxf drops NaN from the max but exp(NaN - m) poisons the sum, and
   // +inf makes m = +inf and exp(inf - inf) = NaN: s is NaN iff the thread saw NaN or +inf.

@@ -102,17 +102,7 @@ struct ChunkLogits {
   uint4 raw[NV];
 
   __device__ __forceinline__ void load(const T* __restrict__ x, int start, int vocab) {
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
-      if (VEC && base + VN <= vocab) {
-        raw[j] = __ldg(reinterpret_cast<const uint4*>(x + base));
-      } else {
-        T* e = reinterpret_cast<T*>(&raw[j]);
-#pragma unroll
-        for (int q = 0; q < VN; ++q) e[q] = (base + q < vocab) ? x[base + q] : T(0.0f);
-      }
-    }
+    load_row_vectors<T, VEC, NV, kAcceptThreads>(x, start, vocab, raw);
   }
 
   __device__ __forceinline__ uint64_t best(int start, int vocab, bool sample, float temp, uint32_t key,
