@@ -130,8 +130,12 @@ void run_case(const Case& c) {
     run_case_impl(c, DDTREE_TOPK_IMPL_V3);
   if (ddtree_draft_topk_lse_resolve_impl(c.k, DDTREE_TOPK_IMPL_V4) == DDTREE_TOPK_IMPL_V4) {
     run_case_impl(c, DDTREE_TOPK_IMPL_V4);
-    // Where v4 is the default, rows up to kSmallMaxV take the small-row kernel with DDTREE_TOPK_SMALL=1.
-    if (c.vocab <= ddtree::kernels::kSmallMaxV) run_case_impl(c, DDTREE_TOPK_IMPL_DEFAULT);
+    // Where v4 is the default, rows up to kSmallMaxV take the small-row kernel with DDTREE_TOPK_SMALL=1
+    // (read on every call): the default call runs it here whatever the process environment says.
+    if (c.vocab <= ddtree::kernels::kSmallMaxV) {
+      const st::ScopedEnv small("DDTREE_TOPK_SMALL", "1");
+      run_case_impl(c, DDTREE_TOPK_IMPL_DEFAULT);
+    }
   }
 }
 
@@ -211,15 +215,15 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
 // radix select (several chunks, k below the candidate count) and the id digits (ties); v4 runs its fast
 // path (clusters of 5 and 8 CTAs), its tie fallback (case 24), a NaN row (case 23) and, with many rows,
 // clusters of 4 CTAs of two register rounds (case 27: 36 rows, the launcher's row-count rule); v6's k = 1
-// warp path on two rounds with ties (28), a NaN row (29) and -inf (30); small rows (51-54: the small-row
-// kernel when DDTREE_TOPK_SMALL=1, as in session 5's H200 run).
+// warp path on two rounds with ties (28), a NaN row (29) and -inf (30); small rows (51-54: v4 and the
+// small-row kernel).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
   const Case cases[] = {{1, 2, 20000, 16, false, 0, 0, 21}, {1, 2, 20000, 1024, true, 0, 1, 22},
                         {2, 1, 9000, 8, false, 3, 4, 23},     {1, 2, 20000, 32, true, 0, 1, 24},
                         {1, 2, 20000, 64, true, 0, 0, 25},    {1, 2, 163840, 1, true, 0, 2, 26},
                         {3, 12, 163840, 16, true, 0, 0, 27}, {3, 12, 163840, 1, true, 0, 1, 28},
                         {2, 1, 9000, 1, false, 3, 4, 29},     {1, 3, 20000, 1, true, 0, 2, 30},
-                        // small rows (the small-row kernel with DDTREE_TOPK_SMALL=1): partial CTA, ties, NaN, -inf.
+                        // small rows (v4 and the small-row kernel): partial CTA, ties, NaN, -inf.
                         {3, 5, 320, 16, true, 0, 0, 51},      {2, 3, 997, 64, false, 3, 1, 52},
                         {2, 3, 300, 8, false, 0, 4, 53},      {1, 5, 320, 64, true, 0, 2, 54}};
   for (const Case& c : cases) run_case(c);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -133,6 +134,24 @@ struct DeviceLogits {
       ptr = f32.ptr;
     }
   }
+};
+
+// Sets an environment variable for the scope (e.g. a launcher option read on every call), then restores it.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 };
 
 }  // namespace st

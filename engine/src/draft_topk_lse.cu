@@ -6,11 +6,10 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// Small rows (session 5, NOTES "v7"): with DDTREE_TOPK_SMALL=1 in the environment (read once per process),
-// where the default resolves to v4 and V <= kSmallMaxV (1024), the default runs draft_topk_lse_small.cuh
-// instead (one warp per row, no cluster); an explicit "v4" still runs v4. Opt-in: on the H200 it was faster
-// than v4 only for many rows at k >= 16 (8x15x320: 8.8 vs 13.2 µs at k = 16) and slower at k = 1 and at
-// 1x15x320 k = 64 (NOTES).
+// Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
+// default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
+// DDTREE_TOPK_SMALL=1, v4 when =0, and kSmallDefault when unset (read on every call, so one process can A/B
+// the two by capturing each into its own graph); an explicit "v4" always runs v4.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,13 +66,13 @@ int32_t env_impl() {
   return impl;
 }
 
-// DDTREE_TOPK_SMALL=1: the default takes the small-row kernel for V <= kSmallMaxV (see the top of this file).
+// Whether the default takes the small-row kernel for V <= kSmallMaxV (see the top of this file).
+constexpr bool kSmallDefault = false;
 bool env_small() {
-  static const bool on = [] {
-    const char* e = std::getenv("DDTREE_TOPK_SMALL");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
-  return on;
+  const char* e = std::getenv("DDTREE_TOPK_SMALL");
+  if (e != nullptr && std::strcmp(e, "1") == 0) return true;
+  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+  return kSmallDefault;
 }
 
 // Whether the current device launches thread-block clusters (sm_90+), cached per device (an attribute
@@ -186,10 +185,17 @@ ddtree_status_t run_small(const T* logits, int32_t batch, int32_t positions, int
                           int32_t* error_flags, cudaStream_t stream) {
   const int64_t rows = int64_t(batch) * positions;
   const unsigned blocks = unsigned((rows + k::kSmallWarps - 1) / k::kSmallWarps);
-  return ddtree::detail::launch("draft_topk_lse_small_kernel", k::draft_topk_lse_small_kernel<T>,
-                                dim3(1u, blocks, 1u), dim3(32 * k::kSmallWarps), stream, true, logits, int(rows),
-                                int(positions), int(vocab), batch_stride, row_stride, int(topk), top_lp, top_id, lse,
-                                error_flags);
+  auto go = [&](auto kernel) {
+    return ddtree::detail::launch("draft_topk_lse_small_kernel", kernel, dim3(1u, blocks, 1u),
+                                  dim3(32 * k::kSmallWarps), stream, true, logits, int(rows), int(positions),
+                                  int(vocab), batch_stride, row_stride, int(topk), top_lp, top_id, lse, error_flags);
+  };
+  switch (k::small_per_lane(vocab)) {
+    case 8: return go(k::draft_topk_lse_small_kernel<T, 8>);
+    case 12: return go(k::draft_topk_lse_small_kernel<T, 12>);
+    case 16: return go(k::draft_topk_lse_small_kernel<T, 16>);
+    default: return go(k::draft_topk_lse_small_kernel<T, 32>);
+  }
 }
 
 template <typename T>

@@ -5,7 +5,7 @@ reference (CI, no GPU).
 tests/topk_emu/topk_small_emu.cpp compiles the kernel with g++ and the cluster emulator (one POSIX thread per
 CUDA thread, 128-thread CTAs of four rows, warp shuffles/ballots/reduxes) and compares with the reference:
 ids exactly, log-probs and lse within the GPU tests' tolerances. The emulator's exp2 is exact, so this checks
-the logic (the key threshold, the tie compaction, the ranks, -inf/NaN/+inf rows, V < k, partial CTAs), not
+the logic (the bound, the candidate compaction, the ranks, -inf/NaN/+inf rows, V < k, partial CTAs), not
 the GPU's rounding; the GPU tests (test_draft_topk_lse.py, "default" at V = 997, 5 and 1, with
 DDTREE_TOPK_SMALL=1) run the same comparisons on the device (session 5's H200 run: 204 passed with it on)."""
 
@@ -29,9 +29,9 @@ def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("k", [1, 2, 16, 17, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_small_emulated_random_rows(emu_binary: Path, k: int, dtype: torch.dtype) -> None:
-    # 7 rows: one full CTA of four and a partial one; V = 320 (the end-to-end model), 997 (V % 32 != 0, more
-    # than one batch of eight loads per lane) and 1024 (the largest).
-    for vocab in (320, 997, 1024):
+    # 7 rows: one full CTA of four and a partial one; V = 320 (the end-to-end model), 997 (V % 32 != 0) and
+    # 1024 (the largest); 256/384/512/513: both sides of each logits-per-lane instantiation (8, 12, 16, 32).
+    for vocab in (320, 997, 1024, 256, 384, 512, 513):
         compare(emu_binary, logits((1, 7, vocab), "normal", dtype, seed=vocab + k), k)
 
 

@@ -131,6 +131,9 @@ inline void launch_clusters(int cluster_size, int rows, int threads, std::functi
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(16) ulonglong2 {
+  unsigned long long x, y;
+};
 struct alignas(8) float2 {
   float x, y;
 };

@@ -15,10 +15,17 @@ template <typename T>
 static void run(const std::vector<T>& x, int rows, int vocab, int kk, std::vector<float>& lp, std::vector<int>& id,
                 std::vector<float>& lse, int& flags) {
   const int blocks = (rows + k::kSmallWarps - 1) / k::kSmallWarps;
-  emu4::launch_clusters(1, blocks, 32 * k::kSmallWarps, [&] {
-    k::draft_topk_lse_small_kernel<T>(x.data(), rows, rows, vocab, int64_t(rows) * vocab, vocab, kk, lp.data(),
-                                      id.data(), lse.data(), &flags);
-  });
+  auto go = [&](auto kernel) {  // the launcher's choice of logits per lane
+    emu4::launch_clusters(1, blocks, 32 * k::kSmallWarps, [&] {
+      kernel(x.data(), rows, rows, vocab, int64_t(rows) * vocab, vocab, kk, lp.data(), id.data(), lse.data(), &flags);
+    });
+  };
+  switch (k::small_per_lane(vocab)) {
+    case 8: go(k::draft_topk_lse_small_kernel<T, 8>); break;
+    case 12: go(k::draft_topk_lse_small_kernel<T, 12>); break;
+    case 16: go(k::draft_topk_lse_small_kernel<T, 16>); break;
+    default: go(k::draft_topk_lse_small_kernel<T, 32>); break;
+  }
 }
 
 int main() {
