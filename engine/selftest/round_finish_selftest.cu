@@ -99,8 +99,11 @@ void run_case(const Case& c, uint64_t seed) {
   st::DeviceBuffer<uint32_t> accept_counters(std::vector<uint32_t>(B, 0u));
   st::DeviceBuffer<int32_t> commit_counters(std::vector<int32_t>(B, 0));
 
-  State got[2];
-  for (int plan = 0; plan < 2; ++plan) {
+  // Plans: 0 = the three launches, 1 = round_finish, 2 = round_finish with the one-CTA accept where it fits
+  // (DDTREE_ACCEPT_ONE_CTA=1; plans 0 and 1 run with it off).
+  State got[3];
+  for (int plan = 0; plan < 3; ++plan) {
+    const st::ScopedEnv one_cta("DDTREE_ACCEPT_ONE_CTA", plan == 2 ? "1" : "0");
     st::DeviceBuffer<int32_t> an(size_t(B) * N), al(B), ci(size_t(B) * N), bo(B), fi(B), d_ctx(ctx),
         d_out(out_len), d_root(root), d_rt(std::vector<int32_t>(size_t(B) * T, 77)), d_rc(std::vector<int32_t>(B, 77)),
         d_rf(std::vector<int32_t>(B, 77)), d_live(live), d_flags(std::vector<int32_t>{0});
@@ -166,19 +169,23 @@ void run_case(const Case& c, uint64_t seed) {
   }
   for (uint32_t v : accept_counters.download()) ST_REQUIRE(v == 0, "accept counters not back at zero");
   for (int32_t v : commit_counters.download()) ST_REQUIRE(v == 0, "commit counters not back at zero");
-  const State &a = got[0], &f = got[1];
-  const char* what = nullptr;
-  if (a.an != f.an || a.al != f.al || a.ci != f.ci || a.bo != f.bo || a.fi != f.fi) what = "accept outputs";
-  else if (a.caches != f.caches) what = "K/V caches";
-  else if (a.ctx != f.ctx) what = "ctx_len";
-  else if (a.out_len != f.out_len || a.root != f.root || a.active != f.active) what = "out_len/root/active";
-  else if (a.r_tokens != f.r_tokens || a.r_count != f.r_count || a.r_finish != f.r_finish) what = "reported tokens";
-  else if (a.hidden != f.hidden) what = "hidden state";
-  else if (a.live != f.live) what = "live budget";
-  else if (a.flags != f.flags) what = "error flags";
-  ST_EXPECT(what == nullptr, "seed %llu (B %d N %d V %d layers %d row %d page %d hid %d %s %s): %s differ",
-            static_cast<unsigned long long>(seed), B, N, V, c.layers, c.row_bytes, c.page_size, c.hid_bytes,
-            c.bf16 ? "bf16" : "f32", c.v_caches ? "K+V" : "K only", what ? what : "");
+  for (int plan = 1; plan < 3; ++plan) {
+    const State &a = got[0], &f = got[plan];
+    const char* what = nullptr;
+    if (a.an != f.an || a.al != f.al || a.ci != f.ci || a.bo != f.bo || a.fi != f.fi) what = "accept outputs";
+    else if (a.caches != f.caches) what = "K/V caches";
+    else if (a.ctx != f.ctx) what = "ctx_len";
+    else if (a.out_len != f.out_len || a.root != f.root || a.active != f.active) what = "out_len/root/active";
+    else if (a.r_tokens != f.r_tokens || a.r_count != f.r_count || a.r_finish != f.r_finish) what = "reported tokens";
+    else if (a.hidden != f.hidden) what = "hidden state";
+    else if (a.live != f.live) what = "live budget";
+    else if (a.flags != f.flags) what = "error flags";
+    ST_EXPECT(what == nullptr, "seed %llu (B %d N %d V %d layers %d row %d page %d hid %d %s %s, %s): %s differ",
+              static_cast<unsigned long long>(seed), B, N, V, c.layers, c.row_bytes, c.page_size, c.hid_bytes,
+              c.bf16 ? "bf16" : "f32", c.v_caches ? "K+V" : "K only", plan == 2 ? "one-CTA accept" : "chunked accept",
+              what ? what : "");
+  }
+  const State& a = got[0];
   // Something happened: some slot committed more than its root (else the cases would test nothing).
   int moved = 0;
   for (int b = 0; b < B; ++b) moved += a.al[b] > 1;

@@ -57,10 +57,12 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
   // call also checks that the previous one left them at zero.
   static st::DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(64, 0u));
   ST_REQUIRE(batch <= 64, "run_gpu: batch %d > 64 counters", batch);
-  // Both launch plans on the same inputs; the fused plan's results are returned and must equal the split's.
-  Outputs out[2];
-  int flag_out[2];
-  for (int plan = 0; plan < 2; ++plan) {
+  // Both launch plans on the same inputs, the fused one with and without its one-CTA variant
+  // (DDTREE_ACCEPT_ONE_CTA, read per call; where the variant does not fit, both run the chunked kernel); the
+  // fused plan's results are returned and every one must equal the split's.
+  Outputs out[3];
+  int flag_out[3];
+  for (int plan = 0; plan < 3; ++plan) {
     st::DeviceBuffer<int32_t> an(size_t(batch) * width), al(batch), ci(size_t(batch) * width), bo(batch), fi(batch);
     st::DeviceBuffer<int32_t> d_flags(std::vector<int>{0});
     an.poison();
@@ -74,6 +76,7 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
                                          int(stops.size()), max_depth, an.ptr, al.ptr, ci.ptr, bo.ptr, fi.ptr, ws.ptr,
                                          ws_bytes, d_flags.ptr, nullptr));
     } else {
+      const st::ScopedEnv one_cta("DDTREE_ACCEPT_ONE_CTA", plan == 2 ? "1" : "0");
       ST_CHECK_STATUS(ddtree_tree_accept_fused(d_logits, dt, batch, n_max, vocab, int64_t(n_max) * vocab, vocab,
                                                d_tok.ptr, d_fc.ptr, d_ns.ptr, d_nn.ptr, d_ctx.ptr, d_temp.ptr,
                                                d_seed.ptr, d_stop.ptr, int(stops.size()), max_depth, an.ptr, al.ptr,
@@ -87,11 +90,13 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
   const auto left = counters.download();
   for (int b = 0; b < 64; ++b)
     ST_REQUIRE(left[b] == 0, "fused plan left counter %d at %u (must return to zero)", b, left[b]);
-  ST_REQUIRE(out[0].accept_nodes == out[1].accept_nodes && out[0].accept_len == out[1].accept_len &&
-                 out[0].committed == out[1].committed && out[0].bonus == out[1].bonus &&
-                 out[0].finished == out[1].finished && flag_out[0] == flag_out[1],
-             "fused and split plans differ (batch %d, n_max %d, vocab %d, flags 0x%x / 0x%x)", batch, n_max, vocab,
-             flag_out[0], flag_out[1]);
+  for (int plan = 1; plan < 3; ++plan)
+    ST_REQUIRE(out[0].accept_nodes == out[plan].accept_nodes && out[0].accept_len == out[plan].accept_len &&
+                   out[0].committed == out[plan].committed && out[0].bonus == out[plan].bonus &&
+                   out[0].finished == out[plan].finished && flag_out[0] == flag_out[plan],
+               "%s and split plans differ (batch %d, n_max %d, vocab %d, flags 0x%x / 0x%x)",
+               plan == 2 ? "fused (one-CTA variant where it fits)" : "fused", batch, n_max, vocab, flag_out[0],
+               flag_out[plan]);
   *flags_out = flag_out[1];
   return out[1];
 }

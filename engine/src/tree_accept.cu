@@ -1,5 +1,7 @@
 // Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
 // or the split plan's three kernels; and of round_finish (the fused kernel with the round tail).
+#include <cstdlib>
+
 #include "common.h"
 #include "ddtree/kernels/round_finish.cuh"
 #include "ddtree/kernels/tree_accept.cuh"
@@ -29,6 +31,17 @@ namespace {
 
 using ddtree::detail::align_up;
 namespace k = ddtree::kernels;
+
+// The fused plan's one-CTA variant (tree_accept/one_cta.cuh) where it fits: DDTREE_ACCEPT_ONE_CTA=1 on, =0 off,
+// unset: kAcceptOneCtaDefault. Read on every call (a CUDA graph keeps the choice made at capture), so one
+// process can A/B the two.
+constexpr bool kAcceptOneCtaDefault = false;
+bool one_cta_enabled() {
+  const char* e = std::getenv("DDTREE_ACCEPT_ONE_CTA");
+  if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
+  if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
+  return kAcceptOneCtaDefault;
+}
 
 int num_chunks(int32_t vocab) { return (vocab + k::kAcceptChunk - 1) / k::kAcceptChunk; }
 
@@ -83,6 +96,17 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   constexpr int VN = 16 / int(sizeof(T));
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
                    (batch <= 1 || batch_stride % VN == 0);
+  if (one_cta_enabled() && k::accept_one_cta_fits(n_max, vocab, int(sizeof(T)))) {
+    // With PDL: its prologue reads only inputs older than the model's last kernel (see one_cta.cuh).
+    auto go = [&](auto kernel) {
+      return ddtree::detail::launch("tree_accept_one_cta_kernel", kernel, dim3(unsigned(batch)),
+                                    dim3(k::kAcceptOneThreads), stream, true, logits, batch_stride, row_stride, vocab,
+                                    n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
+                                    seed, stop_ids, num_stop, width, accept_nodes, accept_len, committed_ids, bonus,
+                                    finished, flags, tail);
+    };
+    return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
+  }
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   // Without PDL: the logits come from the model's last kernel, which does not trigger dependents early.
   if (vec)

@@ -163,10 +163,14 @@ def _assert_same_round(got: dict[str, Any], want: dict[str, Any], out: Any, ref:
     (5, 9, 9000, torch.float32, 0.7, 1, 3, 3, 1, torch.float16, False),      # 2-byte rows: 1-byte units, K only
     (4, 1, 320, torch.float32, 0.0, 2, 2, 64, 16, torch.bfloat16, True),     # budget 0
 ])
+@pytest.mark.parametrize("one_cta", ["0", "1"])
 def test_op_matches_reference(batch: int, n_max: int, vocab: int, dtype: torch.dtype, temp: float, layers: int,
-                              kv_heads: int, head_dim: int, page: int, kv_dtype: torch.dtype, v_caches: bool) -> None:
+                              kv_heads: int, head_dim: int, page: int, kv_dtype: torch.dtype, v_caches: bool,
+                              one_cta: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """one_cta: the accept inside runs as the chunked fused kernel (0) or its one-CTA variant where it fits (1)."""
     from ddtree_engine.ops import round_finish as op
 
+    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", one_cta)
     for seed in range(3):
         args = _round_inputs(batch, n_max, vocab, dtype, temp, layers, kv_heads, head_dim, page, kv_dtype,
                              v_caches, seed)
@@ -179,11 +183,13 @@ def test_op_matches_reference(batch: int, n_max: int, vocab: int, dtype: torch.d
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_graph_replay_and_fits() -> None:
+@pytest.mark.parametrize("one_cta", ["0", "1"])
+def test_op_graph_replay_and_fits(one_cta: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import check_errors
     from ddtree_engine.ops import round_finish as op
     from ddtree_engine.ops.round_finish import fits
 
+    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", one_cta)
     args = _round_inputs(8, 33, 320, torch.float32, 0.0, 2, 2, 64, 16, torch.bfloat16, True, seed=4)
     args["active"].fill_(True)
     args["max_new"].fill_(1000)

@@ -182,9 +182,15 @@ def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) 
         assert torch.equal(g, w), f"{name}: {g.tolist()} != {w.tolist()}"
 
 
+def _set_plan(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
+    """impl "fused" (chunked kernel), "one_cta" (the fused plan's one-CTA variant where it fits) or "split"."""
+    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", "split" if impl == "split" else "fused")
+    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", "1" if impl == "one_cta" else "0")
+
+
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused", "split"])
+@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
 @pytest.mark.parametrize("vocab", [320, 997, 32000, 163840])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("temp", [0.0, 0.8])
@@ -192,7 +198,7 @@ def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float, impl:
                               monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import tree_accept as op
 
-    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", impl)
+    _set_plan(monkeypatch, impl)
     args = _random_case(3, 24, vocab, dtype, temp, seed=vocab + int(temp * 10))
     _assert_same(op(**args, max_depth=15), tree_accept(**args, max_depth=15))
     _assert_same(op(**args), tree_accept(**args))
@@ -238,11 +244,38 @@ def test_op_fused_plan_batch_of_64_many_chunks_and_auto_choice(monkeypatch: pyte
 
 @pytest.mark.gpu
 @needs_cuda
-def test_op_nan_logits_set_the_flag() -> None:
+@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
+def test_op_small_vocab_trees_all_plans(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The e2e model's shapes (V = 320, 17 and 65 nodes, up to 8 requests) and tiny vocabularies (fewer 16-byte
+    vectors per row than a warp has lanes; _random_case needs more tokens than a node has children), greedy and sampled, with and without graph replay."""
+    from ddtree_engine.ops import tree_accept as op
+
+    _set_plan(monkeypatch, impl)
+    for i, (batch, n_max, vocab, dtype, temp) in enumerate([
+            (1, 17, 320, torch.float32, 0.0), (8, 65, 320, torch.float32, 0.0), (8, 65, 320, torch.bfloat16, 0.9),
+            (3, 100, 320, torch.float32, 0.5), (4, 9, 12, torch.float32, 0.0), (2, 2, 1, torch.bfloat16, 0.7)]):
+        args = _random_case(batch, n_max, vocab, dtype, temp, seed=70 + i)
+        want = tree_accept(**args)
+        _assert_same(op(**args), want)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = op(**args)
+        for _ in range(2):
+            out.accept_nodes.fill_(-7)
+            graph.replay()
+            _assert_same(out, want)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
+def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine import DdtreeDeviceError
     from ddtree_engine.ops import check_errors
     from ddtree_engine.ops import tree_accept as op
 
+    _set_plan(monkeypatch, impl)
     check_errors()
     args = _random_case(1, 8, 997, torch.float32, 0.0, seed=1)
     args["target_logits"][0, 0, 5] = float("nan")

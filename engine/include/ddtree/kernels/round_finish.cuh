@@ -12,8 +12,8 @@
 // round trips (block table, then K/V rows, then stores) in one CTA.
 //
 // The tail, per request b, in the last CTA (256 threads):
-//   prefetch (before the walk): one thread loads the slot's scalar state into shared memory, so that
-//     round trip overlaps the walk's own loads.
+//   prefetch (before the walk): one thread loads the slot's scalar state and the block-table entries of the
+//     tree's slots into shared memory, so those round trips overlap the walk's own loads.
 //   A: thread 0 applies slot_outcome (round_update's formulas) and writes out_len, r_count, r_finish, root,
 //      active, ctx_len (= ctx + accept_len when active: kv_commit's advance, already net of round_update's
 //      undo for inactive slots) and live_budget (zeroed when the slot stops); the other threads look up
@@ -84,14 +84,24 @@ struct RoundTail {
   int32_t* r_finish;
   int32_t* live_budget;  // may be null
 
-  // Slot state -> t.info[8..12], read after the walk's first barrier.
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b) const {
+  // Slot state -> t.info[8..12], and the block-table entries of the slots [ctx, ctx + n_max) -> t.pages
+  // (first page index in info[5], count in info[6]; 0 when they do not fit): read after the walk's first barrier,
+  // so these round trips overlap the walk's own loads instead of following it.
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b, int n_max) const {
     if (threadIdx.x == blockDim.x - 1) {
-      t.info[8] = ctx_len[b];
+      const int ctx = ctx_len[b];
+      t.info[8] = ctx;
       t.info[9] = active[b];
       t.info[10] = ignore_stop[b];
       t.info[11] = max_new[b];
       t.info[12] = out_len[b];
+      const int64_t first = ctx >= 0 ? int64_t(ctx) / page_size : 0;
+      const int64_t last = ctx >= 0 ? (int64_t(ctx) + n_max - 1) / page_size : -1;
+      int cnt = int(min(last + 1, int64_t(max_pages)) - first);
+      cnt = cnt >= 1 && cnt <= kAcceptPageCache ? cnt : 0;
+      for (int q = 0; q < cnt; ++q) t.pages[q] = block_table[int64_t(b) * max_pages + first + q];
+      t.info[5] = int(first);
+      t.info[6] = cnt;
     }
   }
 
@@ -128,6 +138,9 @@ struct RoundTail {
     }
     const int64_t slots = int64_t(max_pages) * page_size;
     const int32_t* bt = block_table + int64_t(b) * max_pages;
+    const int64_t p0 = t.info[5];
+    const int cached = t.info[6];
+    auto page = [&](int64_t q) { return q - p0 >= 0 && q - p0 < cached ? t.pages[q - p0] : bt[q]; };
     for (int i = threadIdx.x; i < count; i += blockDim.x) {
       const int node = t.path[i];
       const int64_t s = int64_t(ctx) + node, d = int64_t(ctx) + i;
@@ -135,7 +148,7 @@ struct RoundTail {
       if (node < i || s >= slots || d < 0) {
         raise_flag(flags, DDTREE_FLAG_BAD_INDEX);
       } else if (node != i) {
-        const int sp = bt[s / page_size], dp = bt[d / page_size];
+        const int sp = page(s / page_size), dp = page(d / page_size);
         if (sp < 0 || sp >= num_pages || dp < 0 || dp >= num_pages) {
           raise_flag(flags, DDTREE_FLAG_BAD_INDEX);
         } else {

@@ -13,6 +13,10 @@
 //   depths, then one partial and one child search per walk step): 10-18 us per round on the H200 for
 //   a 17-65-node tree over a 320-token vocab (the fused kernel: 7.4-10.1 us), far more than the logits
 //   take to read.
+//   One-CTA variant (session 6, tree_accept/one_cta.cuh): where a request's logits fit one 512-thread CTA
+//   (small vocabularies: V = 320 up to ~100 nodes), one CTA per request reads them all and walks: no
+//   arrival counter, no partials. Taken by the fused entry points (and round_finish) when DDTREE_ACCEPT_ONE_CTA=1,
+//   not when =0, else per kAcceptOneCtaDefault (src/tree_accept.cu); read on every call.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel
@@ -21,9 +25,11 @@
 //   2 and 3 use programmatic dependent launch so that their launch overlaps the previous kernel.
 //
 // Files: tree_accept/common.cuh (sizes, Gumbel noise, stop-id truncation, a CTA's scored chunk: both
-// plans), tree_accept/split_plan.cuh (kernels 1-3), tree_accept/fused.cuh (the fused kernel and its walk).
+// plans), tree_accept/split_plan.cuh (kernels 1-3), tree_accept/fused.cuh (the fused kernel and its walk),
+// tree_accept/one_cta.cuh (the one-CTA variant of the fused plan).
 #pragma once
 
 #include "ddtree/kernels/tree_accept/common.cuh"
 #include "ddtree/kernels/tree_accept/fused.cuh"
+#include "ddtree/kernels/tree_accept/one_cta.cuh"
 #include "ddtree/kernels/tree_accept/split_plan.cuh"

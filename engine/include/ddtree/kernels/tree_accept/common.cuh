@@ -22,6 +22,7 @@ constexpr int kAcceptWalkThreads = 256;
 constexpr int kAcceptMaxWidth = 1024;  // max_depth + 1
 constexpr int kAcceptFusedMaxNodes = 1024;  // n_max of the fused plan (its last CTA holds the tree in smem)
 constexpr int kAcceptStopsInSmem = 64;      // stop ids the fused walk stages in shared memory
+constexpr int kAcceptPageCache = 16;        // block-table entries a round tail prefetches before the walk
 
 __device__ __forceinline__ uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
@@ -67,6 +68,17 @@ __device__ __forceinline__ float gumbel(uint32_t key, uint32_t vocab_id) {
   const float u = __fmul_rn(float(h >> 8), 5.9604644775390625e-8f);  // 2^-24
   if (u == 0.f) return -INFINITY;
   return -log32(-log32(u));
+}
+
+// A logit's packed (score key, id): the logit itself (greedy) or logit / temp + its Gumbel noise (sampling).
+// NaN sets *bad and gives 0 (below every item).
+__device__ __forceinline__ uint64_t scored_item(float s, int id, bool sample, float temp, uint32_t key, int* bad) {
+  if (s != s) {
+    *bad = 1;
+    return 0;
+  }
+  if (sample) s = __fadd_rn(__fdiv_rn(s, temp), gumbel(key, uint32_t(id)));
+  return pack_item(ordered_key(s), id);
 }
 
 // Stop-id truncation of a round's new tokens: token_at(s), s < len, is new token s (the accepted
@@ -116,13 +128,7 @@ struct ChunkLogits {
       for (int q = 0; q < VN; ++q) {
         const int id = base + q;
         if (id < vocab) {
-          float s = to_float<T>(e[q]);
-          if (s != s) {
-            *bad = 1;
-            continue;
-          }
-          if (sample) s = __fadd_rn(__fdiv_rn(s, temp), gumbel(key, uint32_t(id)));
-          const uint64_t it = pack_item(ordered_key(s), id);
+          const uint64_t it = scored_item(to_float<T>(e[q]), id, sample, temp, key, bad);
           top = it > top ? it : top;
         }
       }

@@ -26,6 +26,7 @@ struct AcceptTreeSmem {
   int32_t tok[kAcceptFusedMaxNodes], tgt[kAcceptFusedMaxNodes], next[kAcceptFusedMaxNodes];
   int32_t path[kAcceptMaxWidth];
   int32_t info[16];  // the walk's results (WalkResult) and a round tail's prefetched slot state
+  int32_t pages[kAcceptPageCache];  // a round tail's prefetched block-table entries (info[5] first, info[6] count)
 };
 
 // What the last CTA's walk decided for its request (the values it wrote to the outputs).
@@ -39,7 +40,7 @@ struct WalkResult {
 
 // The fused kernel without a round tail: the accept outputs are the kernel's only effect.
 struct NoRoundTail {
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int) const {}
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int, int) const {}
   __device__ __forceinline__ void operator()(AcceptTreeSmem&, int, int, const WalkResult&, int32_t*) const {}
 };
 
@@ -84,37 +85,25 @@ __device__ __forceinline__ int node_depth_of(const AcceptTreeSmem& t, int i, int
   return j == 0 ? d : 0;
 }
 
-// The last CTA of request b: every node's target token from the chunk partials, the walk along the
-// first child holding its parent's target, stop-id truncation, outputs (the split plan's semantics).
-// All of the request's global inputs are read in one pass (one memory round trip on the critical path).
-// Returns the walk's results to every thread (after a block barrier).
-__device__ __forceinline__ WalkResult accept_walk_in_smem(
-    AcceptTreeSmem& t, const uint64_t* __restrict__ partial, int num_chunks, int b, int n, int n_max,
-    const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
-    const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ stop_ids, int num_stop, int width,
-    int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len, int32_t* __restrict__ committed_ids,
-    int32_t* __restrict__ bonus, int32_t* __restrict__ finished, int32_t* __restrict__ flags) {
-  const int64_t row0 = int64_t(b) * n_max;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const uint64_t* p = partial + (row0 + j) * num_chunks;
-    uint64_t m = 0;
-    for (int c = 0; c < num_chunks; ++c) {
-      const uint64_t v = __ldcg(p + c);  // written by other CTAs of this launch: read through L2
-      m = v > m ? v : m;
-    }
-    t.tok[j] = node_token[row0 + j];
-    t.fc[j] = first_child[row0 + j];
-    t.ns[j] = next_sibling[row0 + j];
-    t.tgt[j] = m != 0 ? item_id(m) : -1;
-    t.par[j] = -1;
-    t.next[j] = INT_MAX;
-  }
-  int* stops = t.path + kAcceptMaxWidth - kAcceptStopsInSmem;  // path's tail until the walk needs it
-  const bool stops_in_smem = num_stop <= kAcceptStopsInSmem && width <= kAcceptMaxWidth - kAcceptStopsInSmem;
-  if (stops_in_smem)
-    for (int q = threadIdx.x; q < num_stop; q += blockDim.x) stops[q] = stop_ids[q];
-  __syncthreads();
-  link_parents(t, n, true, flags);
+// Stop ids into the tail of t.path (the walk needs path only after it has read them) when they fit; returns
+// whether they did (else the walk reads them from global memory).
+__device__ __forceinline__ bool stage_stops(AcceptTreeSmem& t, const int32_t* __restrict__ stop_ids, int num_stop,
+                                            int width) {
+  const bool in_smem = num_stop <= kAcceptStopsInSmem && width <= kAcceptMaxWidth - kAcceptStopsInSmem;
+  if (in_smem)
+    for (int q = threadIdx.x; q < num_stop; q += blockDim.x) t.path[kAcceptMaxWidth - kAcceptStopsInSmem + q] = stop_ids[q];
+  return in_smem;
+}
+
+// The walk once t.tok/fc/ns/tgt/par hold nodes 0..n-1 (parents linked and checked) and t.next is INT_MAX:
+// for every parent its first child holding the parent's target, the serial walk, stop-id truncation, the
+// outputs. Returns the walk's results to every thread (after a block barrier).
+__device__ __forceinline__ WalkResult accept_mark_and_walk(
+    AcceptTreeSmem& t, int b, int n, const int32_t* __restrict__ stop_ids, int num_stop, bool stops_in_smem,
+    int width, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
+    int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
+    int32_t* __restrict__ flags) {
+  const int* stops = t.path + kAcceptMaxWidth - kAcceptStopsInSmem;
   for (int j = 1 + int(threadIdx.x); j < n; j += blockDim.x) {
     const int p = t.par[j];
     if (p < 0) {
@@ -155,6 +144,38 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
     ci[s] = s < w.count ? (s + 1 < w.len ? t.tok[t.path[s + 1]] : w.target) : -1;
   }
   return w;
+}
+
+// The last CTA of request b: every node's target token from the chunk partials, the walk along the
+// first child holding its parent's target, stop-id truncation, outputs (the split plan's semantics).
+// All of the request's global inputs are read in one pass (one memory round trip on the critical path).
+// Returns the walk's results to every thread (after a block barrier).
+__device__ __forceinline__ WalkResult accept_walk_in_smem(
+    AcceptTreeSmem& t, const uint64_t* __restrict__ partial, int num_chunks, int b, int n, int n_max,
+    const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
+    const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ stop_ids, int num_stop, int width,
+    int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len, int32_t* __restrict__ committed_ids,
+    int32_t* __restrict__ bonus, int32_t* __restrict__ finished, int32_t* __restrict__ flags) {
+  const int64_t row0 = int64_t(b) * n_max;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const uint64_t* p = partial + (row0 + j) * num_chunks;
+    uint64_t m = 0;
+    for (int c = 0; c < num_chunks; ++c) {
+      const uint64_t v = __ldcg(p + c);  // written by other CTAs of this launch: read through L2
+      m = v > m ? v : m;
+    }
+    t.tok[j] = node_token[row0 + j];
+    t.fc[j] = first_child[row0 + j];
+    t.ns[j] = next_sibling[row0 + j];
+    t.tgt[j] = m != 0 ? item_id(m) : -1;
+    t.par[j] = -1;
+    t.next[j] = INT_MAX;
+  }
+  const bool stops_in_smem = stage_stops(t, stop_ids, num_stop, width);
+  __syncthreads();
+  link_parents(t, n, true, flags);
+  return accept_mark_and_walk(t, b, n, stop_ids, num_stop, stops_in_smem, width, accept_nodes, accept_len,
+                              committed_ids, bonus, finished, flags);
 }
 
 // The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
@@ -201,7 +222,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   }
   __syncthreads();
   if (!s_last) return;
-  tail.prefetch(tree, b);
+  tail.prefetch(tree, b, n_max);
   const WalkResult w =
       accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
                           num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);
