@@ -11,7 +11,10 @@ length (new tokens per request-round), and the share of a round spent outside th
 (drafter + target): round time minus the time of one graph holding the drafter call and the target forward
 back to back on the same static inputs (so the seams between kernels count on both sides), medians of
 interleaved batches of replays timed with CUDA events. The older figure, round minus separately captured
-drafter and target graphs, is printed beside it. --finish fused split compares the round tails (A/B).
+drafter and target graphs, is printed beside it. --finish fused split compares the round tails (A/B);
+--variants s5 s6 compares the session-5 engine kernels with session 6's small-vocabulary ones (the small-row
+draft_topk_lse and the one-CTA tree_accept inside round_finish), each captured into its own graph in this
+process (the library reads both switches on every call).
 """
 
 from __future__ import annotations
@@ -75,6 +78,24 @@ def _time_batch(g: object, reps: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e-3 / reps
+
+
+# Engine-kernel variants for an A/B in one process: environment the library reads on every call (so at capture).
+VARIANTS: dict[str, dict[str, str | None]] = {
+    "default": {"DDTREE_TOPK_SMALL": None, "DDTREE_ACCEPT_ONE_CTA": None},  # the library's defaults
+    "s5": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "0"},  # v4 top-k, the chunked fused accept
+    "s6": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "1"},  # small-row top-k, one-CTA accept
+    "topk": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "0"},
+    "accept": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "1"},
+}
+
+
+def set_variant(name: str) -> None:
+    for k, v in VARIANTS[name].items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 STATE = ("ctx_len", "root", "hidden", "out_len", "active", "live_budget")
@@ -181,6 +202,8 @@ def main() -> None:
                     help="round tail: fused (round_finish, one launch), split (tree_accept + kv_commit + "
                          "round_update + the budget mask: the session-4 path), or '' (the engine's default); "
                          "several: an A/B in one run")
+    ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
+                    help="engine-kernel variants (VARIANTS): several give an A/B in one process")
     ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
                     help="drafters to run (distilled trains a drafter first: slow on large models)")
     ap.add_argument("--exact", action="store_true",
@@ -218,11 +241,14 @@ def main() -> None:
                    for k in torch.randint(4, 64, (batch,), generator=g)]
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
         os.environ["DDTREE_ROUND_FINISH"] = ""  # the AR peer: the engine's default path at budget 0
+        set_variant("default")
         ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [], backend)
         graphs = ", graphs" if DEV == "cuda" and backend.graph_safe else ""
         print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}): {ar_tps:,.0f} tok/s")
-        for budget, kind, finish in [(b, k, f) for b in args.budgets for k in args.kinds for f in args.finish]:
+        for budget, kind, finish, variant in [(b, k, f, v) for b in args.budgets for k in args.kinds
+                                              for f in args.finish for v in args.variants]:
             os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
+            set_variant(variant)  # read by the library when the round is captured
             if kind == "noisy":
                 dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
                 toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref, backend)
@@ -244,7 +270,7 @@ def main() -> None:
             other = (t["round"] - t["models"]) / t["round"]
             other_sep = (t["round"] - t["drafter"] - t["target"]) / t["round"]
             tail = "fused" if eng.fused_finish else "split"
-            print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
+            print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail, {variant}): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
                   f"accept {acc:5.2f}  round {t['round'] * 1e6:7.1f} us, drafter+target in one graph "
                   f"{t['models'] * 1e6:7.1f} us -> other {other:6.1%} ({(t['round'] - t['models']) * 1e6:5.1f} us);"
                   f"  separately: drafter {t['drafter'] * 1e6:6.1f} + target {t['target'] * 1e6:6.1f} -> other "

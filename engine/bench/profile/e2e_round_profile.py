@@ -38,7 +38,7 @@ from ddtree_engine.backend import default_backend  # noqa: E402
 from ddtree_engine.decode import DDTreeEngine, Request  # noqa: E402
 from ddtree_engine.drafter import NoisyOracleDrafter  # noqa: E402
 from ddtree_engine.model import ModelConfig, TinyTransformer  # noqa: E402
-from bench_e2e import add_model_args, model_config  # noqa: E402
+from bench_e2e import VARIANTS, add_model_args, model_config, set_variant  # noqa: E402
 
 # Engine kernels that open a segment (matched as substrings of the CUPTI kernel name).
 SEGMENT_OPENERS = (("select", "draft_topk"), ("finish", "tree_accept"))
@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--finish", nargs="+", default=[""], choices=["", "fused", "split"],
                     help="round tail(s) to profile: fused, split, or '' (the engine's default)")
+    ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
+                    help="engine-kernel variants (bench_e2e.VARIANTS), each captured into its own graph")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("e2e_round_profile needs a CUDA device")
@@ -107,12 +109,14 @@ def main() -> None:
     for batch in args.batch:
         for budget in args.budgets:
             for finish in args.finish:
-                os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
-                profile_case(model, be, cfg, L, batch, budget, args.reps)
+                for variant in args.variants:
+                    os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
+                    set_variant(variant)  # read by the library at capture
+                    profile_case(model, be, cfg, L, batch, budget, args.reps, variant)
 
 
 def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, batch: int, budget: int,
-                 reps: int) -> None:
+                 reps: int, variant: str = "default") -> None:
     g = torch.Generator().manual_seed(batch)
     prompts = [torch.randint(0, min(256, cfg.vocab_size), (int(k),), generator=g).tolist()
                for k in torch.randint(4, 64, (batch,), generator=g)]
@@ -165,7 +169,7 @@ def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, b
     med = statistics.median
     span = med(spans)
     tail = "fused" if eng.fused_finish else "split"
-    print(f"\nbatch {batch} budget {budget} ({tail} tail): {per_round} kernels per round, round span {span:.1f} us "
+    print(f"\nbatch {batch} budget {budget} ({tail} tail, {variant}): {per_round} kernels per round, round span {span:.1f} us "
           f"(median of {len(rounds)} replays)")
     print(f"  {'segment':8s} {'busy us':>9s} {'idle us':>9s} {'share of span':>14s}")
     for s in ("drafter", "select", "target", "finish"):
