@@ -8,8 +8,10 @@
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
-// DDTREE_TOPK_SMALL=1, v4 when =0, and kSmallDefault when unset (read on every call, so one process can A/B
-// the two by capturing each into its own graph); an explicit "v4" always runs v4.
+// DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200
+// (session 6, inside the end-to-end round at V = 320, k = 16 and 64, 15 and 120 rows: 2.7-5.2 µs against v4's
+// 5.3-8.8): 256 < V <= 384 (the 12-logits-per-lane instantiation that ran) and k >= 16. Read on every call,
+// so one process can A/B the two by capturing each into its own graph; an explicit "v4" always runs v4.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,13 +68,12 @@ int32_t env_impl() {
   return impl;
 }
 
-// Whether the default takes the small-row kernel for V <= kSmallMaxV (see the top of this file).
-constexpr bool kSmallDefault = false;
-bool env_small() {
+// Whether the default takes the small-row kernel for this V <= kSmallMaxV and k (see the top of this file).
+bool use_small(int32_t vocab, int32_t k) {
   const char* e = std::getenv("DDTREE_TOPK_SMALL");
   if (e != nullptr && std::strcmp(e, "1") == 0) return true;
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
-  return kSmallDefault;
+  return vocab > 256 && vocab <= 384 && k >= 16;  // where it was measured faster (session 6)
 }
 
 // Whether the current device launches thread-block clusters (sm_90+), cached per device (an attribute
@@ -318,7 +319,7 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
   }
   DDTREE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "draft_topk_lse: workspace must be 16-byte aligned");
   const int32_t which = ddtree_draft_topk_lse_resolve_impl(k, impl);
-  if (which == DDTREE_TOPK_IMPL_V4 && impl == DDTREE_TOPK_IMPL_DEFAULT && vocab <= k::kSmallMaxV && env_small()) {
+  if (which == DDTREE_TOPK_IMPL_V4 && impl == DDTREE_TOPK_IMPL_DEFAULT && vocab <= k::kSmallMaxV && use_small(vocab, k)) {
     if (dtype == DDTREE_DTYPE_FLOAT32)
       return run_small(static_cast<const float*>(logits), batch, positions, vocab, batch_stride, row_stride, k,
                        top_lp, top_id, lse, error_flags, stream);

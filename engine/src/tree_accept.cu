@@ -33,8 +33,8 @@ using ddtree::detail::align_up;
 namespace k = ddtree::kernels;
 
 // The fused plan's one-CTA variant (tree_accept/one_cta.cuh) where it fits: DDTREE_ACCEPT_ONE_CTA=1 on, =0 off,
-// unset: kAcceptOneCtaDefault. Read on every call (a CUDA graph keeps the choice made at capture), so one
-// process can A/B the two.
+// unset: kAcceptOneCtaDefault (off: it measured slower than the chunked kernel on the H200, NOTES session 6).
+// Read on every call (a CUDA graph keeps the choice made at capture), so one process can A/B the two.
 constexpr bool kAcceptOneCtaDefault = false;
 bool one_cta_enabled() {
   const char* e = std::getenv("DDTREE_ACCEPT_ONE_CTA");

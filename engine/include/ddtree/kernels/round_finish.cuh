@@ -12,8 +12,8 @@
 // round trips (block table, then K/V rows, then stores) in one CTA.
 //
 // The tail, per request b, in the last CTA (256 threads):
-//   prefetch (before the walk): one thread loads the slot's scalar state and the block-table entries of the
-//     tree's slots into shared memory, so those round trips overlap the walk's own loads.
+//   prefetch (before the walk): one thread loads the slot's scalar state into shared memory, so that round trip
+//     overlaps the walk's own loads (the one-CTA accept also prefetches the tree's block-table entries).
 //   A: thread 0 applies slot_outcome (round_update's formulas) and writes out_len, r_count, r_finish, root,
 //      active, ctx_len (= ctx + accept_len when active: kv_commit's advance, already net of round_update's
 //      undo for inactive slots) and live_budget (zeroed when the slot stops); the other threads look up
@@ -84,10 +84,12 @@ struct RoundTail {
   int32_t* r_finish;
   int32_t* live_budget;  // may be null
 
-  // Slot state -> t.info[8..12], and the block-table entries of the slots [ctx, ctx + n_max) -> t.pages
-  // (first page index in info[5], count in info[6]; 0 when they do not fit): read after the walk's first barrier,
-  // so these round trips overlap the walk's own loads instead of following it.
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b, int n_max) const {
+  // Slot state -> t.info[8..12], read after the walk's first barrier. With `pages` (the one-CTA accept, whose
+  // prologue runs before the PDL wait), also the block-table entries of the slots [ctx, ctx + n_max) -> t.pages
+  // (first page index in info[5], count in info[6]; 0 when they do not fit), so the commit's page lookups do not
+  // follow the walk with a global round trip. The chunked plan's last CTA keeps session 5's order (count 0):
+  // there the extra dependent load would sit before the walk's first barrier, and it was not measured alone.
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b, int n_max, bool pages) const {
     if (threadIdx.x == blockDim.x - 1) {
       const int ctx = ctx_len[b];
       t.info[8] = ctx;
@@ -95,11 +97,15 @@ struct RoundTail {
       t.info[10] = ignore_stop[b];
       t.info[11] = max_new[b];
       t.info[12] = out_len[b];
-      const int64_t first = ctx >= 0 ? int64_t(ctx) / page_size : 0;
-      const int64_t last = ctx >= 0 ? (int64_t(ctx) + n_max - 1) / page_size : -1;
-      int cnt = int(min(last + 1, int64_t(max_pages)) - first);
-      cnt = cnt >= 1 && cnt <= kAcceptPageCache ? cnt : 0;
-      for (int q = 0; q < cnt; ++q) t.pages[q] = block_table[int64_t(b) * max_pages + first + q];
+      int cnt = 0;
+      int64_t first = 0;
+      if (pages && ctx >= 0) {
+        first = int64_t(ctx) / page_size;
+        const int64_t last = (int64_t(ctx) + n_max - 1) / page_size;
+        cnt = int(min(last + 1, int64_t(max_pages)) - first);
+        cnt = cnt >= 1 && cnt <= kAcceptPageCache ? cnt : 0;
+        for (int q = 0; q < cnt; ++q) t.pages[q] = block_table[int64_t(b) * max_pages + first + q];
+      }
       t.info[5] = int(first);
       t.info[6] = cnt;
     }

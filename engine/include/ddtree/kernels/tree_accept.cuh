@@ -15,8 +15,8 @@
 //   take to read.
 //   One-CTA variant (session 6, tree_accept/one_cta.cuh): where a request's logits fit one 512-thread CTA
 //   (small vocabularies: V = 320 up to ~100 nodes), one CTA per request reads them all and walks: no
-//   arrival counter, no partials. Taken by the fused entry points (and round_finish) when DDTREE_ACCEPT_ONE_CTA=1,
-//   not when =0, else per kAcceptOneCtaDefault (src/tree_accept.cu); read on every call.
+//   arrival counter, no partials. Taken by the fused entry points (and round_finish) when DDTREE_ACCEPT_ONE_CTA=1
+//   (read on every call); off by default: on the H200 it was slower than the chunked kernel (NOTES, session 6).
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel

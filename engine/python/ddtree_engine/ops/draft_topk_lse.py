@@ -3,8 +3,9 @@
 The library has three implementations (engine/bench/NOTES.md): v4 (one launch, a thread-block cluster per
 row; k <= 64 on sm_90+), v3 (k <= 64, two launches) and v2 (any k). `draft_topk_lse` uses the library's
 default (v4 where it applies, else v3 for k <= 16, else v2; DDTREE_TOPK_IMPL=v2 or =v3 in the environment
-makes that version the default; DDTREE_TOPK_SMALL=1 makes default calls with vocab <= 1024 that resolve to v4
-run a one-warp-per-row kernel, opt-in); `draft_topk_lse_impl(logits, k, "v2" | "v3" | "v4")` picks one per
+makes that version the default; default calls that resolve to v4 run a one-warp-per-row kernel instead for
+256 < vocab <= 384 and k >= 16, where it measured faster (NOTES, session 6), and for any vocab <= 1024 with
+DDTREE_TOPK_SMALL=1; DDTREE_TOPK_SMALL=0 keeps v4; read on every call); `draft_topk_lse_impl(logits, k, "v2" | "v3" | "v4")` picks one per
 call, for tests and benches."""
 
 from __future__ import annotations

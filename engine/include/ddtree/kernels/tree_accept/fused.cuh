@@ -40,7 +40,7 @@ struct WalkResult {
 
 // The fused kernel without a round tail: the accept outputs are the kernel's only effect.
 struct NoRoundTail {
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int, int) const {}
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int, int, bool) const {}
   __device__ __forceinline__ void operator()(AcceptTreeSmem&, int, int, const WalkResult&, int32_t*) const {}
 };
 
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   }
   __syncthreads();
   if (!s_last) return;
-  tail.prefetch(tree, b, n_max);
+  tail.prefetch(tree, b, n_max, false);
   const WalkResult w =
       accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
                           num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);

@@ -13,6 +13,11 @@
 //   parents linked (and checked) while the loads are in flight; sampling: each owned node's noise key;
 //   every pair scored (the fused plan's scored_item), reduced per node by the owning warp -> t.tgt;
 //   the fused plan's mark + walk + outputs, then the round tail.
+// Measured (H200, session 6, CUPTI inside the end-to-end round, V = 320): SLOWER than the chunked plan: 12.7 µs
+// at 17 nodes (chunked 11.0-11.4) and 21.5-21.7 at 65 (chunked 11.8-16.6); the round span +5 µs at batch 1 /
+// budget 64. The cost grows with the nodes per warp: the whole request's scoring (up to 13 vectors per lane
+// x 16 warps) lands on one SM's four schedulers, where the chunked plan spreads one row per CTA over the GPU.
+// Opt-in (DDTREE_ACCEPT_ONE_CTA=1), kept for that A/B and as the base for a cluster-spread version.
 // Fits (launcher): 16-byte vectors or not, ceil(n_max / 16) <= kAcceptOneNodesPerWarp and
 // ceil(n_max / 16) * ceil(V / VN) <= 32 * 64 / VN (VN logits per vector): V = 320 up to 102 nodes.
 #pragma once
@@ -59,7 +64,7 @@ __global__ void __launch_bounds__(kAcceptOneThreads, 1) tree_accept_one_cta_kern
 
   // Prologue: inputs that were complete before the model's last kernel started.
   const int n = max(1, min(num_nodes[b], n_max));
-  tail.prefetch(t, b, n_max);
+  tail.prefetch(t, b, n_max, true);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     t.tok[j] = node_token[row0 + j];
     t.fc[j] = first_child[row0 + j];
