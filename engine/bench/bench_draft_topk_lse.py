@@ -4,7 +4,8 @@ the copy bandwidth measured here). Every library implementation is timed in the 
 and "v4" (v3 and v4 apply to k <= 64; where a version resolves to another one the cell says "=v2" or
 "=v3"); the speedups are of the default (what the library picks), against both torch columns. Every
 configuration's kernel output is checked against the reference before it is timed. The default call is timed
-itself (its own µs column): for V <= 1024 with DDTREE_TOPK_SMALL=1 it runs the small-row kernel ("small").
+itself (its own µs column): where it resolves to v4 it runs the small-row kernel ("small") for 256 < V <= 384
+and k >= 16, or any V <= 1024 with DDTREE_TOPK_SMALL=1 (=0: v4; src/draft_topk_lse.cu).
 Usage: python engine/bench/bench_draft_topk_lse.py [--quick] [--ks=1,16,32,64] [--shapes=1x15x163840,...]
     [--impls=v4]   (--quick: k = 1, 16 only; --impls: the versions timed besides the default, which is always
     timed; the others' cells say "-")"""
@@ -59,12 +60,14 @@ def main() -> None:
                 assert ok, f"{impl} kernel != reference at {batch}x{positions}x{vocab} k={k}"
                 times[impl] = time_calls([lambda x=x, i=impl: draft_topk_lse_impl(x, k, i) for x in xs])
                 cells[impl] = times[impl]
-            # The default call itself (with DDTREE_TOPK_SMALL=1 and V <= 1024: the small-row kernel, not v4).
+            # The default call itself (the small-row kernel instead of v4 where the library picks it).
             lp, ids, lse = draft_topk_lse_impl(xs[0], k, "default")
             ok = torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
             assert ok, f"default kernel != reference at {batch}x{positions}x{vocab} k={k}"
             ours = time_calls([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs])
-            if vocab <= 1024 and default == "v4" and os.environ.get("DDTREE_TOPK_SMALL") == "1":
+            small = os.environ.get("DDTREE_TOPK_SMALL")
+            if vocab <= 1024 and default == "v4" and (small == "1" or (small != "0" and 256 < vocab <= 384
+                                                                        and k >= 16)):
                 default = "small"
 
             def torch_f32(x: torch.Tensor) -> None:
