@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ddtreectl.errors import RemoteCommandError
-from ddtreectl.operations.release import RELEASE_OWN
+from ddtreectl.operations.release import RELEASE_OWN, disk_full_hint
 from ddtreectl.probes.facts import GpuState
 from ddtreectl.transport.base import Transport
 
@@ -146,9 +146,12 @@ build() {
   echo "== artifacts copied into releases/.incoming-$id/build"
 }
 rm -f "$inc/.build-rc"
-{ build "$@"; echo "$?" > "$inc/.build-rc"; } 2>&1 | tee "$log"
-rc=$(cat "$inc/.build-rc" 2>/dev/null || echo 1)
-exit "$rc"
+# The exit status travels through a pipe (fd 3), not a file: on a full disk a file write fails and
+# the status was lost (`exit ""`). fds 3 and 4 are closed for the build itself, so a compiler
+# daemon it starts cannot hold the command substitution open.
+exec 4>&1
+rc=$( { { build "$@" 3>&- 4>&-; echo "$?" >&3; } 2>&1 | tee "$log" >&4; } 3>&1 )
+exit "${rc:-1}"
 """
 
 
@@ -218,8 +221,8 @@ def run_selftest(transport: Transport, root: str, release: str, *, has_gpu: bool
     return SelftestOutcome(f"failed (exit {result.exit_code})", False, tail + result.stderr[-500:])
 
 
-def require_built(outcome: BuildOutcome, host: str) -> None:
+def require_built(outcome: BuildOutcome, host: str, root: str) -> None:
     if not outcome.ok:
         raise RemoteCommandError(
             f"build failed (exit {outcome.exit_code}); `current` unchanged. Log tail:\n{outcome.log_tail}",
-            hint=f"full log on the host: {outcome.log_path}", host=host)
+            hint=disk_full_hint(outcome.log_tail, root) or f"full log on the host: {outcome.log_path}", host=host)

@@ -202,7 +202,8 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     else:
         argv = rsync_argv(transport, sources_for(options.engine_dir, options.templates_dir),
                           f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
-        run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress)
+        run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress,
+                  remote_root=root)
     result.timings["sync"] = time.monotonic() - t
     _check(cancel, host.name)
 
@@ -220,7 +221,7 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     outcome = build_release(transport, root, rid, archs, host.build.cmake_args, timeout=options.build_timeout_s,
                             on_step=step, on_line=lambda _: tick(), on_tick=tick)
     result.timings["build"] = time.monotonic() - t
-    require_built(outcome, host.name)
+    require_built(outcome, host.name, root)
     result.built, result.ninja_steps, result.compiled = True, outcome.steps, outcome.compiled
 
     t = time.monotonic()

@@ -36,6 +36,15 @@ RSYNC_EXCLUDES: tuple[str, ...] = (
 GOOD_SELFTEST = ("passed", "skipped: no GPU")
 
 
+def disk_full_hint(output: str, root: str) -> str | None:
+    """The hint for a deploy step whose output says the host's disk is full (ENOSPC), else None:
+    the generic hints point at a log that the full disk has cut short."""
+    if "No space left on device" not in output:
+        return None
+    return (f"the host's disk is full: free space under {root} (`df -h {root}` on the host; "
+            "`ddtreectl status` warns 'disk low'), then deploy again; `current` was not touched")
+
+
 @dataclass(frozen=True)
 class ShippedFile:
     path: str  # relative to the release root, "/"-separated (e.g. "src/status.cu", "templates/x.j2")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddtreectl.errors import ConnectError, RemoteCommandError
-from ddtreectl.operations.release import RSYNC_EXCLUDES, ShippedFile
+from ddtreectl.operations.release import RSYNC_EXCLUDES, ShippedFile, disk_full_hint
 from ddtreectl.transport.base import Transport
 
 _PROGRESS2 = re.compile(r"^\s*([\d,.]+)\s+(\d{1,3})%")
@@ -117,7 +117,8 @@ class RsyncOutcome:
     last_percent: int | None = field(default=None)
 
 
-def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: ProgressFn | None = None) -> RsyncOutcome:
+def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: ProgressFn | None = None,
+              remote_root: str = "the remote root") -> RsyncOutcome:
     """Run rsync, feeding progress updates (split on CR and LF) to `on_progress`. Raises
     ConnectError when ssh could not reach the host (rsync exit 255), RemoteCommandError otherwise."""
     started = time.monotonic()
@@ -169,7 +170,8 @@ def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: Progre
                            hint="check `ddtreectl status` for the host; the deploy changed nothing there")
     if code != 0:
         raise RemoteCommandError(f"rsync failed (exit {code}): {outcome.stderr.strip()[-400:]}", host=host,
-                                 hint="check free disk space under the remote root and that rsync is installed")
+                                 hint=disk_full_hint(outcome.stderr, remote_root)
+                                 or f"check free disk space under {remote_root} and that rsync is installed")
     return outcome
 
 
