@@ -6,7 +6,7 @@ import time
 
 from rich import box
 from rich.console import Console
-from rich.segment import Segment
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -28,10 +28,11 @@ _OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout":
 def render_status(report: StatusReport, console: Console) -> None:
     """Print the table, then one line per problem host with its reason and hint."""
     table = _table(report, compact=False)
-    if _widest_line(console, table) > console.width:
-        # Too narrow for the ruled table (an 80-column terminal, or a pipe, with long names): drop
-        # the rules and share the padding, which gives back ~15 columns.
+    if not _fit_words(console, table):
+        # Too narrow for the ruled table without cutting a word (an 80-column terminal, or a pipe,
+        # with long names): drop the rules and share the padding, which gives back ~15 columns.
         table = _table(report, compact=True)
+        _fit_words(console, table)
     # Never crop: Rich would cut the right-hand columns (warnings) off; an overlong line wraps instead.
     console.print(table, crop=False)
     answered = sum(1 for h in report.hosts if h.answered)
@@ -50,11 +51,13 @@ def _table(report: StatusReport, *, compact: bool) -> Table:
     table = Table(show_lines=several and not compact, pad_edge=False,
                   header_style="bold underline" if compact else "bold", box=None if compact else box.HEAVY_HEAD,
                   collapse_padding=compact)
-    # Names, addresses and reachability never wrap; the wordy columns wrap at spaces.
+    # Names, addresses and reachability never wrap; the wordy columns wrap at spaces. A word longer
+    # than its column (a release id, a unit name, a path) folds onto the next line where even the
+    # compact table cannot show it whole: Rich's default ellipsis cut them at 80 columns.
     for column in ("host", "address", "reach"):
         table.add_column(column, no_wrap=True)
     for column in ("GPUs", "service", "release", "warnings"):
-        table.add_column(column, min_width=8)
+        table.add_column(column, min_width=8, overflow="fold")
     for i, status in enumerate(report.hosts):
         if compact and i:
             table.add_row()  # no rules to tell the hosts' multi-line rows apart: a blank line does
@@ -62,10 +65,32 @@ def _table(report: StatusReport, *, compact: bool) -> Table:
     return table
 
 
-def _widest_line(console: Console, table: Table) -> int:
-    """Width of the widest line of `table` as rendered on `console` before any cropping."""
-    lines = Segment.split_lines(console.render(table, console.options))  # render_lines would crop
-    return max((Segment.get_line_length(line) for line in lines), default=0)
+def _fit_words(console: Console, table: Table) -> bool:
+    """Fix the column widths so that every word shows whole, if the console is wide enough; else
+    change nothing (Rich then shrinks the widest columns and folds) and return False.
+
+    Rich's own shrinking takes from the widest columns first, below their longest word even while
+    a narrower column has room to give: at 80 columns that cut release ids and unit names. Here
+    each column gets its longest word, and the room left goes to the columns that wrap, in
+    proportion to what they would still need to show on one line."""
+    unbounded = console.options.update_width(1 << 16)  # Measurement.get clamps to the width it is given
+    ranges: list[tuple[int, int]] = []
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        lo = max((Measurement.get(console, unbounded, c).minimum for c in cells), default=0)
+        hi = max((Measurement.get(console, unbounded, c).maximum for c in cells), default=0)
+        lo = max(lo, column.min_width or 0)
+        ranges.append((hi, hi) if column.no_wrap else (lo, max(lo, hi)))
+    overhead = Measurement.get(console, unbounded, table).maximum - sum(hi for _, hi in ranges)
+    room = console.width - overhead - sum(lo for lo, _ in ranges)
+    if room < 0:
+        return False
+    want = [hi - lo for lo, hi in ranges]
+    total = sum(want)
+    widths = [lo + (min(w, room * w // total) if total else 0) for (lo, _), w in zip(ranges, want)]
+    for column, width in zip(table.columns, widths):
+        column.width = width
+    return True
 
 
 def _row(status: HostStatus) -> list[Text | str]:

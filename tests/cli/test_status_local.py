@@ -116,3 +116,50 @@ def test_table_fits_80_columns_uncropped(tmp_path: Path) -> None:
     # the unreachable host's warnings cell, whole, in the last column
     assert [line.split()[-1] for line in table if "gpu-node-01" in line] == ["reason"], "\n".join(table)
     assert "below" in run.stdout
+
+
+def test_release_ids_unit_names_and_paths_are_never_cut_at_80_columns(tmp_path: Path) -> None:
+    """A 12-character release id and a unit name like `sglang-k26-ddtree` were cut to `c098494c62…`
+    and `sglang-k26…` at 80 columns (Rich shrank the ruled table's columns below their longest word
+    and ellipsized). Now the compact table is taken when the ruled one cannot show every word
+    whole, and a word that fits neither is folded onto the next line, never cut."""
+    release = "c098494c62d6"
+    root = tmp_path / "ddtree"
+    (root / "releases" / release).mkdir(parents=True)
+    (root / "releases" / release / ".build-stamp").write_text(json.dumps(
+        {"id": release, "selftest": "skipped: no GPU", "archs": "90", "by": "qa", "time": "t", "ninja_steps": 6}))
+    (root / "current").symlink_to(f"releases/{release}")
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: connects are refused (loopback only)
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"""\
+services:
+  k26:
+    template: sglang-ddtree.service.j2
+    unit_name: sglang-k26-ddtree
+    port: 30000
+    model_path: /models/k26
+    served_model_name: k26
+hosts:
+  gpu-node-01:
+    address: 127.0.0.1
+    port: {port}
+    gpus: 0
+  here:
+    transport: local
+    gpus: 0
+    service: k26
+    remote_root: {root}
+""")
+    run = ddtreectl("-i", str(inventory), "status", "here", env={"COLUMNS": "80"})
+    assert run.returncode == 0, run.stderr
+    table = run.stdout.split("hosts answered")[0].splitlines()[:-1]
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    assert "…" not in run.stdout, run.stdout
+    assert release in run.stdout and "sglang-k26-ddtree:" in run.stdout, run.stdout
+    # too many long words for 80 columns: some fold, none is cut
+    run = ddtreectl("-i", str(inventory), "status", env={"COLUMNS": "80"})
+    assert run.returncode == 6, run.stderr
+    assert "…" not in run.stdout, run.stdout
