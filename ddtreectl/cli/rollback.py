@@ -26,7 +26,8 @@ def rollback_command(
     """Switch `current` back to the previous good release (or --to ID, which must have a good build
     stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt.
 
-    Exit codes: 0 switched; 5 no earlier good release (or --to ID is not one); 8 deploy lock held;
+    Exit codes: 0 switched; 5 no earlier good release (or --to ID is not one), or switched but the
+    --restart failed; 8 deploy lock held;
     4 unreachable; 6 some hosts failed; 3 inventory invalid or unknown host/group.
     """
     from ddtreectl.operations.plan import rollback_host

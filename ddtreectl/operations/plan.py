@@ -119,12 +119,30 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
                                          host=host.name, hint="deploy a release first")
             target = candidates[0]
         old = activate.switch_current(transport, root, target)
-        restarted = False
+        restarted, failure = False, ""
         service = inventory.service_of(host)
         if restart and service is not None:
-            res = transport.run(f"systemctl try-restart {shlex.quote(service.unit)}", timeout=host.command_timeout)
-            restarted = res.ok
-        append_audit(transport, root, "rollback", release=target, previous=old, restarted=restarted)
+            restarted, failure = _restart_if_running(transport, service.unit, host.command_timeout)
+        append_audit(transport, root, "rollback", release=target, previous=old, restarted=restarted,
+                     restart_failed=failure or None)
+        if failure:
+            raise RemoteCommandError(f"rolled back to {target} (was {old or 'none'}), but restarting "
+                                     f"{service.unit if service else 'the service'} failed: {failure}",
+                                     host=host.name, hint=f"`current` is {target}; see `ddtreectl logs {host.name}`, "
+                                     f"then `ddtreectl restore-service {host.name}`")
         return RollbackResult(host.name, target, old, restarted)
     finally:
         release_lock_quietly(transport, root)
+
+
+def _restart_if_running(transport: Transport, unit: str, timeout: float) -> tuple[bool, str]:
+    """(restarted, why the restart failed or ""): a running unit is restarted, a stopped one is left
+    stopped (as deploy --restart does). `systemctl try-restart` was used before: it exits 0 for a
+    stopped unit (reported as restarted) and its failure was not reported at all."""
+    q = shlex.quote(unit)
+    res = transport.run(f"if systemctl is-active --quiet {q}; then systemctl restart {q} || exit 1; "
+                        f"echo RESTARTED; else echo NOT-RUNNING; fi", timeout=timeout)
+    if res.ok:
+        return "RESTARTED" in res.stdout, ""
+    return False, (res.stderr.strip()[-300:] or f"systemctl restart exited {res.exit_code}")
+

@@ -1,0 +1,94 @@
+"""End-to-end: `ddtreectl rollback --restart` on a real systemd + sshd test host.
+
+It used `systemctl try-restart` and took its exit status as "restarted": a stopped service was
+reported "service restarted" (try-restart does nothing and exits 0), and a running service whose
+restart failed left production down behind exit 0 and no error. Now a running service is
+restarted and a failure is exit 5 naming the unit; a stopped one stays stopped and is not said
+to be restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddtreectl.inventory.loader import load
+from ddtreectl.operations.units import install_units
+from ddtreectl.render.units import render_service
+from ddtreectl.transport import connect
+
+pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+UNIT = "ddtree-rb.service"
+SERVICES = {"rb": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/rb",
+                   "served_model_name": "rb", "unit_name": "ddtree-rb", "exec_start": "/bin/sleep infinity"}}
+OLD, NEW = "a0a0a0a0a0a0", "b1b1b1b1b1b1"
+
+
+def rollback(inventory: Path, host: str) -> tuple[int, dict[str, Any], str]:
+    exe = shutil.which("ddtreectl")
+    assert exe is not None, "install the CLI first: python3 -m pip install -e ."
+    run = subprocess.run([exe, "-i", str(inventory), "rollback", "--host", host, "--restart", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    return run.returncode, json.loads(run.stdout), run.stderr
+
+
+def current_of(host: Any) -> str:
+    return os.readlink(host.root / "opt/ddtree/current").rsplit("/", 1)[-1]
+
+
+@pytest.mark.testbed
+def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boot_hosts: Any,
+                                                               tmp_path: Path) -> None:
+    (host,) = boot_hosts(["rb-host"])
+    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
+                                  host_overrides={host.name: {"service": "rb", "role": "prod"}})
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    # two good releases, as deploy leaves them; `current` on the newer, the older recorded as previous
+    for release in (OLD, NEW):
+        (host.root / "opt/ddtree/releases" / release).mkdir(parents=True)
+        (host.root / "opt/ddtree/releases" / release / ".build-stamp").write_text(
+            json.dumps({"id": release, "selftest": "skipped: no GPU"}) + "\n")
+    host.sh(f"ln -sfn releases/{NEW} /opt/ddtree/current && mkdir -p /opt/ddtree/state "
+            f"&& echo {OLD} > /opt/ddtree/state/previous-release")
+    inv = load(inventory)
+    rendered = render_service(inv, inv.host(host.name))
+    assert rendered is not None
+    with connect(inv.host(host.name), inv) as transport:
+        install_units(transport, rendered)
+
+    # 1. stopped on purpose: rolled back, left stopped, and not reported as restarted
+    code, doc, err = rollback(inventory, host.name)
+    assert code == 0, err
+    assert doc["hosts"][0]["release"] == OLD and doc["hosts"][0]["restarted"] is False, doc
+    assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
+
+    # 2. running: restarted (a new main PID)
+    host.systemctl("start", UNIT)
+    pid = host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+    code, doc, err = rollback(inventory, host.name)  # back to NEW (the previous release now)
+    assert code == 0, err
+    assert doc["hosts"][0]["release"] == NEW and doc["hosts"][0]["restarted"] is True, doc
+    assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "active"
+    assert host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip() != pid
+
+    # 3. running, but it cannot start again: the switch happened, the failed restart is exit 5
+    host.write_file(f"/etc/systemd/system/{UNIT}.d/broken.conf", "[Service]\nExecStartPre=/bin/false\n")
+    host.systemctl("daemon-reload")
+    code, doc, err = rollback(inventory, host.name)
+    assert code == 5, (doc, err)
+    assert doc["hosts"] == []
+    (error,) = doc["errors"]
+    assert error["exit_code"] == 5 and f"rolled back to {OLD}" in error["error"], error
+    assert f"restarting {UNIT} failed" in error["error"], error
+    assert f"ddtreectl logs {host.name}" in error["hint"], error
+    assert current_of(host) == OLD
+    audit = (host.root / "opt/ddtree/state/audit.log").read_text().splitlines()
+    assert json.loads(audit[-1])["restart_failed"], audit[-1]
