@@ -262,14 +262,22 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
         if result.action == "noop":
             result.action = "activated"
     service = facts.service
+    failed_restart: RemoteCommandError | None = None
     if options.restart and rendered is not None and service is not None and service.active_state == "active":
         res = transport.run(f"systemctl restart {shlex.quote(rendered.unit)}", timeout=host.command_timeout)
-        if not res.ok:
-            raise RemoteCommandError(f"systemctl restart {rendered.unit} failed: {res.stderr.strip()[-300:]}",
-                                     host=host.name, hint=f"`current` is {rid}; see `ddtreectl logs {host.name}`")
-        result.restarted = True
+        if res.ok:
+            result.restarted = True
+        else:
+            failed_restart = RemoteCommandError(
+                f"systemctl restart {rendered.unit} failed: {res.stderr.strip()[-300:]}",
+                host=host.name, hint=f"`current` is {rid}; see `ddtreectl logs {host.name}`")
     result.timings["activate"] = time.monotonic() - t
+    # The audit line comes before a failed restart is raised: `current` has moved either way, and
+    # the host's record must say so (it used to be skipped, leaving the switch unrecorded).
     append_audit(transport, root, "deploy", release=rid, previous=result.previous, outcome=result.action,
-                 selftest=result.selftest or None, restarted=result.restarted)
+                 selftest=result.selftest or None, restarted=result.restarted,
+                 restart_failed=failed_restart.message.splitlines()[0] if failed_restart else None)
+    if failed_restart is not None:
+        raise failed_restart
     if result.action != "noop":
         result.pruned = tuple(activate.prune(transport, root, host.keep_releases, (rid, result.previous)))
