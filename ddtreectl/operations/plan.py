@@ -115,8 +115,10 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
                 raise UsageError(f"release {to} {why}", host=host.name,
                                  hint="good releases: " + (", ".join(candidates) or "none"))
             if not candidates:
-                raise RemoteCommandError("no earlier release with a good build stamp to roll back to",
-                                         host=host.name, hint="deploy a release first")
+                only = f" (only {listing.current} is deployed)" if listing.current else ""
+                raise RemoteCommandError(f"no earlier release with a good build stamp to roll back to{only}",
+                                         host=host.name, hint="nothing to roll back to: deploy the release you want"
+                                         if listing.current else "no release is deployed: deploy one first")
             target = candidates[0]
         old = activate.switch_current(transport, root, target)
         restarted, failure = False, ""
