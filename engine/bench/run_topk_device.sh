@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# One device call for draft_topk_lse (written for v7, engine/bench/NOTES.md "v7 (session 5)"; the per-version
-# scripts of v4-v6 that NOTES names stay in git history), on the library, the
+# One device call for draft_topk_lse (written for v7, engine/bench/NOTES.md "v7 (session 5)"; v8 in session 6;
+# the per-version scripts of v4-v6 that NOTES names stay in git history), on the library, the
 # self-test and the stage profiler built beforehand on the CPU machine (sm_90a, DDTREE_OPS=draft_topk_lse;
 # topk_stages from bench/profile/draft_topk_lse_stages.cu) in $B (default engine/build-topk).
-# Stages (STAGES, default all, in this order): stages (stage-truncation profile: v6, v7 and each v7 option,
-# plus per-CTA traces), selftest, bench (the default vs torch f32/bf16), pytest (draft_topk_lse GPU tests),
-# sanitize (memcheck + racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16).
+# Stages (STAGES, default all but the *_v7b ones, in this order): stages (stage-truncation profile of v7b and
+# v8, each v8 option, per-CTA traces), selftest, selftest_v7b (the same with DDTREE_TOPK_V4_OPT=v7b), bench
+# (the default vs torch f32/bf16 at BENCH_SHAPES), bench_v7b (the same with DDTREE_TOPK_V4_OPT=v7b, its own
+# process and torch peer), pytest (draft_topk_lse GPU tests), sanitize (memcheck + racecheck on the sized
+# self-test), ncu (source-level profile, 1x15 K = 16).
 # Logs under $OUT (at most 8 files). Usage, from the repository root: bash engine/bench/run_topk_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/v7out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"stages selftest bench pytest sanitize ncu"}
+BENCH_SHAPES=${BENCH_SHAPES:-1x15x163840,8x15x163840,1x15x320,8x15x320}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 B=$(realpath "${B:-engine/build-topk}")
@@ -26,11 +29,22 @@ if has selftest; then
   timeout 90 "$B/ddtree-selftest" draft_topk_lse > "$OUT/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | head -12
 fi
+if has selftest_v7b; then
+  stamp selftest_v7b
+  DDTREE_TOPK_V4_OPT=v7b timeout 90 "$B/ddtree-selftest" draft_topk_lse >> "$OUT/selftest.log" 2>&1
+  echo "selftest_v7b rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | tail -4
+fi
 if has bench; then
   stamp bench
   DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
-    --shapes=1x15x163840,8x15x163840,1x15x320,8x15x320 --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
+    --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -v "^\[" "$OUT/bench.log" | grep -E "x15x|TB/s" | head -20
+fi
+if has bench_v7b; then
+  stamp bench_v7b
+  DDTREE_TOPK_V4_OPT=v7b DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
+    --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench_v7b.log" 2>&1
+  echo "bench_v7b rc=$?"; grep -v "^\[" "$OUT/bench_v7b.log" | grep -E "x15x|TB/s" | head -20
 fi
 if has pytest; then
   stamp pytest

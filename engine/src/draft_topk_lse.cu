@@ -125,6 +125,17 @@ V4Config v4_config() {
   }();
   return cfg;
 }
+// DDTREE_TOPK_V4_OPT=v7b (read once per process): the st.async kernel with session 5's options (kV4OptV7b)
+// instead of the default (v8: + lane append, lane ranks, lane merge for k > 1; NOTES "v8 (session 6)"),
+// for A/B runs.
+bool env_v4_v7b() {
+  static const bool on = [] {
+    const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
+    return e != nullptr && std::strcmp(e, "v7b") == 0;
+  }();
+  return on;
+}
+
 int v4_max_cluster(int64_t rows) {
   const int fixed = v4_config().cluster;
   if (fixed > 0) return fixed;
@@ -134,7 +145,7 @@ int v4_max_cluster(int64_t rows) {
 
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
 // programmatic dependent launch when enabled (the kernel waits before its first global access).
-template <typename T, int THREADS, bool ASYNC = false>
+template <typename T, int THREADS, bool ASYNC = false, unsigned OPT = k::kV4OptDefault>
 ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
                        int32_t* error_flags, cudaStream_t stream) {
@@ -156,10 +167,10 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   cfg.attrs = attr;
   auto go = [&](unsigned num_attrs) {
     cfg.numAttrs = num_attrs;
-    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC>, logits,
+    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC, OPT>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags)
-               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC>, logits,
+               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC, OPT>, logits,
                                     int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
                                     split.pv, top_lp, top_id, lse, error_flags);
   };
@@ -336,6 +347,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
       if (threads == 1024)
         return run_v4<float, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                    error_flags, stream);
+      if (v4_config().async && env_v4_v7b())
+        return run_v4<float, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
+                                                      top_id, lse, error_flags, stream);
       if (v4_config().async)
         return run_v4<float, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                         lse, error_flags, stream);
@@ -349,6 +363,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
     if (threads == 1024)
       return run_v4<__nv_bfloat16, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                          lse, error_flags, stream);
+    if (v4_config().async && env_v4_v7b())
+      return run_v4<__nv_bfloat16, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k,
+                                                            top_lp, top_id, lse, error_flags, stream);
     if (v4_config().async)
       return run_v4<__nv_bfloat16, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
                                               top_id, lse, error_flags, stream);

@@ -1,9 +1,9 @@
-// Stage-truncation profile and stage trace of draft_topk_lse v4 (NOTES, "v6 (session 4)"). The kernel
-// instantiated with STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier, 3 bound /
-// CTA partial, 4 candidates, 5 all but CTA 0's merge; 0 = whole), for the library's default (v6: fast loads
-// + the k = 1 warp path), the opt-in k > 1 options (radix bound, rolled candidate pass, split merge) and
-// v5b (OPT 0), at 1x15 (8 CTAs per row) and 8x15 (4) x 163,840 bf16 (uniform logits in [-12, 12)), k = 1,
-// 16, 64; an empty kernel with the same launch (clusters + PDL) and the library's C ABI call. Each figure:
+// Stage-truncation profile and stage trace of draft_topk_lse v4 (NOTES, "v6 (session 4)", "v8 (session 6)").
+// The kernel instantiated with STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier,
+// 3 bound / CTA partial, 4 candidates, 5 all but CTA 0's merge; 0 = whole), for session 5's default (v7b) and
+// the v8 default, plus whole-kernel rows of each v8 option and pair on v7b, at 1x15 (8 CTAs per row) and 8x15
+// (4) x 163,840 bf16 (uniform logits in [-12, 12)) and 1x15 / 8x15 x 320, k = 1, 16, 32, 64; an empty kernel
+// with the same launch (clusters + PDL) and the library's C ABI call. Each figure:
 // median µs per call of 40 replays of a CUDA graph of 32 calls over rotating inputs (> L2), as the Python
 // bench measures. Then STOP = 9 (the whole kernel with per-CTA %clock64 stamps at each stage, the latest
 // warp per CTA): the mean and max over CTAs of each stage's time after the PDL wait, for one call after
@@ -91,6 +91,17 @@ float time_variant(const Shape& sh, int topk, float* lp, int32_t* id, float* lse
   return time_graph(s, 32, [&](int i) { launch(kern, sh, sh.xs[i % sh.sets], topk, lp, id, lse, flags, s); });
 }
 
+// The whole kernel only (STOP = 0), for option combinations.
+template <unsigned OPT>
+void whole(const char* name, std::vector<Shape>& shapes, const std::vector<int>& ks, float* lp, int32_t* id, float* lse,
+           int32_t* flags, cudaStream_t s) {
+  std::printf("%-22s %-26s", name, "0 whole kernel");
+  for (Shape& sh : shapes)
+    for (int kk : ks) std::printf(" %8.2f", time_variant<OPT, 0>(sh, kk, lp, id, lse, flags, s));
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 template <unsigned OPT>
 void row(const char* name, std::vector<Shape>& shapes, const std::vector<int>& ks, float* lp, int32_t* id, float* lse,
          int32_t* flags, cudaStream_t s) {
@@ -114,7 +125,7 @@ int main(int argc, char** argv) {
   // The last two: the end-to-end bench's small model (V = 320, one CTA per row; NOTES "v7").
   std::vector<Shape> shapes = {
       {1, 15, 163840, 8, 16, {}}, {8, 15, 163840, 4, 4, {}}, {1, 15, 320, 8, 4, {}}, {8, 15, 320, 8, 4, {}}};
-  const std::vector<int> ks = {1, 16, 64};
+  const std::vector<int> ks = {1, 16, 32, 64};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   for (Shape& sh : shapes) {
@@ -150,7 +161,6 @@ int main(int argc, char** argv) {
     std::printf("calls done\n");
     return 0;
   }
-  constexpr unsigned v6a = k::kV4OptFastLoad | k::kV4OptK1Warp;  // = kV4OptDefault
   std::printf("%-22s %-26s", "variant", "stage");
   for (const Shape& sh : shapes)
     for (int kk : ks) std::printf(" %3dx%d K%-2d", sh.B, sh.L, kk);
@@ -170,12 +180,20 @@ int main(int argc, char** argv) {
                                           int64_t(sh.L) * sh.V, sh.V, kk, lp, id, lse, ws, ws_bytes, flags, s);
                   }));
   std::printf("\n");
-  // Session 5 (NOTES "v7"): session 4's default (v6), call 2's default (v7) and v7b (+ short searches).
-  // (Call 2 timed each v7 option alone on v6; call 1 the v6 opt-ins radix bound / rolled visit / split
-  // merge: all in NOTES, no longer timed here.)
-  row<k::kV4OptV6>("v6 (session 4)", shapes, ks, lp, id, lse, flags, s);
-  row<k::kV4OptV7>("v7 (call 2)", shapes, ks, lp, id, lse, flags, s);
-  row<k::kV4OptDefault>("v7b default", shapes, ks, lp, id, lse, flags, s);
+  // (Sessions 4-5 timed v5b, v6, the v6 opt-ins and each v7 option here: all in NOTES, no longer timed.)
+  // Session 6 (NOTES "v8"): session 5's default (v7b), the v8 default (v7b + lane append, lane ranks, lane
+  // merge), each v8 option alone and each pair on v7b (whole kernel), then v7b and v8 once more (drift).
+  constexpr unsigned LA = k::kV4OptLaneAppend, LR = k::kV4OptLaneRank, LM = k::kV4OptLaneMerge, V7B = k::kV4OptV7b;
+  row<V7B>("v7b (session 5)", shapes, ks, lp, id, lse, flags, s);
+  row<k::kV4OptDefault>("v8 default", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LA>("v7b + lane append", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LR>("v7b + lane rank", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LM>("v7b + lane merge", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LA | LR>("v7b + append + rank", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LA | LM>("v7b + append + merge", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B | LR | LM>("v7b + rank + merge", shapes, ks, lp, id, lse, flags, s);
+  whole<V7B>("v7b (again)", shapes, ks, lp, id, lse, flags, s);
+  whole<k::kV4OptDefault>("v8 default (again)", shapes, ks, lp, id, lse, flags, s);
 
   // Stage timeline of one call (trace build), after 4 untraced calls; slot deltas from mark 1 (after the
   // PDL wait) in ns at the clock the stamps measured.
@@ -232,10 +250,10 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
-  trace("v7b default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], 16);
-  trace("v7b default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[1], 16);
-  trace("v7b default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[2], 16);
-  trace("v7b default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[2], 64);
+  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], 16);
+  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], 64);
+  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[1], 16);
+  trace("v7b", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7B, 9>, shapes[0], 16);
 
   int hflags = 0;
   CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));

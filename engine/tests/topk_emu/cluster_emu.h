@@ -218,6 +218,7 @@ inline P* v4_map_rank(P* p, unsigned rank) {
 }
 inline int v4_atomic_add_shared(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline float v4_ex2(float x) { return std::exp2(x); }
+inline int v4_lane_again() { return int(threadIdx.x & 31u); }
 inline uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {
   const float alo = __uint_as_float(a << 16), blo = __uint_as_float(b << 16);
   const float ahi = __uint_as_float(a & 0xffff0000u), bhi = __uint_as_float(b & 0xffff0000u);

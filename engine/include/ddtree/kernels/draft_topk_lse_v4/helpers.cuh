@@ -71,11 +71,25 @@ constexpr unsigned kV4OptFloatFilter = 1024u;
 // kV4OptShortSearch (with kV4OptFlatMerge; v7b): the merge's searches take log2(k rounded up to 16/32/64) + 1
 // steps over 4 lists when the cluster has <= 4 CTAs, else 8 (v7: seven steps over eight lists always).
 constexpr unsigned kV4OptShortSearch = 2048u;
+// v8 (session 6, NOTES "v8 (session 6)"), k > 1, st.async instantiations only: shorter per-warp chains after
+// the first barrier (session 5's trace: ~11 cycles per instruction on each warp's path, the slowest warp sets
+// each stage's time). kV4OptLaneAppend: while the bound is a finite logit (no id limit, no -inf admitted), a
+// visited vector's admitted logits are found by one float compare each and appended by their lane (one
+// shared atomic per lane with hits, a loop over its set bits) instead of eight ballots, a warp atomic and
+// eight predicated key/pack/stores per (warp, vector). kV4OptLaneRank: the per-CTA ranks by counting with P
+// lanes per candidate (each counting a slice of the candidates, then a shuffle sum). kV4OptLaneMerge: CTA 0
+// ranks each item with one lane per CTA list (one short binary search each, then a shuffle sum) while the
+// (item, list) pairs are <= 4 per thread; else the v7 flat merge.
+constexpr unsigned kV4OptLaneAppend = 4096u;
+constexpr unsigned kV4OptLaneRank = 8192u;
+constexpr unsigned kV4OptLaneMerge = 16384u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
-// The default since session 5's H200 run (each v7 option alone was faster or neutral on v6; NOTES "v7").
-constexpr unsigned kV4OptDefault =
+// Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
+// runs it in the library.
+constexpr unsigned kV4OptV7b =
     kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter | kV4OptShortSearch;
-constexpr unsigned kV4OptV7 = kV4OptDefault & ~kV4OptShortSearch;  // session 5's call-2 default
+constexpr unsigned kV4OptV7 = kV4OptV7b & ~kV4OptShortSearch;  // session 5's call-2 default
+constexpr unsigned kV4OptDefault = kV4OptV7b | kV4OptLaneAppend | kV4OptLaneRank | kV4OptLaneMerge;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
@@ -162,6 +176,14 @@ __device__ __forceinline__ float v4_ex2(float x) {  // one MUFU.EX2 (2^-22 relat
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+// This thread's lane, read again where it is called (asm volatile: not merged with the kernel's early `lane`,
+// so ptxas need not keep addresses derived from it alive across the kernel; v8's default spilled such an
+// address, sm_90a).
+__device__ __forceinline__ int v4_lane_again() {
+  int l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
 }
 // Packed max of two bf16 pairs; a NaN input yields the other one (NaN is caught through the sum).
 __device__ __forceinline__ uint32_t v4_bf16x2_max(uint32_t a, uint32_t b) {

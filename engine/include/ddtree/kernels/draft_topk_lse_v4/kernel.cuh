@@ -76,6 +76,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool BR = ASYNC && (OPT & kV4OptBatchReload) != 0u;
   constexpr bool FF = ASYNC && (OPT & kV4OptFloatFilter) != 0u;
   constexpr bool SS = FM && (OPT & kV4OptShortSearch) != 0u;
+  // v8 options (st.async instantiations; the lane append needs the float filter, the lane merge the flat one).
+  constexpr bool LA = FF && (OPT & kV4OptLaneAppend) != 0u;
+  constexpr bool LR = ASYNC && (OPT & kV4OptLaneRank) != 0u;
+  constexpr bool LM = SS && (OPT & kV4OptLaneMerge) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const bool has = tid < nv_cta;
   const uint32_t tkey = has ? v4_key(tmax) : 0u;
   // This CTA's (reference, sum) from its warps' (after the first barrier; the last warp computes it).
-  auto cta_partial = [&]() -> float2 { return v4_cta_partial<THREADS>(sm, lane); };
+  auto cta_partial = [&]() -> float2 { return v4_cta_partial<THREADS>(sm); };
   auto warp_best_item = [&](uint64_t it) -> uint64_t { return v4_warp_best_item(it); };
 
   if (K1W && k == 1) {
@@ -359,51 +363,60 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         if (best != 0ull) atomicMax(&sm.best, best);
       }
     } else if (__any_sync(0xffffffffu, tkey >= thr)) {
-      const unsigned lt = (1u << lane) - 1u;
-      auto visit = [&](const uint4& v, int lv) {  // warp-uniform call
-        v4_append_candidates<T, FF, THREADS>(sm, v, lv, v0, nv_cta, vocab, thr, thr_f, id_lim, lane, lt);
-      };
-      if (RV && rounds == 1) {  // one copy of visit (v6): the registers rotate as in the sums
+      // The pass over the vectors with a visit (warp-uniform calls); instantiated once per visit below, so
+      // the two visits' live ranges stay apart (one pass with a per-visit branch spilled 4 bytes, sm_90a).
+      auto pass = [&](auto visit) {
+        if (RV && rounds == 1) {  // one copy of visit (v6): the registers rotate as in the sums
 #pragma unroll 1
-        for (int j = 0; j < kV4Vecs; ++j) {
-          const uint4 v = raw[0];
-#pragma unroll
-          for (int i = 0; i + 1 < kV4Vecs; ++i) raw[i] = raw[i + 1];
-          raw[kV4Vecs - 1] = v;
-          visit(v, j * THREADS + tid);
-        }
-      } else if (RV) {
-#pragma unroll 1
-        for (int lj = 0; lj < rounds * kV4Vecs; ++lj) {
-          const int lv = lj * THREADS + tid;
-          visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
-        }
-      } else if (rounds == 1) {
-#pragma unroll
-        for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
-      } else if (BR) {
-        // v7: a round's vectors are loaded together, then visited (v6 issued each L2 load right before its
-        // visit, behind the previous visit's shared atomic: one L2 latency per vector, 6.4 µs at 8x15 K = 16).
-        const bool want = tkey >= thr;
-        for (int r = 0; r < rounds; ++r) {
-          uint4 v[kV4Vecs];
-#pragma unroll
           for (int j = 0; j < kV4Vecs; ++j) {
-            const int lv = (r * kV4Vecs + j) * THREADS + tid;
-            v[j] = v4_neg_inf_vec<T>();
-            if (want && lv < nv_cta) v[j] = fast ? __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv)) : load(lv);
+            const uint4 v = raw[0];
+#pragma unroll
+            for (int i = 0; i + 1 < kV4Vecs; ++i) raw[i] = raw[i + 1];
+            raw[kV4Vecs - 1] = v;
+            visit(v, j * THREADS + tid);
           }
-#pragma unroll
-          for (int j = 0; j < kV4Vecs; ++j) visit(v[j], (r * kV4Vecs + j) * THREADS + tid);
-        }
-      } else {
-        for (int r = 0; r < rounds; ++r) {
-#pragma unroll
-          for (int j = 0; j < kV4Vecs; ++j) {
-            const int lv = (r * kV4Vecs + j) * THREADS + tid;
+        } else if (RV) {
+#pragma unroll 1
+          for (int lj = 0; lj < rounds * kV4Vecs; ++lj) {
+            const int lv = lj * THREADS + tid;
             visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
           }
+        } else if (rounds == 1) {
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+        } else if (BR) {
+          // v7: a round's vectors are loaded together, then visited (v6 issued each L2 load right before its
+          // visit, behind the previous visit's shared atomic: one L2 latency per vector, 6.4 µs at 8x15 K = 16).
+          const bool want = tkey >= thr;
+          for (int r = 0; r < rounds; ++r) {
+            uint4 v[kV4Vecs];
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              v[j] = v4_neg_inf_vec<T>();
+              if (want && lv < nv_cta) v[j] = fast ? __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv)) : load(lv);
+            }
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) visit(v[j], (r * kV4Vecs + j) * THREADS + tid);
+          }
+        } else {
+          for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
+            }
+          }
         }
+      };
+      // v8 (LA): a bound above -inf's key is a finite logit (thr_f > -inf): no id limit, -inf never passes.
+      if (LA && thr > kV4KeyNegInf) {
+        pass([&](const uint4& v, int lv) { v4_append_lane<T, THREADS>(sm, v, lv, v0, thr_f); });
+      } else {
+        const unsigned lt = (1u << lane) - 1u;
+        pass([&](const uint4& v, int lv) {
+          v4_append_candidates<T, FF, THREADS>(sm, v, lv, v0, nv_cta, vocab, thr, thr_f, id_lim, lane, lt);
+        });
       }
     }
     __syncthreads();
@@ -443,7 +456,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         n = kc;
       }
       // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
-      for (int p = tid; p < n; p += THREADS) {
+      if (LR) v4_rank_candidates_lanes<THREADS>(sm, n, kc, tid, lane, put);
+      for (int p = LR ? n : tid; p < n; p += THREADS) {
         const uint64_t it = sm.cbuf[p];
         const int rank = v4_count_greater(sm.cbuf, n, it);
         if (rank < kc) put(rank, it);
@@ -477,7 +491,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   float* lp_out = top_lp + int64_t(row) * k;
   int32_t* id_out = top_id + int64_t(row) * k;
   const int ksel = min(k, vocab);
-  const float2 p = lane < cluster ? sm.part[lane] : make_float2(0.f, 0.f);
+  const int ml = v4_lane_again();
+  const float2 p = ml < cluster ? sm.part[ml] : make_float2(0.f, 0.f);
   if (__any_sync(0xffffffffu, p.y != p.y)) {  // NaN or +inf in the row
     const float qnan = __int_as_float(0x7fc00000);
     for (int r = tid; r < k; r += THREADS) {
@@ -551,7 +566,22 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     using I32 = std::integral_constant<int, 32>;
     using I64 = std::integral_constant<int, 64>;
     static_assert(kV4MaxK == 64 && kV4MaxCluster == 8, "the short-search cases below");
-    if (SS && cluster <= 4) {
+    // v8 (LM): one lane per (item, list) pair while the pairs are <= 4 per thread (1x15: k <= 32; 4-CTA
+    // clusters: every k), else the flat merge (k = 64 at 8 CTAs: 8 pairs per thread, no shorter chain).
+    auto rank_lanes = [&](auto maxn_tag, auto lists_tag) {
+      v4_rank_items_lanes<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS>(
+          sm, nl, n_of, tid, ml, cluster, k, ksel, lse_d, lp_out, id_out);
+    };
+    const bool lanes = LM && (cluster <= 4 || k <= 32);  // <= 2 (4 CTAs) or <= 4 (8 CTAs) pairs per thread
+    if (lanes && cluster <= 4) {
+      if (k <= 16) rank_lanes(I16{}, I4{});
+      else if (k <= 32) rank_lanes(I32{}, I4{});
+      else rank_lanes(I64{}, I4{});
+    } else if (lanes && k <= 16) {
+      rank_lanes(I16{}, I8{});
+    } else if (lanes) {
+      rank_lanes(I32{}, I8{});
+    } else if (SS && cluster <= 4) {
       if (k <= 16) rank_items(I16{}, I4{});
       else if (k <= 32) rank_items(I32{}, I4{});
       else rank_items(I64{}, I4{});

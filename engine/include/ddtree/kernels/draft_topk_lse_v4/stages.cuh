@@ -15,10 +15,11 @@ namespace kernels {
 // fp32: the largest reference by one redux on ordered keys (key 0 = no warp with a nonzero sum; NaN sums
 // keep their reference), every lane gets it.
 template <int THREADS>
-__device__ __forceinline__ float2 v4_cta_partial(const V4Smem<THREADS>& sm, int lane) {
+__device__ __forceinline__ float2 v4_cta_partial(const V4Smem<THREADS>& sm) {
   constexpr int WARPS = THREADS / 32;
-  const float wr = lane < WARPS ? sm.wref[lane] : 0.f;
-  const float ws = lane < WARPS ? sm.wsum[lane] : 0.f;
+  const int l = v4_lane_again();  // not the kernel's lane: no address from it kept alive (a v8 spill)
+  const float wr = l < WARPS ? sm.wref[l] : 0.f;
+  const float ws = l < WARPS ? sm.wsum[l] : 0.f;
   const uint32_t kb = __reduce_max_sync(0xffffffffu, ws != 0.f ? ordered_key(wr) : 0u);
   const float cref = kb == 0u ? 0.f : key_to_float(kb);
   float term = ws != 0.f ? ws * v4_ex2(wr - cref) : 0.f;
@@ -125,6 +126,93 @@ __device__ __forceinline__ void v4_append_candidates(V4Smem<THREADS>& sm, const 
   for (int q = 0; q < VN; ++q) {
     const int pos = pos0 + off[q];
     if (((m >> q) & 1u) && pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v, q)), base + q);
+  }
+}
+
+// v8 (kV4OptLaneAppend) k > 1 visit, for a bound that is a finite logit's float (thr_f > -inf): then a logit
+// is a candidate iff it is >= thr_f (no id limit applies, and the -inf of invalid elements and of vectors
+// past the CTA never pass). Warp-uniform call; each lane appends its own admitted logits (usually none or
+// one): one shared atomic for its count, then one store per set bit. The order of the candidates in cbuf is
+// free (ranks are counted).
+template <typename T, int THREADS>
+__device__ __forceinline__ void v4_append_lane(V4Smem<THREADS>& sm, const uint4& v, int lv, const int& v0,
+                                               const float& thr_f) {
+  constexpr int VN = 16 / int(sizeof(T));
+  unsigned m = 0u;
+#pragma unroll
+  for (int q = 0; q < VN; ++q) m |= unsigned(v4_elem<T>(v, q) >= thr_f) << q;
+  if (m != 0u) {
+    const int pos = v4_atomic_add_shared(&sm.cnt, __popc(m));
+    const int base = (v0 + lv) * VN;
+#pragma unroll
+    for (int q = 0; q < VN; ++q) {  // predicated stores (a loop over the set bits spilled, sm_90a)
+      const int at = pos + __popc(m & ((1u << q) - 1u));
+      if (((m >> q) & 1u) && at < kV4Cap) sm.cbuf[at] = pack_item(v4_key(v4_elem<T>(v, q)), base + q);
+    }
+  }
+}
+
+// v8 (kV4OptLaneRank): the ranks of the n (<= kV4Cap) distinct candidates in cbuf among themselves, P lanes
+// per candidate (P = the largest power of 2 <= 8 with n * P <= THREADS; consecutive lanes), each counting a
+// contiguous slice of whole 8-entry steps, then a shuffle sum; put(rank, item) for ranks < kc. Called by
+// every thread (warp-uniform loop bounds for the shuffles).
+template <int THREADS, typename Put>
+__device__ __forceinline__ void v4_rank_candidates_lanes(const V4Smem<THREADS>& sm, int n, int kc, int tid, int lane,
+                                                        const Put& put) {
+  int P = 1;
+  while (P < 8 && n * P * 2 <= THREADS) P *= 2;
+  const int chunk = (((n + P - 1) / P) + 7) & ~7;  // whole steps of count_greater: reads stay inside cbuf
+  for (int t0 = tid - lane; t0 < n * P; t0 += THREADS) {
+    const int t = t0 + lane;
+    const int item = t / P, part = t - item * P;
+    const bool valid = item < n;
+    const uint64_t it = valid ? sm.cbuf[item] : ~0ull;
+    const int lo = part * chunk;
+    const int hi = min(n, lo + chunk);
+    int r0 = 0, r1 = 0;
+    for (int q = lo; q < hi; q += 8) {
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {
+        r0 += int((q + i < hi) & (sm.cbuf[q + i] > it));
+        r1 += int((q + i + 1 < hi) & (sm.cbuf[q + i + 1] > it));
+      }
+    }
+    int rank = r0 + r1;
+    for (int o = 1; o < P; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
+    if (valid && part == 0 && rank < kc) put(rank, it);
+  }
+}
+
+// v8 merge (kV4OptLaneMerge): as v4_rank_items, but each (item, list) pair has its own lane: LISTS
+// consecutive lanes per item, lane o searching list o (MAXN >= every list's length), then a shuffle sum over
+// the LISTS lanes (the item's own list gives its index r). Called by every thread of CTA 0.
+template <int MAXN, int LISTS, int THREADS, typename NOf>
+__device__ __forceinline__ void v4_rank_items_lanes(const V4Smem<THREADS>& sm, const int (&nl)[kV4MaxCluster],
+                                                    const NOf& n_of, int tid, int lane, int cluster, int k, int ksel,
+                                                    double lse_d, float* lp_out, int32_t* id_out) {
+  const int o = lane & (LISTS - 1);
+  int len = 0;  // the length of list o (0 past the cluster)
+#pragma unroll
+  for (int i = 0; i < LISTS; ++i) len = i == o ? nl[i] : len;
+  const uint64_t* list = &sm.slot[o][0];
+  for (int u0 = tid - lane; u0 < cluster * k * LISTS; u0 += THREADS) {
+    const int t = (u0 + lane) / LISTS;  // item: slot cc = t / k, index r = t % k
+    const int cc = t / k, r = t - cc * k;
+    const bool valid = cc < cluster && r < n_of(min(cc, cluster - 1));
+    const uint64_t it = valid ? sm.slot[cc][r] : ~0ull;
+    int pos = 0;
+#pragma unroll
+    for (int st = MAXN; st > 0; st >>= 1) {
+      const uint64_t v = pos + st <= len ? list[pos + st - 1] : 0ull;
+      pos += v > it ? st : 0;
+    }
+#pragma unroll
+    for (int d = 1; d < LISTS; d <<= 1) pos += __shfl_xor_sync(0xffffffffu, pos, d);
+    if (valid && o == 0 && pos < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[pos] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[pos] = item_id(it);
+    }
   }
 }
 
