@@ -126,8 +126,9 @@ V4Config v4_config() {
   return cfg;
 }
 // DDTREE_TOPK_V4_OPT=v7b (read once per process): the st.async kernel with session 5's options (kV4OptV7b)
-// instead of the default (v8: + lane append, lane ranks, lane merge for k > 1; NOTES "v8 (session 6)"),
-// for A/B runs.
+// for every k instead of the default (v8 = v7b + the lane append for k > 1; NOTES "v8 (session 6)"), for
+// A/B runs. k = 1 runs the kV4OptV7b instantiation either way (v8 changes nothing on its path, and that
+// instantiation measured 0.1 µs faster at 1x15 K = 1).
 bool env_v4_v7b() {
   static const bool on = [] {
     const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
@@ -347,7 +348,7 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
       if (threads == 1024)
         return run_v4<float, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                    error_flags, stream);
-      if (v4_config().async && env_v4_v7b())
+      if (v4_config().async && (k == 1 || env_v4_v7b()))
         return run_v4<float, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
                                                       top_id, lse, error_flags, stream);
       if (v4_config().async)
@@ -363,7 +364,7 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
     if (threads == 1024)
       return run_v4<__nv_bfloat16, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                          lse, error_flags, stream);
-    if (v4_config().async && env_v4_v7b())
+    if (v4_config().async && (k == 1 || env_v4_v7b()))
       return run_v4<__nv_bfloat16, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k,
                                                             top_lp, top_id, lse, error_flags, stream);
     if (v4_config().async)

@@ -224,12 +224,12 @@ def test_v6_emulated_opt_in_k_options(emu_binary_opt_k: Path, k: int) -> None:
 
 
 @pytest.mark.parametrize("k", [17, 33, 64])
-def test_v8_emulated_lane_paths_any_cluster(emu_binary: Path, k: int) -> None:
-    # v8 (the default): the lane append (bound above -inf), the lane ranks (P lanes per candidate) and the lane
-    # merge (one lane per (item, list) pair: 4 lists at <= 4 CTAs, 8 lists at 5-8 CTAs only for k <= 32, else
-    # the flat merge). 36,000 bf16 at 512 threads splits into 5 CTAs (4 when rows are many); rows whose top
-    # logits crowd into one lane's vectors give lanes with many set bits; a row with a -inf slice and fewer
-    # finite logits than k in another takes the bound-at--inf (v7) pass in those CTAs beside the lane pass.
+def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
+    # v8 (the default for k > 1): where the CTA bound is a finite logit, each lane appends its own admitted
+    # logits (one shared atomic per lane with hits). 36,000 bf16 at 512 threads split into 5 CTAs (4 when rows
+    # are many); rows whose top logits crowd into consecutive vectors give lanes with many set bits; a row with
+    # a whole -inf slice and a slice with fewer finite logits than k (bound at -inf's key: v7's pass) beside
+    # slices that take the lane append.
     g = torch.Generator().manual_seed(800 + k)
     x = torch.randn(1, 3, 36000, generator=g) * 4
     x[0, 1, 8000:8064] = 20.0 + torch.arange(64).float() / 8  # crowded into consecutive vectors
@@ -239,4 +239,4 @@ def test_v8_emulated_lane_paths_any_cluster(emu_binary: Path, k: int) -> None:
     xb = x.to(torch.bfloat16)
     assert compare(emu_binary, xb, k, async_xchg=True)["cluster"] == 5
     assert compare(emu_binary, xb, k, async_xchg=True, max_cluster=4)["cluster"] == 4
-    compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs (k > 32: the flat merge)
+    compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs

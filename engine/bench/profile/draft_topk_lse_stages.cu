@@ -1,7 +1,7 @@
 // Stage-truncation profile and stage trace of draft_topk_lse v4 (NOTES, "v6 (session 4)", "v8 (session 6)").
 // The kernel instantiated with STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier,
 // 3 bound / CTA partial, 4 candidates, 5 all but CTA 0's merge; 0 = whole), for session 5's default (v7b) and
-// the v8 default, plus whole-kernel rows of each v8 option and pair on v7b, at 1x15 (8 CTAs per row) and 8x15
+// the v8 default (v7b + lane append), then both whole once more, at 1x15 (8 CTAs per row) and 8x15
 // (4) x 163,840 bf16 (uniform logits in [-12, 12)) and 1x15 / 8x15 x 320, k = 1, 16, 32, 64; an empty kernel
 // with the same launch (clusters + PDL) and the library's C ABI call. Each figure:
 // median µs per call of 40 replays of a CUDA graph of 32 calls over rotating inputs (> L2), as the Python
@@ -181,17 +181,11 @@ int main(int argc, char** argv) {
                   }));
   std::printf("\n");
   // (Sessions 4-5 timed v5b, v6, the v6 opt-ins and each v7 option here: all in NOTES, no longer timed.)
-  // Session 6 (NOTES "v8"): session 5's default (v7b), the v8 default (v7b + lane append, lane ranks, lane
-  // merge), each v8 option alone and each pair on v7b (whole kernel), then v7b and v8 once more (drift).
-  constexpr unsigned LA = k::kV4OptLaneAppend, LR = k::kV4OptLaneRank, LM = k::kV4OptLaneMerge, V7B = k::kV4OptV7b;
+  // Session 6 (NOTES "v8"): session 5's default (v7b) and v8 (v7b + the lane append; the library runs it
+  // for k > 1), then both once more (drift). (Call 1 also timed the removed lane ranks / lane merge.)
+  constexpr unsigned V7B = k::kV4OptV7b;
   row<V7B>("v7b (session 5)", shapes, ks, lp, id, lse, flags, s);
   row<k::kV4OptDefault>("v8 default", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LA>("v7b + lane append", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LR>("v7b + lane rank", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LM>("v7b + lane merge", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LA | LR>("v7b + append + rank", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LA | LM>("v7b + append + merge", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B | LR | LM>("v7b + rank + merge", shapes, ks, lp, id, lse, flags, s);
   whole<V7B>("v7b (again)", shapes, ks, lp, id, lse, flags, s);
   whole<k::kV4OptDefault>("v8 default (again)", shapes, ks, lp, id, lse, flags, s);
 

@@ -71,25 +71,23 @@ constexpr unsigned kV4OptFloatFilter = 1024u;
 // kV4OptShortSearch (with kV4OptFlatMerge; v7b): the merge's searches take log2(k rounded up to 16/32/64) + 1
 // steps over 4 lists when the cluster has <= 4 CTAs, else 8 (v7: seven steps over eight lists always).
 constexpr unsigned kV4OptShortSearch = 2048u;
-// v8 (session 6, NOTES "v8 (session 6)"), k > 1, st.async instantiations only: shorter per-warp chains after
-// the first barrier (session 5's trace: ~11 cycles per instruction on each warp's path, the slowest warp sets
-// each stage's time). kV4OptLaneAppend: while the bound is a finite logit (no id limit, no -inf admitted), a
-// visited vector's admitted logits are found by one float compare each and appended by their lane (one
-// shared atomic per lane with hits, a loop over its set bits) instead of eight ballots, a warp atomic and
-// eight predicated key/pack/stores per (warp, vector). kV4OptLaneRank: the per-CTA ranks by counting with P
-// lanes per candidate (each counting a slice of the candidates, then a shuffle sum). kV4OptLaneMerge: CTA 0
-// ranks each item with one lane per CTA list (one short binary search each, then a shuffle sum) while the
-// (item, list) pairs are <= 4 per thread; else the v7 flat merge.
+// v8 (session 6, NOTES "v8 (session 6)"), k > 1, st.async instantiations only. kV4OptLaneAppend: while the
+// bound is a finite logit (no id limit, no -inf admitted), a visited vector's admitted logits are found by
+// one float compare each and appended by their own lane (one shared atomic per lane with hits, predicated
+// stores) instead of eight ballots, a warp atomic and eight predicated key/pack/stores per (warp, vector)
+// (H200: 1x15 K = 16 / 32 / 64 -0.7 / -1.6 / -2.1 µs, 8x15 -2.0 / -2.1 / -5.5). Two more v8 tries, lane
+// ranks (P lanes per candidate) and a lane merge (one lane per (item, list) pair), measured slower (NOTES)
+// and were removed.
 constexpr unsigned kV4OptLaneAppend = 4096u;
-constexpr unsigned kV4OptLaneRank = 8192u;
-constexpr unsigned kV4OptLaneMerge = 16384u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
 // runs it in the library.
 constexpr unsigned kV4OptV7b =
     kV4OptV6 | kV4OptSpreadBound | kV4OptFlatMerge | kV4OptBatchReload | kV4OptFloatFilter | kV4OptShortSearch;
 constexpr unsigned kV4OptV7 = kV4OptV7b & ~kV4OptShortSearch;  // session 5's call-2 default
-constexpr unsigned kV4OptDefault = kV4OptV7b | kV4OptLaneAppend | kV4OptLaneRank | kV4OptLaneMerge;
+// The library's default for k > 1 (k = 1 runs the kV4OptV7b instantiation: same k = 1 path, and it measured
+// 0.1 µs faster there at 1x15; NOTES "v8").
+constexpr unsigned kV4OptDefault = kV4OptV7b | kV4OptLaneAppend;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).

@@ -76,10 +76,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool BR = ASYNC && (OPT & kV4OptBatchReload) != 0u;
   constexpr bool FF = ASYNC && (OPT & kV4OptFloatFilter) != 0u;
   constexpr bool SS = FM && (OPT & kV4OptShortSearch) != 0u;
-  // v8 options (st.async instantiations; the lane append needs the float filter, the lane merge the flat one).
-  constexpr bool LA = FF && (OPT & kV4OptLaneAppend) != 0u;
-  constexpr bool LR = ASYNC && (OPT & kV4OptLaneRank) != 0u;
-  constexpr bool LM = SS && (OPT & kV4OptLaneMerge) != 0u;
+  constexpr bool LA = FF && (OPT & kV4OptLaneAppend) != 0u;  // v8 (with the float filter)
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -456,8 +453,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         n = kc;
       }
       // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
-      if (LR) v4_rank_candidates_lanes<THREADS>(sm, n, kc, tid, lane, put);
-      for (int p = LR ? n : tid; p < n; p += THREADS) {
+      for (int p = tid; p < n; p += THREADS) {
         const uint64_t it = sm.cbuf[p];
         const int rank = v4_count_greater(sm.cbuf, n, it);
         if (rank < kc) put(rank, it);
@@ -566,22 +562,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     using I32 = std::integral_constant<int, 32>;
     using I64 = std::integral_constant<int, 64>;
     static_assert(kV4MaxK == 64 && kV4MaxCluster == 8, "the short-search cases below");
-    // v8 (LM): one lane per (item, list) pair while the pairs are <= 4 per thread (1x15: k <= 32; 4-CTA
-    // clusters: every k), else the flat merge (k = 64 at 8 CTAs: 8 pairs per thread, no shorter chain).
-    auto rank_lanes = [&](auto maxn_tag, auto lists_tag) {
-      v4_rank_items_lanes<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS>(
-          sm, nl, n_of, tid, ml, cluster, k, ksel, lse_d, lp_out, id_out);
-    };
-    const bool lanes = LM && (cluster <= 4 || k <= 32);  // <= 2 (4 CTAs) or <= 4 (8 CTAs) pairs per thread
-    if (lanes && cluster <= 4) {
-      if (k <= 16) rank_lanes(I16{}, I4{});
-      else if (k <= 32) rank_lanes(I32{}, I4{});
-      else rank_lanes(I64{}, I4{});
-    } else if (lanes && k <= 16) {
-      rank_lanes(I16{}, I8{});
-    } else if (lanes) {
-      rank_lanes(I32{}, I8{});
-    } else if (SS && cluster <= 4) {
+    if (SS && cluster <= 4) {
       if (k <= 16) rank_items(I16{}, I4{});
       else if (k <= 32) rank_items(I32{}, I4{});
       else rank_items(I64{}, I4{});
