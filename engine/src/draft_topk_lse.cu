@@ -6,6 +6,8 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
+// v4's kernel options (kV4Opt*): kV4OptDefault (v8, session 6) for k > 1, the kV4OptV7b instantiation for k = 1;
+// DDTREE_TOPK_V4_OPT=v7b runs kV4OptV7b for every k (see env_v4_v7b).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
 // DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200

@@ -33,6 +33,9 @@
 // free of bank conflicts, CTA 0's ranks by eight interleaved branch-free searches, a round's reloads issued
 // together, and a float candidate filter (1x15 x 163,840 K = 16: 11.4 -> 8.8 µs; 8x15: 32.7 -> 28.4); v7b:
 // the merge's searches only as deep and as wide as k and the cluster need (8x15 K = 16: 27.3 µs).
+// v8 (NOTES, "v8 (session 6)"): k > 1 with a bound above -inf's key appends candidates per lane (float compares
+// into a bit mask, one shared atomic per lane with hits) instead of per (warp, vector) with eight ballots
+// (1x15 x 163,840 K = 16 / 32 / 64: 8.9 / 10.4 / 12.9 -> 8.6 / 9.4 / 11.3 µs; 8x15 K = 64: 36.9 -> 33.8).
 #pragma once
 
 // Parts: draft_topk_lse_v4/helpers.cuh (configuration, cluster primitives, shared-memory layout, helpers),
