@@ -131,9 +131,9 @@ __device__ __forceinline__ void v4_append_candidates(V4Smem<THREADS>& sm, const 
 
 // v8 (kV4OptLaneAppend) k > 1 visit, for a bound that is a finite logit's float (thr_f > -inf): then a logit
 // is a candidate iff it is >= thr_f (no id limit applies, and the -inf of invalid elements and of vectors
-// past the CTA never pass). Warp-uniform call; each lane appends its own admitted logits (usually none or
-// one): one shared atomic for its count, then one store per set bit. The order of the candidates in cbuf is
-// free (ranks are counted).
+// past the CTA never pass). No warp-level operation (and no vector maximum or vote first: 8 compares per
+// vector); each lane appends its own admitted logits (usually none or one): one shared atomic for its count,
+// then one store per set bit. The order of the candidates in cbuf is free (ranks are counted).
 template <typename T, int THREADS>
 __device__ __forceinline__ void v4_append_lane(V4Smem<THREADS>& sm, const uint4& v, int lv, const int& v0,
                                                const float& thr_f) {
