@@ -33,9 +33,11 @@ class DeployProgress:
         if self._enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            # The elapsed time before the detail, and the detail cut to what is left of the line:
+            # with the detail last but one, Rich squeezed the bar and cut the time ("0:01:…").
             self._progress = Progress(TextColumn("{task.fields[host]:<16}"), TextColumn("{task.fields[phase]:<9}"),
-                                      BarColumn(bar_width=30), TextColumn("{task.fields[detail]}"),
-                                      TimeElapsedColumn(), console=console.stderr(), transient=False)
+                                      BarColumn(bar_width=_BAR), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[detail]}"), console=console.stderr(), transient=False)
             self._progress.start()
             for h in self._hosts:
                 self._tasks[h] = self._progress.add_task("", total=None, host=h, phase="waiting", detail="")
@@ -49,7 +51,9 @@ class DeployProgress:
         with self._lock:
             if self._progress is not None:
                 task = self._tasks[e.host]
-                detail = escape(e.detail[:60])
+                longest = max((len(h) for h in self._hosts), default=16)  # the host column fits the longest
+                room = max(12, self._progress.console.width - _FIXED - max(0, longest - 16))
+                detail = escape(_cut(progress_detail(e), room))
                 if e.total is not None:
                     self._progress.update(task, phase=e.phase, detail=detail, total=e.total,
                                           completed=e.completed or 0)
@@ -60,6 +64,28 @@ class DeployProgress:
             elif self._plain and self._phase.get(e.host) != e.phase:
                 console.stderr().print(f"{escape(e.host)}: {e.phase} {escape(e.detail)}".rstrip())
             self._phase[e.host] = e.phase
+
+
+_BAR = 16
+_FIXED = 16 + 9 + _BAR + 7 + 4  # host, phase, bar, elapsed h:mm:ss, the spaces between the columns
+
+
+def progress_detail(e: DeployEvent) -> str:
+    """The words after the bar: rsync's percent and bytes, ninja's `[n/m]` and what that step makes
+    (the bar alone showed neither number)."""
+    if e.phase == "sync" and e.total and e.completed is not None:
+        return f"{e.completed * 100 / e.total:.0f}% {e.detail}".rstrip()
+    if e.phase == "build" and e.total and e.completed is not None:
+        words = e.detail.split()
+        what = e.detail
+        if words and words[0] in ("Building", "Linking"):  # "Building CUDA object CMakeFiles/x.dir/src/a.cu.o"
+            what = ("linking " if words[0] == "Linking" else "") + words[-1].rsplit("/", 1)[-1]
+        return f"[{e.completed:.0f}/{e.total:.0f}] {what}"
+    return e.detail
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def describe(r: DeployResult) -> str:

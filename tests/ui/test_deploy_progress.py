@@ -1,0 +1,48 @@
+"""Deploy's live progress lines on a terminal (Rich, on stderr) at 80 and 100 columns.
+
+README promises rsync's percent and ninja's `[n/m]` on each host's line; the bar showed them only
+as a bar, and with a long ninja step the detail squeezed the bar and cut the elapsed time
+("0:01:…")."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from ddtreectl.operations.deploy import DeployEvent
+from ddtreectl.ui import console, deploy_view
+
+STEP = "Building CUDA object CMakeFiles/ddtree.dir/src/draft_topk_lse.cu.o"
+
+
+def lines_after(events: list[DeployEvent], width: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The progress lines as the terminal shows them once the last event is in."""
+    term = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
+    monkeypatch.setattr(console, "stderr", lambda: term)
+    with deploy_view.DeployProgress(["gpu-node-01", "gpu-node-02"]) as progress:
+        for e in events:
+            progress.event(e)
+    raw = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", term.file.getvalue())  # type: ignore[attr-defined]
+    shown = [line for line in raw.replace("\r", "\n").split("\n") if line.startswith("gpu-node-0")]
+    return shown[-2:]  # the final frame: one line per host
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_lines_show_percent_steps_and_the_whole_elapsed_time(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, two = lines_after([DeployEvent("gpu-node-01", "sync", 37, 100, "1,206,183 bytes"),
+                            DeployEvent("gpu-node-02", "build", 3, 6, STEP)], width, monkeypatch)
+    assert "37% 1,206,183 bytes" in one, one
+    assert "[3/6] draft_topk_lse.cu.o" in two, two
+    for line in (one, two):
+        assert len(line.rstrip()) <= width, line
+        assert "0:00:0" in line and "…" not in line.split("0:00:0")[0], line
+
+
+def test_detail_words() -> None:
+    assert deploy_view.progress_detail(DeployEvent("h", "build", 6, 6, "Linking CUDA shared library libddtree.so")) \
+        == "[6/6] linking libddtree.so"
+    assert deploy_view.progress_detail(DeployEvent("h", "build", 0, None, "archs 90")) == "archs 90"
+    assert deploy_view.progress_detail(DeployEvent("h", "sync", 0, 100)) == "0%"
