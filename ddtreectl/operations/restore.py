@@ -11,7 +11,7 @@ from ddtreectl.errors import GpusBusyError, InventoryError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
-from ddtreectl.operations.units import drift, read_installed
+from ddtreectl.operations.units import drift, drift_hint, read_installed
 from ddtreectl.probes.gpu_holders import gpu_holders
 from ddtreectl.probes.status import probe_status
 from ddtreectl.render.units import RenderedService, render_service
@@ -79,7 +79,7 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
         if not options.force:
             raise RemoteCommandError(
                 f"installed unit drifted from the rendered one: {text}",
-                hint=f"see `ddtreectl render {host.name} --diff`; redeploy, or --force to start it as installed",
+                hint=drift_hint(problems, host.name),
                 host=host.name,
             )
         warnings.append(f"started despite drift (--force): {text}")

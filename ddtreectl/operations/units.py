@@ -44,6 +44,21 @@ class Drift:
         }[self.kind]
 
 
+def drift_hint(problems: list[Drift], host: str) -> str:
+    """What repairs each kind of drift: a redeploy rewrites the rendered files (and reloads), but it
+    installs no drop-ins and removes none, and it does not reload for a file it left alone."""
+    kinds = {d.kind for d in problems}
+    steps = []
+    if kinds & {"modified", "missing"}:
+        steps.append(f"`ddtreectl deploy --host {host}` reinstalls the rendered files")
+    if "drop-in" in kinds:
+        steps.append("remove the drop-in on the host (ddtreectl installs none, and a deploy leaves it), "
+                     "then `systemctl daemon-reload`")
+    elif "need-daemon-reload" in kinds and not kinds & {"modified", "missing"}:
+        steps.append("`systemctl daemon-reload` on the host")
+    return f"see `ddtreectl render {host} --diff`; " + "; ".join(steps + ["or --force to start it as installed"])
+
+
 @dataclass(frozen=True)
 class InstallResult:
     changed: tuple[str, ...]  # paths written
