@@ -35,7 +35,11 @@ def _exit_words(state: ServiceState) -> str:
     parts = []
     if state.result and state.result != "success":
         parts.append(f"result {state.result}")
-    if state.exec_main_status is not None:
+    if state.result == "exit-code" and state.exec_main_status == 0:
+        # A main process that exits 0 never makes `exit-code`: a helper command failed (or the main
+        # process never ran), and "exit status 0" read as a contradiction.
+        parts.append("an ExecStartPre/ExecStartPost/ExecStop command failed, not the main process")
+    elif state.exec_main_status is not None:
         parts.append(f"exit status {state.exec_main_status}")
     if state.n_restarts is not None:
         parts.append(_plural(state.n_restarts, "restart"))

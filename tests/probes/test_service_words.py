@@ -27,6 +27,10 @@ TABLE = [
     (state(active="deactivating", sub="stop-sigterm"), "stopping", "stopping (stop-sigterm)"),
     (state(active="failed", sub="failed", result="exit-code", status=3, restarts=0),
      "failed", "failed (result exit-code, exit status 3, 0 restarts)"),
+    # as read on a test host whose unit's ExecStartPre=/bin/false (ExecMainStatus=0, MainPID=0)
+    (state(active="failed", sub="failed", result="exit-code", status=0, restarts=3),
+     "failed", "failed (result exit-code, an ExecStartPre/ExecStartPost/ExecStop command failed, not the main "
+     "process, 3 restarts)"),
     (state(active="failed", sub="failed", result="start-limit-hit", status=1, restarts=5),
      "failed", "failed (result start-limit-hit, exit status 1, 5 restarts)"),
     (state(active="failed", sub="failed", result="signal", status=9, restarts=1),
