@@ -49,7 +49,7 @@ def trust(
             raise UsageError(f"no answer to the trust prompt for {offer.host.name} (stdin is not a terminal); "
                              "nothing was recorded",
                              hint=f"compare the fingerprint above out of band, then `ddtreectl trust "
-                                  f"{offer.host.name} --yes`") from None
+                                  f"{offer.host.name}{' --replace' if replace else ''} --yes`") from None
 
     outcome = trust_host(inventory, host, confirm=confirm, replace=replace)
     gpus = f"{len(outcome.gpu_uuids)} GPU UUID(s)" if outcome.gpu_uuids else "no GPUs"

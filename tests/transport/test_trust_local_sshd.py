@@ -169,6 +169,19 @@ def test_trust_without_an_answer_on_stdin_is_a_usage_error(start_sshd: Start, tm
     assert inv_path.read_text() == before
 
 
+def test_replace_without_an_answer_hints_the_command_that_replaces(start_sshd: Start, tmp_path: Path) -> None:
+    """The hint for a --replace that nobody answered said `trust box --yes`, which then refuses
+    because a different key is pinned: it must keep --replace."""
+    sshd = start_sshd()
+    old = keygen(tmp_path / "old")
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd, host_key=old)
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box", "--replace"], stdin="")
+    assert code == 2, err
+    assert "REPLACING" in out and "no answer" in err
+    assert "`ddtreectl trust box --replace --yes`" in err, err
+    assert old in inv_path.read_text()
+
+
 def test_status_of_a_never_trusted_host_says_so(start_sshd: Start, tmp_path: Path) -> None:
     """The summary of `status` for a host with no pinned key must not claim a pinned key differs."""
     sshd = start_sshd()
