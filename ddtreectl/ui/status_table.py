@@ -38,12 +38,15 @@ def render_status(report: StatusReport, console: Console) -> None:
     answered = sum(1 for h in report.hosts if h.answered)
     summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
     console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
-    # Reasons in full below the table (fingerprints must not be cut by a narrow column).
+    # Reasons in full below the table (fingerprints must not be cut by a narrow column), one line
+    # each when the output is not a terminal: Rich's wrap at 80 columns split the commands in the
+    # hints (`ddtreectl set-ip` / `HOST ADDRESS`) and fingerprints across lines of a log or a pipe.
+    unwrapped = not console.is_terminal
     for status in report.hosts:
         if status.error:
-            console.print(Text(f"{status.host.name}: {status.error}", style="red"))
+            console.print(Text(f"{status.host.name}: {status.error}", style="red"), soft_wrap=unwrapped)
             if status.hint:
-                console.print(Text(f"  hint: {status.hint}", style="dim"))
+                console.print(Text(f"  hint: {status.hint}", style="dim"), soft_wrap=unwrapped)
 
 
 def _table(report: StatusReport, *, compact: bool) -> Table:

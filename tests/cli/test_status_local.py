@@ -163,3 +163,19 @@ hosts:
     run = ddtreectl("-i", str(inventory), "status", env={"COLUMNS": "80"})
     assert run.returncode == 6, run.stderr
     assert "…" not in run.stdout, run.stdout
+
+
+def test_reasons_below_the_table_are_one_line_each_in_a_pipe(tmp_path: Path) -> None:
+    """Through a pipe (80 columns) the reason and hint of a host that did not answer were wrapped by
+    Rich, splitting `host:port` or a command of the hint across lines of a log."""
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: connects are refused (loopback only)
+    name = "gpu-node-with-a-long-name-in-rack-17-row-b"
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port}\n    gpus: 0\n")
+    run = ddtreectl("-i", str(inventory), "status", env={"COLUMNS": "80"})
+    assert run.returncode == 6, run.stderr
+    below = run.stdout.split("hosts answered")[1].splitlines()[1:]
+    assert below[0] == f"{name}: cannot reach 127.0.0.1:{port}: connection refused", below
+    assert below[1] == "  hint: is sshd running on that port? check `port:` in the inventory", below
