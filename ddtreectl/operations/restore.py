@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -103,10 +104,13 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
     return warnings
 
 
-def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> bool:
-    """Enable (optional) and start the unit unless it already runs; returns whether it was started."""
+def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> tuple[bool, str | None]:
+    """Enable (optional) and start the unit unless it already runs; returns whether it was started
+    and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal."""
     quoted = shlex.quote(unit)
-    state = transport.run(f"systemctl is-active -- {quoted}", timeout=15).stdout.strip()
+    out = transport.run(f"date +@%s; systemctl is-active -- {quoted}", timeout=15).stdout.split()
+    since = out[0] if out and re.fullmatch(r"@\d+", out[0]) else None
+    state = out[-1] if len(out) > 1 else ""
     commands = [f"systemctl enable --quiet -- {quoted}"] if enable else []
     if state not in ("active", "activating", "reloading"):
         commands += [f"systemctl reset-failed -- {quoted} 2>/dev/null || true",
@@ -117,7 +121,7 @@ def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) 
             raise RemoteCommandError(
                 f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
                 hint=f"ddtreectl logs {host.name}", host=host.name)
-    return state not in ("active", "activating", "reloading")
+    return state not in ("active", "activating", "reloading"), since
 
 
 def restore_host(
@@ -137,7 +141,7 @@ def restore_host(
     assert service is not None
     result = RestoreResult(host=host.name, unit=rendered.unit)
     result.warnings = preflight(transport, host, rendered, options)
-    result.started = start_service(transport, host, rendered.unit, enable=options.enable)
+    result.started, since = start_service(transport, host, rendered.unit, enable=options.enable)
     result.enabled = options.enable
 
     def record(event: PhaseEvent) -> None:
@@ -146,8 +150,8 @@ def restore_host(
         on_event(event)
 
     if gate:
-        result.failure = ServiceGate(transport, host.name, service, rendered.server_args,
-                                     on_event=record).run()
+        result.failure = ServiceGate(transport, host.name, service, rendered.server_args, on_event=record,
+                                     journal_since=since if result.started else None).run()
     result.duration_s = time.monotonic() - started_at
     not_audited = append_audit(transport, host.remote_root, "restore-service", unit=rendered.unit,
                                ok=result.ok, started=result.started, enabled=result.enabled,

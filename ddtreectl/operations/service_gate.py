@@ -88,8 +88,12 @@ class ServiceGate:
         on_event: Callable[[PhaseEvent], None] = lambda event: None,
         health: HealthSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        journal_since: str | None = None,
     ) -> None:
         self.transport = transport
+        # `@<epoch>` on the host's clock from before this start: a failure then shows this start's
+        # journal lines only, not older failures of the unit that read as the cause of this one.
+        self.journal_since = journal_since
         self.host = host
         self.service = service
         self.expected_args = expected_args
@@ -207,7 +211,8 @@ class ServiceGate:
 
     def _fail(self, phase: str, elapsed: float, reason: str) -> GateFailure:
         unit = shlex.quote(self.service.unit)
+        since = f" --since {shlex.quote(self.journal_since)}" if self.journal_since else ""
         journal = self.transport.run(
-            f"journalctl -u {unit} -n 30 --no-pager -o short-iso 2>&1 || true", timeout=15).stdout
+            f"journalctl -u {unit}{since} -n 30 --no-pager -o short-iso 2>&1 || true", timeout=15).stdout
         self.on_event(PhaseEvent(self.host, phase, "failed", elapsed, reason))
         return GateFailure(phase=phase, elapsed_s=elapsed, reason=reason, journal=journal)
