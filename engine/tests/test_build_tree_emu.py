@@ -34,11 +34,12 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
-    rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto)."""
+    rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
+    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -178,19 +179,27 @@ def test_all_zero_log_probs_fall_back_exactly(emu_binary: Path) -> None:
     assert check(emu_binary, torch.zeros(1, 3, 2), budget=[14]) == [0]  # small enough for the pool
 
 
-def test_unsorted_or_positive_rows_fall_back(emu_binary: Path) -> None:
+def test_unsorted_or_positive_rows_fall_back(emu_binary: Path, impl: str) -> None:
     lp = draft_lp(2, 6, 8, seed=3)
     lp[0, 2] = lp[0, 2].flip(0)  # ascending row
     lp[1, 0, 0] = 0.25  # a positive log-prob
     ev: dict[str, int] = {}
+    if impl == "v9":  # n_max 41: the warp heap, which follows the reference's arithmetic on any row
+        assert check(emu_binary, lp, budget=[40, 40], events=ev) == [0, 0]
+        assert ev.get("v9") == 2 and "invalid_rows" not in ev, ev
+        return
     assert check(emu_binary, lp, budget=[40, 40], events=ev) == [1, 1]
     assert ev.get("invalid_rows") == 2
 
 
-def test_inexact_fp64_sums_fall_back(emu_binary: Path) -> None:
+def test_inexact_fp64_sums_fall_back(emu_binary: Path, impl: str) -> None:
     lp = torch.tensor([[[-6.6857430702782494e-09, -20.0, -21.0],
                         [-5.3228440284729, -24.36475944519043, -34.079593658447266]]])
     ev: dict[str, int] = {}
+    if impl == "v9":  # the warp heap computes the heap's own (inexact) sums: nothing to fall back from
+        assert check(emu_binary, lp, budget=[12], events=ev) == [0]
+        assert ev.get("v9") == 1 and "inexact" not in ev, ev
+        return
     assert check(emu_binary, lp, budget=[12], events=ev) == [1]
     assert ev.get("inexact") == 1
 
@@ -258,6 +267,9 @@ def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budge
     assert check(emu_binary, lp, budget=[budget], seed=3, events=ev) == [0]
     if impl == "v6":
         assert "dp_bound" not in ev, ev
+        return
+    if impl == "v9":  # the warp heap for n_max <= 65; v8auto (v8 for M <= 32, else auto) for the others
+        assert ("v9" in ev) == (budget <= 64) and ("dp_bound" in ev) == (budget > 256), ev
         return
     if impl == "v8":  # v8 for M <= 64; auto (counting bound only where M > 256) for the others
         assert ("v8" in ev) == (budget <= 64) and ("dp_bound" in ev) == (budget > 256), ev
@@ -352,3 +364,86 @@ def test_default_takes_v8_up_to_m_32(emu_binary: Path, impl: str, monkeypatch: p
     lp = bench_rows(4, 64, 4.0, seed=3)
     assert check(emu_binary, lp, budget=[16, 32, 33, 64], n_max=65, seed=5, events=ev) == [0, 0, 0, 0]
     assert ev.get("v8") == 2, ev
+
+
+# ---- v9: the warp heap (build_tree/warp_heap.cuh), launches with n_max <= 65 and L <= 16 ----------------
+
+
+@pytest.mark.parametrize("budget", [1, 2, 16, 32, 33, 63, 64])
+def test_v9_decides_bench_rows_in_the_fast_mode(emu_binary: Path, impl: str, budget: int) -> None:
+    # The bench's and the decoder's shapes (K = M, 64, 1024; B = 2 with a smaller second budget): every
+    # pop decided by the quantized key, no exact rerun.
+    if impl != "v9":
+        pytest.skip("v9 only")
+    for k in sorted({budget, 64, 1024}):
+        for sharp in (8.0, 4.0, 1.0):
+            ev: dict[str, int] = {}
+            lp = bench_rows(2, k, sharp, seed=budget * 31 + k + int(sharp))
+            assert check(emu_binary, lp, budget=[budget, budget // 2], n_max=budget + 1, seed=k, events=ev) == \
+                [0, 0 if budget // 2 > 0 else -1]
+            assert ev.get("v9") == (2 if budget // 2 > 0 else 1) and "v9_exact" not in ev, (k, sharp, ev)
+
+
+def test_v9_exact_mode_orders_ties_by_rank_tuple(emu_binary: Path, impl: str) -> None:
+    # Real score ties (dyadic rows, all-zero rows, equal rows) and scores one fp32 ulp apart (the same
+    # quantized key): the fast pass sees a shared key and the exact mode rebuilds the request.
+    if impl != "v9":
+        pytest.skip("v9 only")
+    rng = random.Random(9)
+    for case in range(6):
+        depth, k = rng.randint(1, 16), rng.choice([2, 3, 16, 64])
+        lp = -torch.tensor([[[rng.randint(0, 8) / 4 for _ in range(k)] for _ in range(depth)]]).sort(-1).values
+        ev: dict[str, int] = {}
+        budget = rng.choice([9, 31, 64])
+        assert check(emu_binary, lp, budget=[budget], n_max=65, seed=case, events=ev) == [0]
+    ev = {}
+    assert check(emu_binary, torch.zeros(2, 15, 64), budget=[64, 20], n_max=65, events=ev) == [0, 0]
+    assert ev.get("v9_exact") == 2, ev
+    ev = {}
+    assert check(emu_binary, torch.full((1, 16, 16), -1.0), budget=[64], n_max=65, events=ev) == [0]
+    assert ev.get("v9_exact") == 1, ev
+    near = bench_rows(1, 64, 4.0, seed=3)
+    near[0, 0, 1] = torch.nextafter(near[0, 0, 0], torch.tensor(-math.inf))  # one ulp below the head
+    near[0, 1, 0] = near[0, 1, 1] = -0.5  # (0, 0) and (0, 1) tie exactly
+    near[0, 1] = near[0, 1].sort(descending=True).values
+    ev = {}
+    assert check(emu_binary, near, budget=[64], n_max=65, events=ev) == [0]
+    assert ev.get("v9_exact") == 1, ev
+
+
+def test_v9_any_rows_follow_the_reference_arithmetic(emu_binary: Path, impl: str) -> None:
+    # -inf padding, a depth with no candidate, K < M (the loose quantization window), L = 1 and L = 16,
+    # mixed budgets (M <= 32 and M > 32 layouts) in one launch.
+    if impl != "v9":
+        pytest.skip("v9 only")
+    lp = bench_rows(1, 64, 4.0, seed=9)
+    lp[0, 5, 20:] = -math.inf
+    lp[0, 9, 1:] = -math.inf
+    assert check(emu_binary, lp, budget=[64], n_max=65) == [0]
+    lp[0, 7, :] = -math.inf
+    assert check(emu_binary, lp, budget=[64], n_max=65) == [0]
+    assert check(emu_binary, torch.full((1, 4, 8), -math.inf), budget=[10]) == [0]
+    for depth, k in ((1, 64), (16, 8), (16, 3), (2, 1), (15, 1)):
+        ev: dict[str, int] = {}
+        lp = draft_lp(1, depth, k, seed=depth + k, sharp=2.0)
+        assert check(emu_binary, lp, budget=[64], n_max=65, events=ev) == [0]
+        assert ev.get("v9") == 1, ev
+    ev = {}
+    lp = bench_rows(5, 64, 4.0, seed=21)
+    assert check(emu_binary, lp, budget=[0, 1, 33, 64, 17], n_max=65, events=ev) == [-1, 0, 0, 0, 0]
+    assert ev.get("v9") == 4, ev
+
+
+def test_v9_launches_beyond_its_range_take_the_big_kernel(emu_binary: Path, impl: str) -> None:
+    # n_max = 66 or L = 17: the big kernel with the v8auto choice (v8 for M <= 32, auto for the others).
+    if impl != "v9":
+        pytest.skip("v9 only")
+    ev: dict[str, int] = {}
+    lp = bench_rows(2, 64, 4.0, seed=4)
+    assert check(emu_binary, lp, budget=[16, 64], n_max=66, events=ev) == [0, 0]
+    assert "v9" not in ev and ev.get("v8") == 1, ev
+    ev = {}
+    lp = draft_lp(1, 17, 16, seed=5)
+    assert check(emu_binary, lp, budget=[16], n_max=17, events=ev) == [0]
+    assert "v9" not in ev, ev
+

@@ -18,6 +18,7 @@ static std::map<std::string, int> g_events;
 #include <string>
 
 #include "ddtree/kernels/build_tree.cuh"
+#include "ddtree/kernels/build_tree/warp_heap.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -65,10 +66,18 @@ int main() {
   if (const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL")) {
     const std::string s(v);
     p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
-             : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto : bt::kImplV6;
+             : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto
+             : s == "v9" ? bt::kImplV9 : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
-  emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
+  if (bt::warp_heap_applies(p.impl, n_max, L)) {  // as the launcher: the warp-heap kernel (never falls back)
+    static_assert(sizeof(bt::WhSmem) <= bt::kSmemBytes, "the emulator's shared buffer holds the warp heap's");
+    for (int b = 0; b < B; ++b) g_fallback[b] = std::min(std::max(p.budget[b], 0), n_max - 1) > 0 && L > 0 ? 0 : -1;
+    emu_launch(B, bt::kWhThreads, [&p] { bt::build_tree_warp_heap_kernel(p); });
+  } else {
+    if (p.impl == bt::kImplV9) p.impl = bt::kImplV8Auto;
+    emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
+  }
   for (int b = 0; b < B; ++b) {
     const size_t o = static_cast<size_t>(b) * n_max;
     std::printf("%d %d |", g_fallback[b], num[b]);
