@@ -9,8 +9,12 @@ checked against the reference before it is timed. Usage:
 Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=auto (the session-4 default: v6, or v6dp
 where M > 256), v8 (v8 where M <= 64, else auto) and v8p8 (v8 with 8 probing warps), and with
 --all-impls also v6 / v6dp / v7 (the selections the launcher can pick; see src/build_tree.cu), in the
-same process, next to the library's default (v8auto: v8 where M <= 32, else auto). --targets adds the
-end-to-end decoder's shapes (M = K = 16 and 64, B = 1 and 8).
+same process, next to the library's default (v9: one warp's exact heap for launches with n_max <= 65 and
+L <= 16, else v8auto = v8 where M <= 32, else auto). --targets adds the end-to-end decoder's shapes
+(M = K = 16 and 64, B = 1 and 8). --small times only the M <= 64 rows (issue #3's M = 64 with K = 64 and
+1024, issue #6's M = K = 16 and 64; B = 1 and 8) under v8auto (the session-5 default), v9, v9p, v8, auto
+and the default, times v8 on each request of the M = 64, K = 64, B = 8, sharpness-8 batch alone, and with
+--dump-lp saves the B = 8 batches' log-probs (for the CPU emulator).
 """
 from __future__ import annotations
 
@@ -51,6 +55,8 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 
 
 IMPLS = ["auto", "v8", "v8p8", "default"]
+SMALL_IMPLS = ["v8auto", "v9", "v9p", "v8", "auto", "default"]
+DUMPS: dict[str, torch.Tensor] = {}
 
 
 def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[str, float | int | str]:
@@ -73,13 +79,40 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
                     raise AssertionError(f"M={m} K={k} B={bsz} {impl}: kernel {name} differs from the reference")
             times[impl] = (graph_time(fn, calls=20, reps=25), graph_time(fn, calls=1, reps=25))
     t_call, t_one = times["default"]
+    if bsz > 1 and m <= 64:
+        DUMPS[f"M{m}_K{k}_B{bsz}_s{sharp:g}"] = lp.cpu()
+    per_request = []
+    if (m, k, bsz, sharp) == (64, 64, 8, 8.0) and "v8" in IMPLS:  # where v8 was 2.3x slower than at B = 1
+        with scoped_env({"DDTREE_BUILD_TREE_IMPL": "v8"}):
+            for b in range(bsz):
+                one = [t[b:b + 1].contiguous() for t in (lp, ids, root, ctx, budget)]
+                per_request.append(graph_time(lambda: build_tree(*one, n_max), calls=20, reps=25) * 1e6)  # noqa: B023
     lp_lists = lp.cpu().tolist()
     t_heap = heap_time(lp_lists, m, heap_reps)
     depth_max = int(got.node_depth.max())
     return {"M": m, "K": k, "B": bsz, "sharp": sharp, "kernel_us": t_call * 1e6, "kernel_1launch_us": t_one * 1e6,
             **{f"{i}_us": times[i][0] * 1e6 for i in IMPLS if i != "default"},
             "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call,
-            "ratio_1launch": t_heap / t_one, "max_depth": depth_max}
+            "ratio_1launch": t_heap / t_one, "max_depth": depth_max, "v8_per_request_us": per_request}
+
+
+def print_small(rows: list[dict]) -> None:
+    """The --small table: every selection's us per call (20-launch graph), the default against the
+    session-5 default (v8auto) in the same process, and the Python heap."""
+    named = [i for i in IMPLS if i != "default"]
+    print("\n| M | K | B | sharp | " + " | ".join(f"{i} us" for i in named) + " | default us | v8auto / default | "
+          "v8auto / v9 | v8auto / v9p | default 1-launch us | heap us | heap / default |")
+    print("|---" * (len(named) + 11) + "|")
+    for r in rows:
+        cols = " | ".join(f"{r[f'{i}_us']:.2f}" for i in named)
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {cols} | {r['kernel_us']:.2f} | "
+              f"{r['v8auto_us'] / r['kernel_us']:.2f}x | {r['v8auto_us'] / r['v9_us']:.2f}x | "
+              f"{r['v8auto_us'] / r['v9p_us']:.2f}x | {r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | "
+              f"{r['ratio']:.1f}x |")
+    for r in rows:
+        if r["v8_per_request_us"]:
+            print(f"v8 alone on each request of M={r['M']} K={r['K']} B={r['B']} sharp={r['sharp']:g}: "
+                  + " ".join(f"{t:.1f}" for t in r["v8_per_request_us"]) + " us")
 
 
 def main() -> None:
@@ -89,9 +122,13 @@ def main() -> None:
     ap.add_argument("--targets", action="store_true",
                     help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
     ap.add_argument("--all-impls", action="store_true", help="also time v6, v6dp and v7")
+    ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v9p / v8 / auto")
+    ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:
         IMPLS[:0] = ["v6", "v6dp", "v7"]
+    if args.small:
+        IMPLS[:] = SMALL_IMPLS
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
     configs = []
@@ -105,6 +142,8 @@ def main() -> None:
         configs += [(256, 64, 64), (1024, 64, 64), (16, 16, 1), (16, 16, 8), (64, 64, 8)]
     if args.quick:
         configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (256, 64, 64), (1024, 64, 1), (1024, 1024, 8)]
+    if args.small:
+        configs = [(16, 16, 1), (16, 16, 8), (64, 64, 1), (64, 64, 8), (64, 1024, 1), (64, 1024, 8)]
     rows = []
     for m, k, bsz in configs:
         for sharp in (8.0, 4.0, 1.0):
@@ -112,6 +151,13 @@ def main() -> None:
             rows.append(bench_one(m, k, bsz, sharp, heap_reps))
             r = rows[-1]
             print(f"  done M={m} K={k} B={bsz} sharp={sharp}: {r['kernel_us']:.2f} us", flush=True)
+    if args.dump_lp:
+        torch.save(DUMPS, args.dump_lp)
+    if args.small:
+        print_small(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows}, indent=1))
+        return
     # The serial fallback (all scores equal: only lexicographic order decides), for reference.
     zeros = torch.zeros(1, L, 64, device="cuda")
     ids = torch.zeros(1, L, 64, dtype=torch.int32, device="cuda")

@@ -333,6 +333,58 @@ DDTREE_SELFTEST(build_tree_small_budgets) {
   }
 }
 
+// The warp heap's range (launches with n_max <= 65, L <= 16: v9 under the default): -inf padding and a
+// depth without candidates, K < M, unsorted and positive rows (the heap's own arithmetic), one-ulp-apart
+// and exactly tied scores (its exact mode), L = 1 and 16, budgets 0..64 mixed in one launch.
+DDTREE_SELFTEST(build_tree_warp_heap_edges) {
+  st::Rng rng(606);
+  auto drafted = [&](int L, int K, float sharp) {
+    std::vector<float> lp(size_t(L) * K);
+    for (int d = 0; d < L; ++d) {
+      std::vector<float> row(std::max(K, 512));
+      for (auto& x : row) x = sharp * rng.normal();
+      float mx = -INFINITY;
+      for (float x : row) mx = std::max(mx, x);
+      double sum = 0;
+      for (float x : row) sum += std::exp(double(x - mx));
+      std::sort(row.begin(), row.end(), [](float a, float c) { return a > c; });
+      for (int k = 0; k < K; ++k) lp[size_t(d) * K + k] = row[k] - mx - float(std::log(sum));
+    }
+    return lp;
+  };
+  for (int L : {1, 15, 16}) {
+    for (int K : {8, 64}) {
+      std::vector<Request> reqs;
+      const int budgets[] = {64, 0, 1, 33, 17, 64, 64, 64};
+      for (int b = 0; b < 8; ++b) {
+        std::vector<float> lp = drafted(L, K, b < 4 ? 3.f : 6.f);
+        if (b == 5) {  // -inf padding, and (L > 2) a depth with no candidate at all
+          for (int d = 0; d < L; ++d)
+            for (int k = K / 2; k < K; ++k) lp[size_t(d) * K + k] = -INFINITY;
+          if (L > 2) for (int k = 0; k < K; ++k) lp[size_t(2) * K + k] = -INFINITY;
+        }
+        if (b == 6) {  // unsorted and positive
+          std::reverse(lp.begin(), lp.begin() + K);
+          lp[size_t(L - 1) * K] = 0.5f;
+        }
+        if (b == 7) {  // one ulp apart at the head, and an exact tie between two branches
+          if (K > 1) lp[1] = std::nextafter(lp[0], -INFINITY);
+          if (L > 1 && K > 1) lp[size_t(1) * K + 1] = lp[size_t(1) * K];
+        }
+        Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
+        for (auto& id : r.ids) id = rng.below(160000);
+        reqs.push_back(r);
+      }
+      auto got = device_build(reqs, L, K, 65);
+      for (size_t b = 0; b < reqs.size(); ++b) {
+        std::string what = st::format("warp heap L=%d K=%d b=%d budget=%d", L, K, int(b), reqs[b].budget);
+        expect_same(got[b], host_build(reqs[b], L, K, 65), what.c_str());
+        if (b != 6) expect_invariants(got[b], reqs[b], L, K, 65);  // unsorted rows break the rank walk
+      }
+    }
+  }
+}
+
 // Inputs that the parallel path must hand to the exact serial fallback.
 DDTREE_SELFTEST(build_tree_fallback_inputs) {
   const int L = 15, K = 64, n_max = 1025;

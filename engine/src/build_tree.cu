@@ -33,9 +33,9 @@ ddtree_status_t prepare() {
 // Which selection runs. DDTREE_BUILD_TREE_IMPL=v6 (chain bound + level pool), v6dp (counting bound +
 // level pool), v7 (counting bound + deviation rounds), auto (the session-4 default: v6dp for requests
 // with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
-// the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others) or v9 (the
+// the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others), v9 (the
 // warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, v8auto for the
-// others); unset or anything else: kDefaultImpl (bench/NOTES.md "### v9 (session 6)" says why). Read
+// others) or v9p (v9 with precomputed successor records); unset or anything else: kDefaultImpl (bench/NOTES.md "### v9 (session 6)" says why). Read
 // on every call (a getenv, no sync) so that one process can A/B them; a captured graph keeps the value
 // it was captured with.
 constexpr int kDefaultImpl = bt::kImplV9;
@@ -50,6 +50,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v8p8") == 0) return bt::kImplV8P8;
   if (std::strcmp(v, "v8auto") == 0) return bt::kImplV8Auto;
   if (std::strcmp(v, "v9") == 0) return bt::kImplV9;
+  if (std::strcmp(v, "v9p") == 0) return bt::kImplV9P;
   return kDefaultImpl;
 }
 
@@ -101,7 +102,7 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
     bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem), static_cast<cudaStream_t>(stream)>>>(p);
     return ddtree::detail::check_launch("build_tree warp-heap kernel launch");
   }
-  if (p.impl == bt::kImplV9) p.impl = bt::kImplV8Auto;  // the big kernel's choice for the other launches
+  if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9P) p.impl = bt::kImplV8Auto;  // the big kernel's choice for the other launches
   bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   return ddtree::detail::check_launch("build_tree kernel launch");
 }

@@ -25,12 +25,14 @@ from ddtree_engine.ops.build_tree import build_tree  # noqa: E402  (loads libddt
 DEV = torch.device("cuda")
 
 
-@pytest.fixture(autouse=True, params=["v8auto", "auto", "v6", "v6dp", "v7", "v8"])
+@pytest.fixture(autouse=True, params=["v9", "v9p", "v8auto", "auto", "v6", "v6dp", "v7", "v8"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs on each selection the launcher can pick (DDTREE_BUILD_TREE_IMPL, read per call;
-    v8auto is the library default): v6 (chain bound + level pool), v6dp (counting bound + level pool), v7
+    v9 is the library default): v6 (chain bound + level pool), v6dp (counting bound + level pool), v7
     (counting bound + deviation rounds + counting order), auto (v6dp where M > 256, else v6), v8 (integer
-    scores + warp threshold probes where M <= 64, else auto), v8auto (v8 where M <= 32, else auto)."""
+    scores + warp threshold probes where M <= 64, else auto), v8auto (v8 where M <= 32, else auto), v9 (one
+    warp's exact heap for launches with n_max <= 65 and L <= 16, else v8auto), v9p (v9 with precomputed
+    successor records)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -177,3 +179,35 @@ def test_small_budgets_with_zero_heads_and_ties() -> None:
     lp[2] = -(torch.randint(0, 9, (15, 64), generator=gen).float() / 4)
     lp = lp.sort(-1, descending=True).values
     run_both(lp, [64, 64, 64, 1, 33, 16], n_max=65)
+
+
+def test_small_launches_edges_and_graph_replay() -> None:
+    # The warp heap's range (n_max <= 65, L <= 16) and its edges: -inf padding, K < M, L = 16 and 17 (the
+    # big kernel), n_max = 66 (the big kernel), scores one ulp apart and exact ties (the exact mode), then
+    # a captured graph replayed on new rows and budgets.
+    lp = draft_lp(4, 15, 64, seed=41, sharp=4.0)
+    lp[1, :, 40:] = -math.inf
+    lp[2, 0, 1] = torch.nextafter(lp[2, 0, 0], torch.tensor(-math.inf))
+    lp[3, 1, 1] = lp[3, 1, 0]
+    run_both(lp, [64, 64, 64, 64], n_max=65)
+    run_both(draft_lp(2, 16, 8, seed=42), [64, 40], n_max=65)
+    run_both(draft_lp(2, 17, 8, seed=43), [64, 40], n_max=65)
+    run_both(draft_lp(2, 15, 64, seed=44), [64, 16], n_max=66)
+    bsz, depth, k, n_max = 8, 15, 64, 65
+    lp = draft_lp(bsz, depth, k, seed=45).to(DEV)
+    ids = torch.randint(0, 1000, (bsz, depth, k), dtype=torch.int32, device=DEV)
+    root = torch.arange(bsz, dtype=torch.int32, device=DEV)
+    ctx = torch.full((bsz,), 10, dtype=torch.int32, device=DEV)
+    bud = torch.tensor([64, 0, 16, 3, 64, 33, 1, 64], dtype=torch.int32, device=DEV)
+    build_tree(lp, ids, root, ctx, bud, n_max)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = build_tree(lp, ids, root, ctx, bud, n_max)
+    for seed in range(3):
+        lp.copy_(draft_lp(bsz, depth, k, seed=200 + seed, sharp=1.0 + 3 * seed))
+        bud.copy_(torch.tensor([seed * 20, 64, 1, 17, 64, 64, 32, 5], dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = ref_build_tree(lp.cpu(), ids.cpu(), root.cpu(), ctx.cpu(), bud.cpu(), n_max)
+        assert_same(out, want, f"small graph replay {seed}")

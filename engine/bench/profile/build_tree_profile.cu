@@ -46,6 +46,7 @@ __device__ __forceinline__ int* mark_counter() {
   } while (0)
 
 #include "ddtree/kernels/build_tree.cuh"
+#include "ddtree/kernels/build_tree/warp_heap.cuh"
 
 namespace bt = ddtree::build_tree_k;
 
@@ -82,6 +83,12 @@ __global__ void __launch_bounds__(bt::kThreads, 1) empty_kernel(int* x) {
   if (threadIdx.x == 0 && x[0] == 12345) sm[0] = 1;
 }
 
+// The same floor for the warp-heap kernel's launch shape (128 threads, its dynamic shared memory).
+__global__ void __launch_bounds__(bt::kWhThreads) empty_small_kernel(int* x) {
+  extern __shared__ unsigned char sm[];
+  if (threadIdx.x == 0 && x[0] == 12345) sm[0] = 1;
+}
+
 template <int T>
 void run_barrier_probe() {
   long long* d;
@@ -110,7 +117,10 @@ int main(int argc, char** argv) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < 20; ++i) empty_kernel<<<1, bt::kThreads, bt::kSmemBytes, st>>>(dx);
+    for (int i = 0; i < 20; ++i) {
+      if (argc > 1) empty_small_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem), st>>>(dx);
+      else empty_kernel<<<1, bt::kThreads, bt::kSmemBytes, st>>>(dx);
+    }
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     CK(cudaGraphLaunch(ge, st));
@@ -129,15 +139,17 @@ int main(int argc, char** argv) {
       t.push_back(ms * 1e3f / 20);
     }
     std::sort(t.begin(), t.end());
-    std::printf("empty kernel (same block size and shared memory) in a 20-launch graph: %.2f us per launch\n", t[t.size() / 2]);
+    std::printf("empty kernel (%s block size and shared memory) in a 20-launch graph: %.2f us per launch\n",
+                argc > 1 ? "the warp heap's" : "the big kernel's", t[t.size() / 2]);
   }
   struct Cfg { int M, K; float sharp; };
   // v8's shapes (M <= 64: the bench's and the end-to-end decoder's) first, then one M = 256 row.
-  const Cfg cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {64, 1024, 8.f}, {16, 16, 4.f}, {256, 64, 4.f}};
+  const Cfg cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {64, 1024, 8.f}, {16, 16, 8.f}, {16, 16, 4.f}, {16, 16, 1.f}, {256, 64, 4.f}};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   float* d_spin;
   CK(cudaMalloc(&d_spin, 1 << 20));
   for (const Cfg& c : cfgs) {
+    if (argc > 1 && c.M > 64) continue;
     std::mt19937 rng(c.M + c.K);
     std::normal_distribution<float> nd(0.f, 1.f);
     const int V = 32000;
@@ -163,8 +175,10 @@ int main(int argc, char** argv) {
     bt::Params p{d_lp, d_ids, d_small, d_small + 1, d_small + 2, L, c.K, n_max, W,
                  d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
                  d_out + 5 * n_max, d_out + 6 * n_max};
-    // Each selection (auto = the session-4 default, v8: common.cuh) on the same inputs.
-    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8})
+    // Each selection (auto = the session-4 default, v8: common.cuh; v9 / v9p: the warp-heap kernel of
+    // build_tree/warp_heap.cuh, marks 110 rows loaded, 111 heap done) on the same inputs. Argument "small":
+    // the M <= 64 configurations with auto, v8, v9 and v9p only.
+    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9, bt::kImplV9P})
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -172,7 +186,13 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyToSymbol(g_mark_n, &zero, 4));
       cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
       CK(cudaEventRecord(e0));
-      bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
+      if (impl == bt::kImplV9 || impl == bt::kImplV9P) {
+        if (c.M > bt::kWhMaxM) continue;
+        bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
+      } else {
+        if (argc > 1 && impl == bt::kImplV8P8) continue;
+        bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
+      }
       CK(cudaEventRecord(e1));
       CK(cudaDeviceSynchronize());
       float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -181,7 +201,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9P ? "v9p" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

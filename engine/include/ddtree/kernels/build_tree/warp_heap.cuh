@@ -1,30 +1,35 @@
 // build_tree, v9: the reference heap itself, run by one warp, for launches with n_max <= 65 (M <= 64) and
-// L <= 16. A kernel of its own (128 threads, ~14 KB of static shared memory, one CTA per request);
+// L <= 16. A kernel of its own (128 threads, ~20 KB of dynamic shared memory, one CTA per request);
 // bench/NOTES.md "### v9 (session 6)" has the design, the cycle estimate and the measurements.
 //
 // Why a heap is fine here. The spec's warning is about one thread at large M. At M <= 64 the frontier
 // holds at most M entries (each pop replaces itself by its next sibling and adds at most one child, and
-// the child of the last pop is never needed), so it fits one or two registers per lane of one warp, and a
-// pop is one warp min-reduction (`__reduce_min_sync`) on a 32-bit key whose low 7 bits name the slot.
-// Scores are the reference's own fp64 values, computed in the reference's order (sibling
-// fl(fl(s - lp[r]) + lp[r+1]), child fl(s + lp[d][0])), so no row is ever "invalid" here: unsorted,
-// positive, inexact or -inf rows all follow the reference's arithmetic.
+// the child of the last pop is never needed), so their keys fit one or two registers per lane of one
+// warp, and a pop is one warp min-reduction (`__reduce_min_sync`) on a 32-bit key whose low 7 bits name
+// the slot. Scores are the reference's own fp64 values, computed in the reference's order (sibling
+// fl(fl(s - lp[r]) + lp[r+1]), child fl(s + lp[d][0])), so no row is "invalid" here: unsorted, positive,
+// inexact or -inf rows all follow the reference's arithmetic, and nothing falls back to another kernel.
 //
 // The fast key. key = q(score) << 7 | slot, q a monotone (non-increasing in the score) 25-bit quantization
-// of the score's magnitude bits over 16 binades below 4 |low| (low = an estimate of the M-th score). If
-// the popped key's q is strictly smaller than every other frontier entry's q, its score is strictly the
-// largest, so the pop equals the reference's. Each lane records whether another of its entries shares the
-// winner's q (no warp operation per pop); one vote at the end says whether any pop was not decided by q
-// alone (a real score tie, or two scores within ~2^-21 relative), and then the request is built again in
-// the exact mode: keys (ord(score), rank-tuple code), reduced by a shuffle butterfly, ties by tuple as
-// the reference orders them (a prefix before its extensions). Slow (~5x per pop), only on such rows.
+// of the high word of the double (2^20 buckets per binade, 32 binades below 4 |low|, low = an estimate of
+// the M-th score). If the popped key's q is strictly smaller than every other frontier entry's q, its score
+// is strictly the largest, so the pop equals the reference's. Each lane records whether another of its
+// keys shares the winner's q (no warp operation per pop); one vote at the end says whether any pop was not
+// decided by q alone (a real score tie, or two scores within ~2^-20 relative), and then the request is
+// built again in the exact mode: keys (ord(score), rank-tuple code) reduced by a shuffle butterfly, ties
+// by tuple as the reference orders them (a prefix before its extensions). Slower, only on such rows.
 //
-// Per pop (fast mode): the reduction gives every lane the winning slot; every lane fetches the winner's
-// precomputed child (score, key, meta) with three shuffles from the winner's lane; the winner's slot
-// becomes its next sibling (precomputed in place, no communication), the child takes the next free slot.
-// Fresh entries then precompute their own successors' scores and keys (shared-memory rows, fp64), off the
-// path to the next reduction unless they are popped right away. Lane 0 records the node (parent, depth,
-// rank, previous sibling), its sibling-list slot and its ancestor row (parent's row | own bit).
+// Per pop: the reduction gives every lane the winning slot; every lane reads the slot's record from shared
+// memory (the same address: a broadcast), and all lanes compute the same successor scores and keys. The
+// winner's slot becomes its next sibling (its lane installs the key), the child takes the next free slot
+// (its lane installs the key), and all lanes write the new records (equal values). Two layouts of that
+// work (both kept for the H200 A/B, DDTREE_BUILD_TREE_IMPL=v9 / v9p):
+// * v9 (lazy): a record holds the entry's score and the three log-probs its successors need (lp[d-1][r],
+//   lp[d-1][r+1], lp[d][0], loaded when the entry is created); the pop computes the two successor scores
+//   and keys: 3 fp64 adds and 2 quantizations per pop, on the path to the next reduction.
+// * v9p (precomputed): a record holds the successors' scores and keys, computed when the entry is created;
+//   a pop only installs them (a shorter path) but computes the successors of both new entries (twice the
+//   arithmetic, off the path unless a new entry pops next).
 #pragma once
 
 #include "ddtree/kernels/build_tree/common.cuh"
@@ -35,6 +40,7 @@ namespace build_tree_k {
 // v9 = this kernel for launches it applies to (n_max <= kWhMaxM + 1, L <= kWhMaxL), the v8auto choice
 // (the big kernel) for the others.
 constexpr int kImplV9 = 7;
+constexpr int kImplV9P = 8;  // v9 with precomputed successor records (the A/B layout)
 constexpr int kWhMaxM = 64;
 constexpr int kWhMaxL = 16;
 constexpr int kWhThreads = 128;
@@ -44,16 +50,16 @@ constexpr uint32_t kWhQMax = (1u << 25) - 2u;  // real keys stay below 0xFFFFFF8
 constexpr uint32_t kWhNone = 0xFFu;            // "no previous sibling" in a meta word
 
 __host__ __device__ inline bool warp_heap_applies(int impl, int n_max, int depth) {
-  return impl == kImplV9 && n_max <= kWhMaxM + 1 && depth <= kWhMaxL;
+  return (impl == kImplV9 || impl == kImplV9P) && n_max <= kWhMaxM + 1 && depth <= kWhMaxL;
 }
 
-// One frontier slot (64 bytes): the entry's precomputed successors, read by every lane at its pop.
+// One frontier slot's record (80 bytes), read by every lane at its pop.
 struct WhSlot {
-  uint32_t ck, sk, mt, pad;  // child's / next sibling's key (kWhInf = none), the entry's meta
-  double csc, ssc;           // child's / next sibling's score
-  double sc;                 // the entry's score (exact mode)
-  unsigned long long th, tl;  // its rank-tuple code (exact mode)
-  unsigned long long pad2;
+  uint32_t ck, sk, mt, pad;   // v9p: child's / next sibling's key (kWhInf = none); both: the entry's meta
+  double csc, ssc;            // v9p: child's / next sibling's score
+  double sc, x0;              // the entry's score; v9: lp[d-1][r]
+  double x1, y;               // v9: lp[d-1][r+1] (-inf: no sibling), lp[d][0] (-inf: no child)
+  unsigned long long th, tl;  // exact mode: the rank-tuple code
 };
 
 struct WhSmem {
@@ -71,44 +77,46 @@ __device__ __forceinline__ uint32_t wh_meta(uint32_t par, uint32_t d, uint32_t r
   return par | (d << 8) | (r << 16) | (prev << 24);
 }
 
-// Monotone quantization of a score (non-increasing in the score): the high word of the double (sign,
-// 11 exponent bits, 20 mantissa bits) of -s, minus `base`, clamped to [0, kWhQMax], shifted left by 7 for
-// the slot. 2^20 buckets per binade, 32 binades in the window (see the kernel for `base`). Scores >= +0
-// (positive rows) land in bucket 0; equal buckets are caught as dups, so nothing here needs to be exact.
-__device__ __forceinline__ uint32_t wh_quant(double s, int base) {
-  const int mag = max(__double2hiint(s) ^ static_cast<int>(0x80000000u), 0);
-  return static_cast<uint32_t>(min(max(mag - base, 0), static_cast<int>(kWhQMax))) << 7;
+// Monotone quantization of a score (non-increasing in the score): u = the high word of the double (sign,
+// 11 exponent bits, 20 mantissa bits); for s <= -0, u - 0x80000000 is the magnitude, increasing in -s.
+// hb = 0x80000000 + base: q = clamp(u - hb, 0, kWhQMax), then << 7 for the slot. Scores >= +0 (positive
+// rows) and scores above the window land in bucket 0; a shared bucket is caught as a dup.
+__device__ __forceinline__ uint32_t wh_quant(double s, uint32_t hb) {
+  const uint32_t u = static_cast<uint32_t>(__double2hiint(s));
+  return min(max(u, hb) - hb, kWhQMax) << 7;
 }
 
 // Order key of the exact mode: smaller = larger score (-0.0 folded into +0.0, as the heap compares them).
 __device__ __forceinline__ unsigned long long wh_ord(double s) { return ~ord_asc(s); }
 
-// Bit position of the rank digit of depth d (1-based) in the two-word tuple code: depths 1..9 in the
-// high word (7 bits each from bit 56 down), 10..16 in the low word. Digit = rank + 1 (<= 64), so a
-// prefix (zeros after it) sorts before its extensions.
+// Rank digit of depth d (1-based) in the two-word tuple code: depths 1..9 in the high word (7 bits each
+// from bit 56 down), 10..16 in the low word. Digit = rank + 1 (<= 64), so a prefix (zeros after it) sorts
+// before its extensions.
 __device__ __forceinline__ void wh_digit(int d, unsigned long long* hi, unsigned long long* lo) {
   *hi = d <= 9 ? 1ull << (63 - 7 * d) : 0ull;
   *lo = d <= 9 ? 0ull : 1ull << (63 - 7 * (d - 9));
 }
 
-// A new entry (score s, meta m, depth d, rank r): its successors' scores and keys into slot `sl`. Every
-// lane computes the same values and writes them (one store of equal values per warp); every lane later
-// reads back only what it wrote itself, so no lane depends on another's store (no __syncwarp needed).
-template <bool EXACT>
-__device__ __forceinline__ void wh_new_entry(WhSmem& W, int sl, double s, uint32_t m, unsigned long long th,
-                                             unsigned long long tl, int L, int R, int base) {
-  const int d = static_cast<int>((m >> 8) & 0xFFu), r = static_cast<int>((m >> 16) & 0xFFu);
-  const double* row = W.lp + (d - 1) * kWhStride + r;
-  // Next sibling: rank r + 1 (ranks >= M never pop: M earlier siblings would have to pop first).
-  const bool sib = r + 1 < R, kid = d < L;
-  const double x0 = row[0], x1 = sib ? row[1] : kNegInf, y = kid ? row[kWhStride - r] : kNegInf;
-  const double ssc = __dadd_rn(__dsub_rn(s, x0), x1), csc = __dadd_rn(s, y);
+// Writes the record of a new entry into slot sl: score s, meta m, the log-probs x0 = lp[d-1][r],
+// x1 = lp[d-1][r+1] (-inf: no sibling), y = lp[d][0] (-inf: no child). v9p computes the successors' scores
+// and keys here. Every lane computes and writes the same values; a lane later reads back only records it
+// wrote itself, after a warp barrier that follows every lane's earlier reads of the slot.
+template <bool EXACT, bool LAZY>
+__device__ __forceinline__ void wh_put(WhSmem& W, int sl, double s, uint32_t m, double x0, double x1, double y,
+                                       unsigned long long th, unsigned long long tl, uint32_t hb) {
   WhSlot& o = W.slot[sl];
-  *reinterpret_cast<uint4*>(&o.ck) = make_uint4(y != kNegInf ? (EXACT ? 0u : wh_quant(csc, base)) : kWhInf,
-                                                x1 != kNegInf ? (EXACT ? 0u : wh_quant(ssc, base)) : kWhInf, m, 0u);
-  *reinterpret_cast<double2*>(&o.csc) = make_double2(csc, ssc);
+  if (LAZY) {
+    *reinterpret_cast<double2*>(&o.sc) = make_double2(s, x0);
+    *reinterpret_cast<double2*>(&o.x1) = make_double2(x1, y);
+    o.mt = m;
+  } else {
+    const double ssc = __dadd_rn(__dsub_rn(s, x0), x1), csc = __dadd_rn(s, y);
+    *reinterpret_cast<uint4*>(&o.ck) = make_uint4(y != kNegInf ? (EXACT ? 0u : wh_quant(csc, hb)) : kWhInf,
+                                                  x1 != kNegInf ? (EXACT ? 0u : wh_quant(ssc, hb)) : kWhInf, m, 0u);
+    *reinterpret_cast<double2*>(&o.csc) = make_double2(csc, ssc);
+    if (EXACT) o.sc = s;
+  }
   if (EXACT) {
-    o.sc = s;
     o.th = th;
     o.tl = tl;
   }
@@ -117,24 +125,25 @@ __device__ __forceinline__ void wh_new_entry(WhSmem& W, int sl, double s, uint32
 // One warp runs the heap for M pops at most. Returns the node count (root included), or -1 (fast mode
 // only) when some pop was not decided by the quantized key alone: the caller runs the exact mode.
 // Writes W.meta and W.anc of each node; the sibling lists are left to the caller. Registers hold only
-// the keys (S per lane: slots lane and lane + 32); everything else is in W.slot.
-template <int S, bool EXACT>
-__device__ int wh_heap(WhSmem& W, int L, int R, int M, int base) {
+// the keys (slots lane and lane + 32); the records are in W.slot.
+template <int S, bool EXACT, bool LAZY>
+__device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
   static_assert(S == 1 || S == 2, "one or two slots per lane (M <= 64)");
   const int lane = threadIdx.x & 31;
+  const double* lp = W.lp;
   uint32_t key0 = kWhInf, key1 = kWhInf;
   // The first entry (0,), slot 0, scored lp[0][0] (no entry at all when that is -inf).
-  const double first = W.lp[0];
+  const double first = lp[0];
   if (first != kNegInf) {
     unsigned long long h, l;
     wh_digit(1, &h, &l);
-    wh_new_entry<EXACT>(W, 0, first, wh_meta(0u, 1u, 0u, kWhNone), h, l, L, R, base);
-    if (lane == 0) key0 = EXACT ? 0u : wh_quant(first, base);
+    wh_put<EXACT, LAZY>(W, 0, first, wh_meta(0u, 1u, 0u, kWhNone), first, R > 1 ? lp[1] : kNegInf,
+                        L > 1 ? lp[kWhStride] : kNegInf, h, l, hb);
+    if (lane == 0) key0 = EXACT ? 0u : wh_quant(first, hb);
   }
   int n = 0, nslot = 1;
   bool dup = false;
-  // The reduction of the next pop is issued before the new entries' successors are computed (they
-  // change no key), so its latency overlaps that work.
+  // The reduction of the next pop is issued before the new records are written (they change no key).
   uint32_t k = 0;
   if (!EXACT) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
   while (true) {
@@ -168,10 +177,28 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, int base) {
       if (bh == ~0ull) break;  // every slot empty (a live entry's code has its top bit clear)
       ws = bs;
     }
+    // The winner's record (one broadcast address) and its successors' scores and keys.
     const WhSlot& w = W.slot[ws];
-    const uint4 hd = *reinterpret_cast<const uint4*>(&w.ck);
-    const double2 sc2 = *reinterpret_cast<const double2*>(&w.csc);
-    const uint32_t ckw = hd.x, skw = hd.y, mtw = hd.z;
+    uint32_t ckw, skw, mtw;
+    double csc, ssc, x1 = 0.0, y = 0.0;
+    if (LAZY) {
+      const double2 a = *reinterpret_cast<const double2*>(&w.sc), b = *reinterpret_cast<const double2*>(&w.x1);
+      mtw = w.mt;
+      x1 = b.x;
+      y = b.y;
+      ssc = __dadd_rn(__dsub_rn(a.x, a.y), x1);
+      csc = __dadd_rn(a.x, y);
+      skw = x1 != kNegInf ? (EXACT ? 0u : wh_quant(ssc, hb)) : kWhInf;
+      ckw = y != kNegInf ? (EXACT ? 0u : wh_quant(csc, hb)) : kWhInf;
+    } else {
+      const uint4 hd = *reinterpret_cast<const uint4*>(&w.ck);
+      const double2 sc2 = *reinterpret_cast<const double2*>(&w.csc);
+      ckw = hd.x;
+      skw = hd.y;
+      mtw = hd.z;
+      csc = sc2.x;
+      ssc = sc2.y;
+    }
     const unsigned long long wth = EXACT ? w.th : 0ull, wtl = EXACT ? w.tl : 0ull;
     ++n;
     const bool push_child = n < M && ckw != kWhInf;
@@ -187,6 +214,11 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, int base) {
       if (S == 1 || cs < 32) key0 = v; else key1 = v;
     }
     if (!EXACT && n < M) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
+    // Every lane has read the winner's record before any lane rewrites it (the exact mode has no
+    // reduction in between; in the fast mode this makes the order explicit to the memory model). The
+    // node's own shared-memory writes also come after it: the compiler may not hoist them above the
+    // reduction, whose latency they would otherwise wait out (the anc row needs a load).
+    __syncwarp();
     // Node n: meta and ancestor row (the parent's | its own bit); equal values from every lane.
     const uint32_t pw = mtw & 0xFFu, dw = (mtw >> 8) & 0xFFu, rw = (mtw >> 16) & 0xFFu;
     W.meta[n] = mtw;
@@ -199,19 +231,25 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, int base) {
       *reinterpret_cast<uint4*>(W.anc[n]) = a;
     }
     if (n >= M) break;  // the last pop's successors are never needed
-    // Every lane has read the winner's slot before any lane rewrites it (the exact mode has no reduction
-    // between the two; in the fast mode this also makes the ordering explicit to the memory model).
-    __syncwarp();
+    const int d = static_cast<int>(dw), r = static_cast<int>(rw);
+    const double* row = lp + (d - 1) * kWhStride;  // depth d's row (index d - 1)
     unsigned long long h = 0, l = 0;
-    if (skw != kWhInf) {
-      if (EXACT) wh_digit(static_cast<int>(dw), &h, &l);
-      wh_new_entry<EXACT>(W, ws, sc2.y, (mtw & 0xFFFFu) | ((rw + 1u) << 16) | (static_cast<uint32_t>(n) << 24),
-                          wth + h, wtl + l, L, R, base);
+    if (skw != kWhInf) {  // the next sibling (d, r + 1) in the winner's slot
+      if (EXACT) wh_digit(d, &h, &l);
+      const double sx0 = LAZY ? x1 : row[r + 1];
+      const double sx1 = r + 2 < R ? row[r + 2] : kNegInf;
+      const double sy = LAZY ? y : (d < L ? row[kWhStride] : kNegInf);
+      wh_put<EXACT, LAZY>(W, ws, ssc, (mtw & 0xFFFFu) | ((rw + 1u) << 16) | (static_cast<uint32_t>(n) << 24),
+                          sx0, sx1, sy, wth + h, wtl + l, hb);
     }
-    if (push_child) {
-      if (EXACT) wh_digit(static_cast<int>(dw) + 1, &h, &l);
-      wh_new_entry<EXACT>(W, cs, sc2.x, wh_meta(static_cast<uint32_t>(n), dw + 1u, 0u, kWhNone), wth | h, wtl | l,
-                          L, R, base);
+    if (push_child) {  // the first child (d + 1, 0) in slot cs
+      if (EXACT) wh_digit(d + 1, &h, &l);
+      const double* crow = row + kWhStride;
+      const double cx0 = LAZY ? y : crow[0];
+      const double cx1 = R > 1 ? crow[1] : kNegInf;
+      const double cy = d + 1 < L ? crow[kWhStride] : kNegInf;
+      wh_put<EXACT, LAZY>(W, cs, csc, wh_meta(static_cast<uint32_t>(n), dw + 1u, 0u, kWhNone), cx0, cx1, cy,
+                          wth | h, wtl | l, hb);
     }
   }
   if (!EXACT && __any_sync(0xffffffffu, dup)) return -1;
@@ -230,6 +268,7 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
   const int ctx = __ldg(p.ctx_len + b), root = __ldg(p.root_token + b);
   const float* lp = p.lp + static_cast<size_t>(b) * L * K;
   const int32_t* ids = p.ids + static_cast<size_t>(b) * L * K;
+  DDTREE_BUILD_TREE_MARK(0);
   // Rows: thread t takes rank t % 64 of depths t / 64, t / 64 + 2, ...: all loads issued at once.
   {
     const int r = tid & (kWhStride - 1), d0 = tid / kWhStride;
@@ -262,6 +301,7 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
     W.count = 1;
   }
   __syncthreads();
+  DDTREE_BUILD_TREE_MARK(110);
   if (tid < 32 && M > 0 && L > 0) {
     // The quantization window: 16 binades below 4 |low|, low ~ the M-th score (with K >= M the M depth-1
     // ranks bound it; otherwise the sum of the last ranks, a loose bound, which only widens the window).
@@ -276,16 +316,19 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
     }
     if (!(low < 0.0) || low == kNegInf) low = -64.0;
     // Window top = 4 |low| (two binades above it in the high word's units of 2^20 per binade).
-    const int base = max(__double2hiint(-low) + (2 << 20) - (1 << 25), 0);
-    int n = M <= 32 ? wh_heap<1, false>(W, L, R, M, base) : wh_heap<2, false>(W, L, R, M, base);
+    const uint32_t hb = 0x80000000u + static_cast<uint32_t>(max(__double2hiint(-low) + (2 << 20) - (1 << 25), 0));
+    const bool lazy = p.impl == kImplV9;
+    int n = lazy ? (M <= 32 ? wh_heap<1, false, true>(W, L, R, M, hb) : wh_heap<2, false, true>(W, L, R, M, hb))
+                 : (M <= 32 ? wh_heap<1, false, false>(W, L, R, M, hb) : wh_heap<2, false, false>(W, L, R, M, hb));
     if (n < 0) {  // the exact run rewrites every node it pops
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(v9_exact);
-      n = M <= 32 ? wh_heap<1, true>(W, L, R, M, base) : wh_heap<2, true>(W, L, R, M, base);
+      n = M <= 32 ? wh_heap<1, true, true>(W, L, R, M, hb) : wh_heap<2, true, true>(W, L, R, M, hb);
     }
     if (tid == 0) {
       W.count = n;
       DDTREE_BUILD_TREE_EVENT(v9);
     }
+    DDTREE_BUILD_TREE_MARK(111);
   }
   __syncthreads();
   const int n = W.count;
@@ -320,6 +363,7 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
     if (Wd > 2) out[2] = a2;
   }
   if (tid == 0) p.num_nodes[b] = n;
+  DDTREE_BUILD_TREE_MARK(99);
 }
 
 }  // namespace build_tree_k
