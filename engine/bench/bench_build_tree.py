@@ -55,7 +55,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 
 
 IMPLS = ["auto", "v8", "v8p8", "default"]
-SMALL_IMPLS = ["v8auto", "v9", "v9p", "v8", "auto", "default"]
+SMALL_IMPLS = ["v8auto", "v9", "v9p", "v9s", "v9w", "v8", "auto", "default"]
 DUMPS: dict[str, torch.Tensor] = {}
 
 

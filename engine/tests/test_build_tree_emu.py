@@ -20,6 +20,7 @@ from ddtree_engine.reference.build_tree import BuildTreeOutput, build_tree
 
 ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "build_tree_emu"
+V9 = ("v9", "v9p", "v9s", "v9w")  # the warp heap and its A/B variants
 
 
 def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path:
@@ -34,13 +35,13 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9p"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9p", "v9s", "v9w"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
     rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
-    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto), v9p
-    (v9 with precomputed successor records)."""
+    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto) and its
+    A/B variants v9p (precomputed successor records), v9s (shuffle-butterfly minimum), v9w (one-warp CTAs)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -185,7 +186,7 @@ def test_unsorted_or_positive_rows_fall_back(emu_binary: Path, impl: str) -> Non
     lp[0, 2] = lp[0, 2].flip(0)  # ascending row
     lp[1, 0, 0] = 0.25  # a positive log-prob
     ev: dict[str, int] = {}
-    if impl in ("v9", "v9p"):  # n_max 41: the warp heap, which follows the reference's arithmetic on any row
+    if impl in V9:  # n_max 41: the warp heap, which follows the reference's arithmetic on any row
         assert check(emu_binary, lp, budget=[40, 40], events=ev) == [0, 0]
         assert ev.get("v9") == 2 and "invalid_rows" not in ev, ev
         return
@@ -197,7 +198,7 @@ def test_inexact_fp64_sums_fall_back(emu_binary: Path, impl: str) -> None:
     lp = torch.tensor([[[-6.6857430702782494e-09, -20.0, -21.0],
                         [-5.3228440284729, -24.36475944519043, -34.079593658447266]]])
     ev: dict[str, int] = {}
-    if impl in ("v9", "v9p"):  # the warp heap computes the heap's own (inexact) sums: nothing to fall back from
+    if impl in V9:  # the warp heap computes the heap's own (inexact) sums: nothing to fall back from
         assert check(emu_binary, lp, budget=[12], events=ev) == [0]
         assert ev.get("v9") == 1 and "inexact" not in ev, ev
         return
@@ -269,7 +270,7 @@ def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budge
     if impl == "v6":
         assert "dp_bound" not in ev, ev
         return
-    if impl in ("v9", "v9p"):  # the warp heap for n_max <= 65; v8auto (v8 for M <= 32, else auto) for the others
+    if impl in V9:  # the warp heap for n_max <= 65; v8auto (v8 for M <= 32, else auto) for the others
         assert ("v9" in ev) == (budget <= 64) and ("dp_bound" in ev) == (budget > 256), ev
         return
     if impl == "v8":  # v8 for M <= 64; auto (counting bound only where M > 256) for the others
@@ -374,7 +375,7 @@ def test_default_takes_v8_up_to_m_32(emu_binary: Path, impl: str, monkeypatch: p
 def test_v9_decides_bench_rows_in_the_fast_mode(emu_binary: Path, impl: str, budget: int) -> None:
     # The bench's and the decoder's shapes (K = M, 64, 1024; B = 2 with a smaller second budget): every
     # pop decided by the quantized key, no exact rerun.
-    if impl not in ("v9", "v9p"):
+    if impl not in V9:
         pytest.skip("v9 only")
     for k in sorted({budget, 64, 1024}):
         for sharp in (8.0, 4.0, 1.0):
@@ -388,7 +389,7 @@ def test_v9_decides_bench_rows_in_the_fast_mode(emu_binary: Path, impl: str, bud
 def test_v9_exact_mode_orders_ties_by_rank_tuple(emu_binary: Path, impl: str) -> None:
     # Real score ties (dyadic rows, all-zero rows, equal rows) and scores one fp32 ulp apart (the same
     # quantized key): the fast pass sees a shared key and the exact mode rebuilds the request.
-    if impl not in ("v9", "v9p"):
+    if impl not in V9:
         pytest.skip("v9 only")
     rng = random.Random(9)
     for case in range(6):
@@ -415,7 +416,7 @@ def test_v9_exact_mode_orders_ties_by_rank_tuple(emu_binary: Path, impl: str) ->
 def test_v9_any_rows_follow_the_reference_arithmetic(emu_binary: Path, impl: str) -> None:
     # -inf padding, a depth with no candidate, K < M (the loose quantization window), L = 1 and L = 16,
     # mixed budgets (M <= 32 and M > 32 layouts) in one launch.
-    if impl not in ("v9", "v9p"):
+    if impl not in V9:
         pytest.skip("v9 only")
     lp = bench_rows(1, 64, 4.0, seed=9)
     lp[0, 5, 20:] = -math.inf
@@ -437,7 +438,7 @@ def test_v9_any_rows_follow_the_reference_arithmetic(emu_binary: Path, impl: str
 
 def test_v9_launches_beyond_its_range_take_the_big_kernel(emu_binary: Path, impl: str) -> None:
     # n_max = 66 or L = 17: the big kernel with the v8auto choice (v8 for M <= 32, auto for the others).
-    if impl not in ("v9", "v9p"):
+    if impl not in V9:
         pytest.skip("v9 only")
     ev: dict[str, int] = {}
     lp = bench_rows(2, 64, 4.0, seed=4)

@@ -89,6 +89,41 @@ __global__ void __launch_bounds__(bt::kWhThreads) empty_small_kernel(int* x) {
   if (threadIdx.x == 0 && x[0] == 12345) sm[0] = 1;
 }
 
+// Calibration 3 (one warp, what a warp-heap pop is made of): cycles per step of a dependent chain of
+// (0) __reduce_min_sync, (1) __shfl_sync from a lane named by the previous result, (2) a broadcast
+// shared load whose address is the previous result, (3) the same load after a 16-byte store of equal
+// values by all 32 lanes to one address, (4) the same with lane 0 alone storing, then __syncwarp.
+__global__ void warp_probe(long long* out, int iters) {
+  __shared__ __align__(16) unsigned buf[256];
+  const int lane = threadIdx.x & 31;
+  for (int i = lane; i < 256; i += 32) buf[i] = static_cast<unsigned>(i) & 3u;
+  __syncwarp();
+  unsigned x = 0;
+  long long t[6];
+  t[0] = clock64();
+  for (int i = 0; i < iters; ++i) x = __reduce_min_sync(0xffffffffu, x + static_cast<unsigned>(lane)) & 3u;
+  t[1] = clock64();
+  for (int i = 0; i < iters; ++i) x = __shfl_sync(0xffffffffu, x + static_cast<unsigned>(lane), static_cast<int>(x)) & 3u;
+  t[2] = clock64();
+  for (int i = 0; i < iters; ++i) x = buf[x * 4] & 3u;
+  t[3] = clock64();
+  for (int i = 0; i < iters; ++i) {
+    *reinterpret_cast<uint4*>(&buf[64]) = make_uint4(x, x, x, x);
+    x = buf[64 + x] & 3u;
+  }
+  t[4] = clock64();
+  for (int i = 0; i < iters; ++i) {
+    if (lane == 0) *reinterpret_cast<uint4*>(&buf[128]) = make_uint4(x, x, x, x);
+    __syncwarp();
+    x = buf[128 + x] & 3u;
+  }
+  t[5] = clock64();
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < 5; ++k) out[k] = t[k + 1] - t[k];
+    out[5] = x;
+  }
+}
+
 template <int T>
 void run_barrier_probe() {
   long long* d;
@@ -107,6 +142,20 @@ int main(int argc, char** argv) {
   run_barrier_probe<128>();
   run_barrier_probe<256>();
   run_barrier_probe<512>();
+  {
+    long long* d;
+    CK(cudaMalloc(&d, 64));
+    warp_probe<<<1, 32>>>(d, 1000);
+    CK(cudaDeviceSynchronize());
+    warp_probe<<<1, 32>>>(d, 1000);
+    CK(cudaDeviceSynchronize());
+    long long h[6];
+    CK(cudaMemcpy(h, d, 48, cudaMemcpyDeviceToHost));
+    std::printf("warp probe, cycles per dependent step: redux.min %.1f, shfl.idx %.1f, broadcast lds %.1f, "
+                "32-lane sts.128 + lds %.1f, lane-0 sts.128 + syncwarp + lds %.1f\n", h[0] / 1000.0, h[1] / 1000.0,
+                h[2] / 1000.0, h[3] / 1000.0, h[4] / 1000.0);
+    cudaFree(d);
+  }
   {
     CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&empty_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
     int* dx;
@@ -178,7 +227,7 @@ int main(int argc, char** argv) {
     // Each selection (auto = the session-4 default, v8: common.cuh; v9 / v9p: the warp-heap kernel of
     // build_tree/warp_heap.cuh, marks 110 rows loaded, 111 heap done) on the same inputs. Argument "small":
     // the M <= 64 configurations with auto, v8, v9 and v9p only.
-    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9, bt::kImplV9P})
+    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9, bt::kImplV9P, bt::kImplV9S, bt::kImplV9W})
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -186,9 +235,10 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyToSymbol(g_mark_n, &zero, 4));
       cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
       CK(cudaEventRecord(e0));
-      if (impl == bt::kImplV9 || impl == bt::kImplV9P) {
+      if (impl == bt::kImplV9 || impl == bt::kImplV9P || impl == bt::kImplV9S || impl == bt::kImplV9W) {
         if (c.M > bt::kWhMaxM) continue;
-        bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
+        if (impl == bt::kImplV9W) bt::build_tree_warp_heap_kernel<32><<<1, 32, sizeof(bt::WhSmem)>>>(p);
+        else bt::build_tree_warp_heap_kernel<bt::kWhThreads><<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
       } else {
         if (argc > 1 && impl == bt::kImplV8P8) continue;
         bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
@@ -201,7 +251,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9P ? "v9p" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9P ? "v9p" : impl == bt::kImplV9S ? "v9s" : impl == bt::kImplV9W ? "v9w" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

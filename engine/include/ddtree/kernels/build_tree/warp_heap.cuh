@@ -41,6 +41,8 @@ namespace build_tree_k {
 // (the big kernel) for the others.
 constexpr int kImplV9 = 7;
 constexpr int kImplV9P = 8;  // v9 with precomputed successor records (the A/B layout)
+constexpr int kImplV9S = 9;  // v9 with a shuffle butterfly instead of __reduce_min_sync (the A/B reduction)
+constexpr int kImplV9W = 10;  // v9 in a CTA of one warp (no divergent `tid < 32` around the heap)
 constexpr int kWhMaxM = 64;
 constexpr int kWhMaxL = 16;
 constexpr int kWhThreads = 128;
@@ -50,7 +52,8 @@ constexpr uint32_t kWhQMax = (1u << 25) - 2u;  // real keys stay below 0xFFFFFF8
 constexpr uint32_t kWhNone = 0xFFu;            // "no previous sibling" in a meta word
 
 __host__ __device__ inline bool warp_heap_applies(int impl, int n_max, int depth) {
-  return (impl == kImplV9 || impl == kImplV9P) && n_max <= kWhMaxM + 1 && depth <= kWhMaxL;
+  return (impl == kImplV9 || impl == kImplV9P || impl == kImplV9S || impl == kImplV9W) && n_max <= kWhMaxM + 1 &&
+         depth <= kWhMaxL;
 }
 
 // One frontier slot's record (80 bytes), read by every lane at its pop.
@@ -99,12 +102,13 @@ __device__ __forceinline__ void wh_digit(int d, unsigned long long* hi, unsigned
 
 // Writes the record of a new entry into slot sl: score s, meta m, the log-probs x0 = lp[d-1][r],
 // x1 = lp[d-1][r+1] (-inf: no sibling), y = lp[d][0] (-inf: no child). v9p computes the successors' scores
-// and keys here. Every lane computes and writes the same values; a lane later reads back only records it
-// wrote itself, after a warp barrier that follows every lane's earlier reads of the slot.
+// and keys here. Every lane computes the same values; lane 0 alone stores them (the caller's __syncwarp
+// then publishes them to the other lanes).
 template <bool EXACT, bool LAZY>
 __device__ __forceinline__ void wh_put(WhSmem& W, int sl, double s, uint32_t m, double x0, double x1, double y,
                                        unsigned long long th, unsigned long long tl, uint32_t hb) {
   WhSlot& o = W.slot[sl];
+  if ((threadIdx.x & 31) != 0) return;
   if (LAZY) {
     *reinterpret_cast<double2*>(&o.sc) = make_double2(s, x0);
     *reinterpret_cast<double2*>(&o.x1) = make_double2(x1, y);
@@ -122,11 +126,23 @@ __device__ __forceinline__ void wh_put(WhSmem& W, int sl, double s, uint32_t m, 
   }
 }
 
+// Warp minimum of a 32-bit key: one REDUX (v9, v9p) or a 5-step shuffle butterfly (v9s).
+template <bool SHFL>
+__device__ __forceinline__ uint32_t wh_min(uint32_t v) {
+  if (SHFL) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  } else {
+    v = __reduce_min_sync(0xffffffffu, v);
+  }
+  return v;
+}
+
 // One warp runs the heap for M pops at most. Returns the node count (root included), or -1 (fast mode
 // only) when some pop was not decided by the quantized key alone: the caller runs the exact mode.
 // Writes W.meta and W.anc of each node; the sibling lists are left to the caller. Registers hold only
 // the keys (slots lane and lane + 32); the records are in W.slot.
-template <int S, bool EXACT, bool LAZY>
+template <int S, bool EXACT, bool LAZY, bool SHFL = false>
 __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
   static_assert(S == 1 || S == 2, "one or two slots per lane (M <= 64)");
   const int lane = threadIdx.x & 31;
@@ -141,11 +157,12 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
                         L > 1 ? lp[kWhStride] : kNegInf, h, l, hb);
     if (lane == 0) key0 = EXACT ? 0u : wh_quant(first, hb);
   }
+  __syncwarp();
   int n = 0, nslot = 1;
   bool dup = false;
   // The reduction of the next pop is issued before the new records are written (they change no key).
   uint32_t k = 0;
-  if (!EXACT) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
+  if (!EXACT) k = wh_min<SHFL>(S == 1 ? key0 : min(key0, key1));
   while (true) {
     int ws;  // winning slot
     if (!EXACT) {
@@ -213,16 +230,15 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
       const uint32_t v = ckw | static_cast<uint32_t>(cs);
       if (S == 1 || cs < 32) key0 = v; else key1 = v;
     }
-    if (!EXACT && n < M) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
-    // Every lane has read the winner's record before any lane rewrites it (the exact mode has no
-    // reduction in between; in the fast mode this makes the order explicit to the memory model). The
-    // node's own shared-memory writes also come after it: the compiler may not hoist them above the
-    // reduction, whose latency they would otherwise wait out (the anc row needs a load).
+    if (!EXACT && n < M) k = wh_min<SHFL>(S == 1 ? key0 : min(key0, key1));
+    // Every lane has read the winner's record before lane 0 rewrites it. The node's own shared-memory
+    // writes also come after this barrier, so the compiler cannot hoist them above the reduction, whose
+    // latency they would otherwise wait out (the anc row needs a load).
     __syncwarp();
-    // Node n: meta and ancestor row (the parent's | its own bit); equal values from every lane.
+    // Node n (lane 0): meta and ancestor row (the parent's | its own bit).
     const uint32_t pw = mtw & 0xFFu, dw = (mtw >> 8) & 0xFFu, rw = (mtw >> 16) & 0xFFu;
-    W.meta[n] = mtw;
-    {
+    if (lane == 0) {
+      W.meta[n] = mtw;
       uint4 a = *reinterpret_cast<const uint4*>(W.anc[pw]);
       const uint32_t bit = 1u << (n & 31), wd = static_cast<uint32_t>(n) >> 5;
       a.x |= wd == 0 ? bit : 0u;
@@ -251,6 +267,7 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
       wh_put<EXACT, LAZY>(W, cs, csc, wh_meta(static_cast<uint32_t>(n), dw + 1u, 0u, kWhNone), cx0, cx1, cy,
                           wth | h, wtl | l, hb);
     }
+    __syncwarp();  // lane 0's records are visible to every lane at the next pop
   }
   if (!EXACT && __any_sync(0xffffffffu, dup)) return -1;
   return n + 1;
@@ -258,7 +275,10 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
 
 // Dynamic shared memory (sizeof(WhSmem), under the 48 KB default): the CPU emulator maps `smem_raw` to
 // one static buffer, as for the big kernel.
-__global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params p) {
+// T threads per CTA: kWhThreads (v9, v9p, v9s) or 32 (v9w: the whole CTA is the heap's warp).
+template <int T>
+__global__ void __launch_bounds__(T) build_tree_warp_heap_kernel(Params p) {
+  static_assert(T == 32 || T == kWhThreads, "one warp, or kWhThreads");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   WhSmem& W = *reinterpret_cast<WhSmem*>(smem_raw);
   const int b = blockIdx.x, tid = threadIdx.x;
@@ -269,29 +289,28 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
   const float* lp = p.lp + static_cast<size_t>(b) * L * K;
   const int32_t* ids = p.ids + static_cast<size_t>(b) * L * K;
   DDTREE_BUILD_TREE_MARK(0);
-  // Rows: thread t takes rank t % 64 of depths t / 64, t / 64 + 2, ...: all loads issued at once.
+  // Rows: thread t takes the elements t, t + T, ... of the [16][64] grid: all loads issued at once.
   {
-    const int r = tid & (kWhStride - 1), d0 = tid / kWhStride;
-    constexpr int kSteps = kWhMaxL * kWhStride / kWhThreads;
+    constexpr int kSteps = kWhMaxL * kWhStride / T;
     float x[kSteps];
     int32_t id[kSteps];
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
-      const int d = d0 + u * (kWhThreads / kWhStride);
+      const int d = (tid + u * T) / kWhStride, r = (tid + u * T) % kWhStride;
       const bool in = d < L && r < R;
       x[u] = in ? __ldg(lp + static_cast<size_t>(d) * K + r) : 0.f;
       id[u] = in ? __ldg(ids + static_cast<size_t>(d) * K + r) : 0;
     }
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
-      const int d = d0 + u * (kWhThreads / kWhStride);
+      const int d = (tid + u * T) / kWhStride, r = (tid + u * T) % kWhStride;
       if (d < L && r < R) {
         W.lp[d * kWhStride + r] = static_cast<double>(x[u]);
         W.ids[d * kWhStride + r] = id[u];
       }
     }
   }
-  for (int i = tid; i < p.n_max; i += kWhThreads) {
+  for (int i = tid; i < p.n_max; i += T) {
     W.fc[i] = -1;
     W.ns[i] = -1;
   }
@@ -302,7 +321,7 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(110);
-  if (tid < 32 && M > 0 && L > 0) {
+  if ((T == 32 || tid < 32) && M > 0 && L > 0) {
     // The quantization window: 16 binades below 4 |low|, low ~ the M-th score (with K >= M the M depth-1
     // ranks bound it; otherwise the sum of the last ranks, a loose bound, which only widens the window).
     double low;
@@ -317,12 +336,19 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
     if (!(low < 0.0) || low == kNegInf) low = -64.0;
     // Window top = 4 |low| (two binades above it in the high word's units of 2^20 per binade).
     const uint32_t hb = 0x80000000u + static_cast<uint32_t>(max(__double2hiint(-low) + (2 << 20) - (1 << 25), 0));
-    const bool lazy = p.impl == kImplV9;
-    int n = lazy ? (M <= 32 ? wh_heap<1, false, true>(W, L, R, M, hb) : wh_heap<2, false, true>(W, L, R, M, hb))
-                 : (M <= 32 ? wh_heap<1, false, false>(W, L, R, M, hb) : wh_heap<2, false, false>(W, L, R, M, hb));
+    int n;
+    if (p.impl == kImplV9P)
+      n = M <= 32 ? wh_heap<1, false, false>(W, L, R, M, hb) : wh_heap<2, false, false>(W, L, R, M, hb);
+    else if (p.impl == kImplV9S)
+      n = M <= 32 ? wh_heap<1, false, true, true>(W, L, R, M, hb) : wh_heap<2, false, true, true>(W, L, R, M, hb);
+    else
+      n = M <= 32 ? wh_heap<1, false, true>(W, L, R, M, hb) : wh_heap<2, false, true>(W, L, R, M, hb);
+    DDTREE_BUILD_TREE_MARK(112);  // the fast pass done
     if (n < 0) {  // the exact run rewrites every node it pops
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(v9_exact);
+      __syncwarp();
       n = M <= 32 ? wh_heap<1, true, true>(W, L, R, M, hb) : wh_heap<2, true, true>(W, L, R, M, hb);
+      DDTREE_BUILD_TREE_MARK(113);  // the exact pass done
     }
     if (tid == 0) {
       W.count = n;
@@ -334,14 +360,14 @@ __global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params
   const int n = W.count;
   // Sibling lists from the node metas: children of a node pop in rank order, and each node after its
   // previous sibling (prev field), so each node writes one slot of its own.
-  for (int i = 1 + tid; i < n; i += kWhThreads) {
+  for (int i = 1 + tid; i < n; i += T) {
     const uint32_t m = W.meta[i];
     if (((m >> 16) & 0xFFu) == 0u) W.fc[m & 0xFFu] = i; else W.ns[m >> 24] = i;
   }
   __syncthreads();
   const size_t row0 = static_cast<size_t>(b) * p.n_max;
   const int Wd = p.words;
-  for (int i = tid; i < p.n_max; i += kWhThreads) {
+  for (int i = tid; i < p.n_max; i += T) {
     int tok = -1, par = -1, dep = 0;
     uint32_t a0 = 0u, a1 = 0u, a2 = 0u;
     if (i < n) {
