@@ -12,7 +12,7 @@ where M > 256), v8 (v8 where M <= 64, else auto) and v8p8 (v8 with 8 probing war
 same process, next to the library's default (v9: one warp's exact heap for launches with n_max <= 65 and
 L <= 16, else v8auto = v8 where M <= 32, else auto). --targets adds the end-to-end decoder's shapes
 (M = K = 16 and 64, B = 1 and 8). --small times only the M <= 64 rows (issue #3's M = 64 with K = 64 and
-1024, issue #6's M = K = 16 and 64; B = 1 and 8) under v8auto (the session-5 default), v9, v9p, v8, auto
+1024, issue #6's M = K = 16 and 64; B = 1 and 8) under v8auto (the session-5 default), v9, v8, auto
 and the default, times v8 on each request of the M = 64, K = 64, B = 8, sharpness-8 batch alone, and with
 --dump-lp saves the B = 8 batches' log-probs (for the CPU emulator).
 """
@@ -55,7 +55,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 
 
 IMPLS = ["auto", "v8", "v8p8", "default"]
-SMALL_IMPLS = ["v8auto", "v9", "v9p", "v9s", "v9w", "v8", "auto", "default"]
+SMALL_IMPLS = ["v8auto", "v9", "v8", "auto", "default"]
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -101,13 +101,13 @@ def print_small(rows: list[dict]) -> None:
     session-5 default (v8auto) in the same process, and the Python heap."""
     named = [i for i in IMPLS if i != "default"]
     print("\n| M | K | B | sharp | " + " | ".join(f"{i} us" for i in named) + " | default us | v8auto / default | "
-          "v8auto / v9 | v8auto / v9p | default 1-launch us | heap us | heap / default |")
-    print("|---" * (len(named) + 11) + "|")
+          "v8auto / v9 | default 1-launch us | heap us | heap / default |")
+    print("|---" * (len(named) + 10) + "|")
     for r in rows:
         cols = " | ".join(f"{r[f'{i}_us']:.2f}" for i in named)
         print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {cols} | {r['kernel_us']:.2f} | "
               f"{r['v8auto_us'] / r['kernel_us']:.2f}x | {r['v8auto_us'] / r['v9_us']:.2f}x | "
-              f"{r['v8auto_us'] / r['v9p_us']:.2f}x | {r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | "
+              f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | "
               f"{r['ratio']:.1f}x |")
     for r in rows:
         if r["v8_per_request_us"]:
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--targets", action="store_true",
                     help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
     ap.add_argument("--all-impls", action="store_true", help="also time v6, v6dp and v7")
-    ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v9p / v8 / auto")
+    ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v8 / auto")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call for build_tree's small launches (v9, the warp heap; bench/NOTES.md "### v9 (session 6)"):
 # the library, ddtree-selftest and the phase-profile tool are prebuilt on the dev machine (sm_90a) and
-# carried in $BUILD_DIR; nothing is compiled here. Stages: selftest (default = v9, then the A/B variants
-# v9p / v9s / v9w and v8auto), GPU pytest of test_build_tree_gpu.py under v9 and its variants (in the
-# background, while compute-sanitizer memcheck + racecheck run the small-launch self-tests under each),
+# carried in $BUILD_DIR; nothing is compiled here. Stages: selftest (default = v9, then v8auto), GPU
+# pytest of test_build_tree_gpu.py under v9 (in the background, while compute-sanitizer memcheck +
+# racecheck run the small-launch self-tests under v9),
 # then the --small bench and the phase profile on an otherwise idle GPU. Logs and the bench JSON / dumped log-probs go to $OUT.
 # Run from the root of a tree that holds engine/python, engine/tests and engine/bench:
 #   BUILD_DIR=path/to/build bash engine/bench/run_build_tree_small_device.sh
@@ -21,7 +21,7 @@ stamp selftest
 timeout 60 "$build/ddtree-selftest" build_tree > "$OUT/selftest.log" 2>&1
 echo "selftest (default) rc=$? $(grep -c PASS "$OUT/selftest.log") PASS, $(grep -c FAIL "$OUT/selftest.log") FAIL"
 grep FAIL "$OUT/selftest.log" | head -5
-for impl in v9p v9s v9w v8auto; do
+for impl in v8auto; do
   DDTREE_BUILD_TREE_IMPL=$impl timeout 60 "$build/ddtree-selftest" build_tree >> "$OUT/selftest.log" 2>&1
   echo "selftest ($impl) rc=$?"
 done
@@ -31,7 +31,7 @@ timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/
   > "$OUT/pytest.log" 2>&1 &
 pytest_pid=$!
 cases="build_tree_golden build_tree_small build_tree_warp_heap"
-for impl in v9 v9p v9s v9w; do
+for impl in v9; do
   DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/ddtree-selftest" $cases > "$OUT/sanitize_$impl.log" 2>&1
   echo "memcheck ($impl) rc=$? $(grep 'ERROR SUMMARY' "$OUT/sanitize_$impl.log" | tail -1)"

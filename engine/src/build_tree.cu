@@ -35,8 +35,7 @@ ddtree_status_t prepare() {
 // with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
 // the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others), v9 (the
 // warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, v8auto for the
-// others), v9p (v9 with precomputed successor records), v9s (v9 with a shuffle-butterfly minimum) or
-// v9w (v9 in CTAs of one warp); unset or anything else: kDefaultImpl (bench/NOTES.md "### v9 (session 6)" says why). Read
+// others); unset or anything else: kDefaultImpl (bench/NOTES.md "### v9 (session 6)" says why). Read
 // on every call (a getenv, no sync) so that one process can A/B them; a captured graph keeps the value
 // it was captured with.
 constexpr int kDefaultImpl = bt::kImplV9;
@@ -51,9 +50,6 @@ int impl_from_env() {
   if (std::strcmp(v, "v8p8") == 0) return bt::kImplV8P8;
   if (std::strcmp(v, "v8auto") == 0) return bt::kImplV8Auto;
   if (std::strcmp(v, "v9") == 0) return bt::kImplV9;
-  if (std::strcmp(v, "v9p") == 0) return bt::kImplV9P;
-  if (std::strcmp(v, "v9s") == 0) return bt::kImplV9S;
-  if (std::strcmp(v, "v9w") == 0) return bt::kImplV9W;
   return kDefaultImpl;
 }
 
@@ -102,15 +98,10 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   p.first_child = first_child;
   p.next_sibling = next_sibling;
   if (bt::warp_heap_applies(p.impl, n_max, depth)) {  // small launches: one warp's exact heap per request
-    if (p.impl == bt::kImplV9W)
-      bt::build_tree_warp_heap_kernel<32><<<batch, 32, sizeof(bt::WhSmem), static_cast<cudaStream_t>(stream)>>>(p);
-    else
-      bt::build_tree_warp_heap_kernel<bt::kWhThreads>
-          <<<batch, bt::kWhThreads, sizeof(bt::WhSmem), static_cast<cudaStream_t>(stream)>>>(p);
+    bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem), static_cast<cudaStream_t>(stream)>>>(p);
     return ddtree::detail::check_launch("build_tree warp-heap kernel launch");
   }
-  if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9P || p.impl == bt::kImplV9S || p.impl == bt::kImplV9W)
-    p.impl = bt::kImplV8Auto;  // the big kernel's choice for the other launches
+  if (p.impl == bt::kImplV9) p.impl = bt::kImplV8Auto;  // the big kernel's choice for the other launches
   bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   return ddtree::detail::check_launch("build_tree kernel launch");
 }

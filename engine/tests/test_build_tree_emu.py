@@ -20,7 +20,7 @@ from ddtree_engine.reference.build_tree import BuildTreeOutput, build_tree
 
 ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "build_tree_emu"
-V9 = ("v9", "v9p", "v9s", "v9w")  # the warp heap and its A/B variants
+V9 = ("v9",)  # the warp heap
 
 
 def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path:
@@ -35,13 +35,12 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9p", "v9s", "v9w"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
     rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
-    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto) and its
-    A/B variants v9p (precomputed successor records), v9s (shuffle-butterfly minimum), v9w (one-warp CTAs)."""
+    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 

@@ -224,10 +224,10 @@ int main(int argc, char** argv) {
     bt::Params p{d_lp, d_ids, d_small, d_small + 1, d_small + 2, L, c.K, n_max, W,
                  d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
                  d_out + 5 * n_max, d_out + 6 * n_max};
-    // Each selection (auto = the session-4 default, v8: common.cuh; v9 / v9p: the warp-heap kernel of
-    // build_tree/warp_heap.cuh, marks 110 rows loaded, 111 heap done) on the same inputs. Argument "small":
-    // the M <= 64 configurations with auto, v8, v9 and v9p only.
-    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9, bt::kImplV9P, bt::kImplV9S, bt::kImplV9W})
+    // Each selection (auto = the session-4 default, v8: common.cuh; v9: the warp-heap kernel of
+    // build_tree/warp_heap.cuh, marks 110 rows loaded, 112 fast pass done, 113 exact pass done, 111 heap
+    // done) on the same inputs. Argument "small": the M <= 64 configurations with auto, v8 and v9 only.
+    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9})
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -235,10 +235,9 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyToSymbol(g_mark_n, &zero, 4));
       cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
       CK(cudaEventRecord(e0));
-      if (impl == bt::kImplV9 || impl == bt::kImplV9P || impl == bt::kImplV9S || impl == bt::kImplV9W) {
+      if (impl == bt::kImplV9) {
         if (c.M > bt::kWhMaxM) continue;
-        if (impl == bt::kImplV9W) bt::build_tree_warp_heap_kernel<32><<<1, 32, sizeof(bt::WhSmem)>>>(p);
-        else bt::build_tree_warp_heap_kernel<bt::kWhThreads><<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
+        bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
       } else {
         if (argc > 1 && impl == bt::kImplV8P8) continue;
         bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
@@ -251,7 +250,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9P ? "v9p" : impl == bt::kImplV9S ? "v9s" : impl == bt::kImplV9W ? "v9w" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

@@ -20,16 +20,13 @@
 // by tuple as the reference orders them (a prefix before its extensions). Slower, only on such rows.
 //
 // Per pop: the reduction gives every lane the winning slot; every lane reads the slot's record from shared
-// memory (the same address: a broadcast), and all lanes compute the same successor scores and keys. The
-// winner's slot becomes its next sibling (its lane installs the key), the child takes the next free slot
-// (its lane installs the key), and all lanes write the new records (equal values). Two layouts of that
-// work (both kept for the H200 A/B, DDTREE_BUILD_TREE_IMPL=v9 / v9p):
-// * v9 (lazy): a record holds the entry's score and the three log-probs its successors need (lp[d-1][r],
-//   lp[d-1][r+1], lp[d][0], loaded when the entry is created); the pop computes the two successor scores
-//   and keys: 3 fp64 adds and 2 quantizations per pop, on the path to the next reduction.
-// * v9p (precomputed): a record holds the successors' scores and keys, computed when the entry is created;
-//   a pop only installs them (a shorter path) but computes the successors of both new entries (twice the
-//   arithmetic, off the path unless a new entry pops next).
+// memory (one broadcast address): the entry's score, fl(s - lp[d-1][r]) and the two log-probs its
+// successors add, so the two successor scores are one fp64 add each and every lane computes the same keys.
+// The winner's slot becomes its next sibling (its lane installs the key), the child takes the next free
+// slot (its lane installs the key), the next reduction is issued, and then lane 0 writes the node's meta
+// and ancestor row and the two new records (their loads issued together, so their latencies overlap).
+// bench/NOTES.md "### v9 (session 6)" has the A/B variants measured on the H200 (precomputed records,
+// a shuffle-butterfly minimum, one-warp CTAs: all slower) and the step costs behind this layout.
 #pragma once
 
 #include "ddtree/kernels/build_tree/common.cuh"
@@ -40,9 +37,6 @@ namespace build_tree_k {
 // v9 = this kernel for launches it applies to (n_max <= kWhMaxM + 1, L <= kWhMaxL), the v8auto choice
 // (the big kernel) for the others.
 constexpr int kImplV9 = 7;
-constexpr int kImplV9P = 8;  // v9 with precomputed successor records (the A/B layout)
-constexpr int kImplV9S = 9;  // v9 with a shuffle butterfly instead of __reduce_min_sync (the A/B reduction)
-constexpr int kImplV9W = 10;  // v9 in a CTA of one warp (no divergent `tid < 32` around the heap)
 constexpr int kWhMaxM = 64;
 constexpr int kWhMaxL = 16;
 constexpr int kWhThreads = 128;
@@ -52,16 +46,14 @@ constexpr uint32_t kWhQMax = (1u << 25) - 2u;  // real keys stay below 0xFFFFFF8
 constexpr uint32_t kWhNone = 0xFFu;            // "no previous sibling" in a meta word
 
 __host__ __device__ inline bool warp_heap_applies(int impl, int n_max, int depth) {
-  return (impl == kImplV9 || impl == kImplV9P || impl == kImplV9S || impl == kImplV9W) && n_max <= kWhMaxM + 1 &&
-         depth <= kWhMaxL;
+  return impl == kImplV9 && n_max <= kWhMaxM + 1 && depth <= kWhMaxL;
 }
 
-// One frontier slot's record (80 bytes), read by every lane at its pop.
+// One frontier slot's record (64 bytes), read by every lane at its pop (one broadcast address).
 struct WhSlot {
-  uint32_t ck, sk, mt, pad;   // v9p: child's / next sibling's key (kWhInf = none); both: the entry's meta
-  double csc, ssc;            // v9p: child's / next sibling's score
-  double sc, x0;              // the entry's score; v9: lp[d-1][r]
-  double x1, y;               // v9: lp[d-1][r+1] (-inf: no sibling), lp[d][0] (-inf: no child)
+  double sc, t;               // the entry's score s and fl(s - lp[d-1][r]) (its sibling's first step)
+  double x1, y;               // lp[d-1][r+1] (-inf: no sibling), lp[d][0] (-inf: no child)
+  uint32_t mt, pad0, pad1, pad2;  // the entry's meta
   unsigned long long th, tl;  // exact mode: the rank-tuple code
 };
 
@@ -100,49 +92,33 @@ __device__ __forceinline__ void wh_digit(int d, unsigned long long* hi, unsigned
   *lo = d <= 9 ? 0ull : 1ull << (63 - 7 * (d - 9));
 }
 
-// Writes the record of a new entry into slot sl: score s, meta m, the log-probs x0 = lp[d-1][r],
-// x1 = lp[d-1][r+1] (-inf: no sibling), y = lp[d][0] (-inf: no child). v9p computes the successors' scores
-// and keys here. Every lane computes the same values; lane 0 alone stores them (the caller's __syncwarp
-// then publishes them to the other lanes).
-template <bool EXACT, bool LAZY>
-__device__ __forceinline__ void wh_put(WhSmem& W, int sl, double s, uint32_t m, double x0, double x1, double y,
-                                       unsigned long long th, unsigned long long tl, uint32_t hb) {
-  WhSlot& o = W.slot[sl];
-  if ((threadIdx.x & 31) != 0) return;
-  if (LAZY) {
-    *reinterpret_cast<double2*>(&o.sc) = make_double2(s, x0);
-    *reinterpret_cast<double2*>(&o.x1) = make_double2(x1, y);
-    o.mt = m;
-  } else {
-    const double ssc = __dadd_rn(__dsub_rn(s, x0), x1), csc = __dadd_rn(s, y);
-    *reinterpret_cast<uint4*>(&o.ck) = make_uint4(y != kNegInf ? (EXACT ? 0u : wh_quant(csc, hb)) : kWhInf,
-                                                  x1 != kNegInf ? (EXACT ? 0u : wh_quant(ssc, hb)) : kWhInf, m, 0u);
-    *reinterpret_cast<double2*>(&o.csc) = make_double2(csc, ssc);
-    if (EXACT) o.sc = s;
-  }
+// Record of a new entry (lane 0 only; the caller's __syncwarp publishes it): score s, x0 = lp[d-1][r],
+// x1 = lp[d-1][r+1] (-inf: no sibling), y = lp[d][0] (-inf: no child), meta m, tuple code (exact mode).
+template <bool EXACT>
+__device__ __forceinline__ void wh_put(WhSlot& o, double s, double x0, double x1, double y, uint32_t m,
+                                       unsigned long long th, unsigned long long tl) {
+  *reinterpret_cast<double2*>(&o.sc) = make_double2(s, __dsub_rn(s, x0));
+  *reinterpret_cast<double2*>(&o.x1) = make_double2(x1, y);
+  o.mt = m;
   if (EXACT) {
     o.th = th;
     o.tl = tl;
   }
 }
 
-// Warp minimum of a 32-bit key: one REDUX (v9, v9p) or a 5-step shuffle butterfly (v9s).
-template <bool SHFL>
-__device__ __forceinline__ uint32_t wh_min(uint32_t v) {
-  if (SHFL) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  } else {
-    v = __reduce_min_sync(0xffffffffu, v);
-  }
-  return v;
-}
-
 // One warp runs the heap for M pops at most. Returns the node count (root included), or -1 (fast mode
 // only) when some pop was not decided by the quantized key alone: the caller runs the exact mode.
 // Writes W.meta and W.anc of each node; the sibling lists are left to the caller. Registers hold only
-// the keys (slots lane and lane + 32); the records are in W.slot.
-template <int S, bool EXACT, bool LAZY, bool SHFL = false>
+// the keys (slots lane and lane + 32); the records are in W.slot, written by lane 0.
+//
+// Per pop, the path from one reduction to the next: the winning slot's record (one broadcast load), the
+// two successor scores (one fp64 add each: the record keeps fl(s - lp[d-1][r])), their keys, the two
+// installs, the lane minimum. Everything else (the node's meta and ancestor row, the two new records)
+// comes after the next reduction is issued, with all its loads first so that their latencies overlap:
+// on the H200 a dependent step costs ~40-50 cycles (redux 52, shfl 37, shared load 38: bench/NOTES.md),
+// and one warp issues in order, so the first build, which did that work as three dependent blocks, spent
+// ~480 cycles per pop.
+template <int S, bool EXACT>
 __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
   static_assert(S == 1 || S == 2, "one or two slots per lane (M <= 64)");
   const int lane = threadIdx.x & 31;
@@ -153,16 +129,17 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
   if (first != kNegInf) {
     unsigned long long h, l;
     wh_digit(1, &h, &l);
-    wh_put<EXACT, LAZY>(W, 0, first, wh_meta(0u, 1u, 0u, kWhNone), first, R > 1 ? lp[1] : kNegInf,
-                        L > 1 ? lp[kWhStride] : kNegInf, h, l, hb);
-    if (lane == 0) key0 = EXACT ? 0u : wh_quant(first, hb);
+    if (lane == 0) {
+      wh_put<EXACT>(W.slot[0], first, first, R > 1 ? lp[1] : kNegInf, L > 1 ? lp[kWhStride] : kNegInf,
+                    wh_meta(0u, 1u, 0u, kWhNone), h, l);
+      key0 = EXACT ? 0u : wh_quant(first, hb);
+    }
   }
   __syncwarp();
   int n = 0, nslot = 1;
   bool dup = false;
-  // The reduction of the next pop is issued before the new records are written (they change no key).
   uint32_t k = 0;
-  if (!EXACT) k = wh_min<SHFL>(S == 1 ? key0 : min(key0, key1));
+  if (!EXACT) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
   while (true) {
     int ws;  // winning slot
     if (!EXACT) {
@@ -194,29 +171,14 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
       if (bh == ~0ull) break;  // every slot empty (a live entry's code has its top bit clear)
       ws = bs;
     }
-    // The winner's record (one broadcast address) and its successors' scores and keys.
+    // The winner's record and its successors' scores and keys.
     const WhSlot& w = W.slot[ws];
-    uint32_t ckw, skw, mtw;
-    double csc, ssc, x1 = 0.0, y = 0.0;
-    if (LAZY) {
-      const double2 a = *reinterpret_cast<const double2*>(&w.sc), b = *reinterpret_cast<const double2*>(&w.x1);
-      mtw = w.mt;
-      x1 = b.x;
-      y = b.y;
-      ssc = __dadd_rn(__dsub_rn(a.x, a.y), x1);
-      csc = __dadd_rn(a.x, y);
-      skw = x1 != kNegInf ? (EXACT ? 0u : wh_quant(ssc, hb)) : kWhInf;
-      ckw = y != kNegInf ? (EXACT ? 0u : wh_quant(csc, hb)) : kWhInf;
-    } else {
-      const uint4 hd = *reinterpret_cast<const uint4*>(&w.ck);
-      const double2 sc2 = *reinterpret_cast<const double2*>(&w.csc);
-      ckw = hd.x;
-      skw = hd.y;
-      mtw = hd.z;
-      csc = sc2.x;
-      ssc = sc2.y;
-    }
+    const double2 st = *reinterpret_cast<const double2*>(&w.sc), xy = *reinterpret_cast<const double2*>(&w.x1);
+    const uint32_t mtw = w.mt;
     const unsigned long long wth = EXACT ? w.th : 0ull, wtl = EXACT ? w.tl : 0ull;
+    const double ssc = __dadd_rn(st.y, xy.x), csc = __dadd_rn(st.x, xy.y);
+    const uint32_t skw = xy.x != kNegInf ? (EXACT ? 0u : wh_quant(ssc, hb)) : kWhInf;
+    const uint32_t ckw = xy.y != kNegInf ? (EXACT ? 0u : wh_quant(csc, hb)) : kWhInf;
     ++n;
     const bool push_child = n < M && ckw != kWhInf;
     const int cs = nslot;
@@ -230,43 +192,41 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
       const uint32_t v = ckw | static_cast<uint32_t>(cs);
       if (S == 1 || cs < 32) key0 = v; else key1 = v;
     }
-    if (!EXACT && n < M) k = wh_min<SHFL>(S == 1 ? key0 : min(key0, key1));
-    // Every lane has read the winner's record before lane 0 rewrites it. The node's own shared-memory
-    // writes also come after this barrier, so the compiler cannot hoist them above the reduction, whose
-    // latency they would otherwise wait out (the anc row needs a load).
+    if (!EXACT && n < M) k = __reduce_min_sync(0xffffffffu, S == 1 ? key0 : min(key0, key1));
+    // Every lane has read the winner's record before lane 0 rewrites it; the writes below also cannot be
+    // hoisted above the reduction.
     __syncwarp();
-    // Node n (lane 0): meta and ancestor row (the parent's | its own bit).
+    // Loads first (broadcast addresses): the parent's ancestor row and the new records' log-probs.
     const uint32_t pw = mtw & 0xFFu, dw = (mtw >> 8) & 0xFFu, rw = (mtw >> 16) & 0xFFu;
+    const int d = static_cast<int>(dw), r = static_cast<int>(rw);
+    const double* row = lp + (d - 1) * kWhStride;  // depth d's row (index d - 1)
+    const bool sib = n < M && skw != kWhInf;
+    uint4 a = *reinterpret_cast<const uint4*>(W.anc[pw]);
+    const double sx1 = sib && r + 2 < R ? row[r + 2] : kNegInf;       // lp[d-1][r+2]
+    const double cx1 = push_child && R > 1 ? row[kWhStride + 1] : kNegInf;  // lp[d][1]
+    const double cy = push_child && d + 1 < L ? row[2 * kWhStride] : kNegInf;  // lp[d+1][0]
+    unsigned long long sh = 0, sl = 0, ch = 0, cl = 0;
+    if (EXACT) {
+      wh_digit(d, &sh, &sl);
+      wh_digit(d + 1, &ch, &cl);
+    }
     if (lane == 0) {
+      // Node n: meta and ancestor row (the parent's | its own bit).
       W.meta[n] = mtw;
-      uint4 a = *reinterpret_cast<const uint4*>(W.anc[pw]);
       const uint32_t bit = 1u << (n & 31), wd = static_cast<uint32_t>(n) >> 5;
       a.x |= wd == 0 ? bit : 0u;
       a.y |= wd == 1 ? bit : 0u;
       a.z |= wd == 2 ? bit : 0u;
       *reinterpret_cast<uint4*>(W.anc[n]) = a;
+      // The next sibling (d, r + 1) in the winner's slot, the first child (d + 1, 0) in slot cs.
+      if (sib)
+        wh_put<EXACT>(W.slot[ws], ssc, xy.x, sx1, xy.y,
+                      (mtw & 0xFFFFu) | ((rw + 1u) << 16) | (static_cast<uint32_t>(n) << 24), wth + sh, wtl + sl);
+      if (push_child)
+        wh_put<EXACT>(W.slot[cs], csc, xy.y, cx1, cy, wh_meta(static_cast<uint32_t>(n), dw + 1u, 0u, kWhNone),
+                      wth | ch, wtl | cl);
     }
     if (n >= M) break;  // the last pop's successors are never needed
-    const int d = static_cast<int>(dw), r = static_cast<int>(rw);
-    const double* row = lp + (d - 1) * kWhStride;  // depth d's row (index d - 1)
-    unsigned long long h = 0, l = 0;
-    if (skw != kWhInf) {  // the next sibling (d, r + 1) in the winner's slot
-      if (EXACT) wh_digit(d, &h, &l);
-      const double sx0 = LAZY ? x1 : row[r + 1];
-      const double sx1 = r + 2 < R ? row[r + 2] : kNegInf;
-      const double sy = LAZY ? y : (d < L ? row[kWhStride] : kNegInf);
-      wh_put<EXACT, LAZY>(W, ws, ssc, (mtw & 0xFFFFu) | ((rw + 1u) << 16) | (static_cast<uint32_t>(n) << 24),
-                          sx0, sx1, sy, wth + h, wtl + l, hb);
-    }
-    if (push_child) {  // the first child (d + 1, 0) in slot cs
-      if (EXACT) wh_digit(d + 1, &h, &l);
-      const double* crow = row + kWhStride;
-      const double cx0 = LAZY ? y : crow[0];
-      const double cx1 = R > 1 ? crow[1] : kNegInf;
-      const double cy = d + 1 < L ? crow[kWhStride] : kNegInf;
-      wh_put<EXACT, LAZY>(W, cs, csc, wh_meta(static_cast<uint32_t>(n), dw + 1u, 0u, kWhNone), cx0, cx1, cy,
-                          wth | h, wtl | l, hb);
-    }
     __syncwarp();  // lane 0's records are visible to every lane at the next pop
   }
   if (!EXACT && __any_sync(0xffffffffu, dup)) return -1;
@@ -275,10 +235,8 @@ __device__ int wh_heap(WhSmem& W, int L, int R, int M, uint32_t hb) {
 
 // Dynamic shared memory (sizeof(WhSmem), under the 48 KB default): the CPU emulator maps `smem_raw` to
 // one static buffer, as for the big kernel.
-// T threads per CTA: kWhThreads (v9, v9p, v9s) or 32 (v9w: the whole CTA is the heap's warp).
-template <int T>
-__global__ void __launch_bounds__(T) build_tree_warp_heap_kernel(Params p) {
-  static_assert(T == 32 || T == kWhThreads, "one warp, or kWhThreads");
+__global__ void __launch_bounds__(kWhThreads) build_tree_warp_heap_kernel(Params p) {
+  constexpr int T = kWhThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   WhSmem& W = *reinterpret_cast<WhSmem*>(smem_raw);
   const int b = blockIdx.x, tid = threadIdx.x;
@@ -321,7 +279,7 @@ __global__ void __launch_bounds__(T) build_tree_warp_heap_kernel(Params p) {
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(110);
-  if ((T == 32 || tid < 32) && M > 0 && L > 0) {
+  if (tid < 32 && M > 0 && L > 0) {
     // The quantization window: 16 binades below 4 |low|, low ~ the M-th score (with K >= M the M depth-1
     // ranks bound it; otherwise the sum of the last ranks, a loose bound, which only widens the window).
     double low;
@@ -336,18 +294,12 @@ __global__ void __launch_bounds__(T) build_tree_warp_heap_kernel(Params p) {
     if (!(low < 0.0) || low == kNegInf) low = -64.0;
     // Window top = 4 |low| (two binades above it in the high word's units of 2^20 per binade).
     const uint32_t hb = 0x80000000u + static_cast<uint32_t>(max(__double2hiint(-low) + (2 << 20) - (1 << 25), 0));
-    int n;
-    if (p.impl == kImplV9P)
-      n = M <= 32 ? wh_heap<1, false, false>(W, L, R, M, hb) : wh_heap<2, false, false>(W, L, R, M, hb);
-    else if (p.impl == kImplV9S)
-      n = M <= 32 ? wh_heap<1, false, true, true>(W, L, R, M, hb) : wh_heap<2, false, true, true>(W, L, R, M, hb);
-    else
-      n = M <= 32 ? wh_heap<1, false, true>(W, L, R, M, hb) : wh_heap<2, false, true>(W, L, R, M, hb);
+    int n = M <= 32 ? wh_heap<1, false>(W, L, R, M, hb) : wh_heap<2, false>(W, L, R, M, hb);
     DDTREE_BUILD_TREE_MARK(112);  // the fast pass done
     if (n < 0) {  // the exact run rewrites every node it pops
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(v9_exact);
       __syncwarp();
-      n = M <= 32 ? wh_heap<1, true, true>(W, L, R, M, hb) : wh_heap<2, true, true>(W, L, R, M, hb);
+      n = M <= 32 ? wh_heap<1, true>(W, L, R, M, hb) : wh_heap<2, true>(W, L, R, M, hb);
       DDTREE_BUILD_TREE_MARK(113);  // the exact pass done
     }
     if (tid == 0) {
