@@ -35,10 +35,11 @@ ddtree_status_t prepare() {
 // with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
 // the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others), v9 (the
 // warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, v8auto for the
-// others); unset or anything else: kDefaultImpl (bench/NOTES.md "### v9 (session 6)" says why). Read
-// on every call (a getenv, no sync) so that one process can A/B them; a captured graph keeps the value
-// it was captured with.
-constexpr int kDefaultImpl = bt::kImplV9;
+// others) or v9auto (the warp heap for launches with n_max <= 17 and L <= 16, v8auto for the others);
+// unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 (session 6)"
+// say why). Read on every call (a getenv, no sync) so that one process can A/B them; a captured graph
+// keeps the value it was captured with.
+constexpr int kDefaultImpl = bt::kImplV9Auto;
 int impl_from_env() {
   const char* v = std::getenv("DDTREE_BUILD_TREE_IMPL");
   if (v == nullptr) return kDefaultImpl;
@@ -50,6 +51,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v8p8") == 0) return bt::kImplV8P8;
   if (std::strcmp(v, "v8auto") == 0) return bt::kImplV8Auto;
   if (std::strcmp(v, "v9") == 0) return bt::kImplV9;
+  if (std::strcmp(v, "v9auto") == 0) return bt::kImplV9Auto;
   return kDefaultImpl;
 }
 
@@ -98,10 +100,12 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   p.first_child = first_child;
   p.next_sibling = next_sibling;
   if (bt::warp_heap_applies(p.impl, n_max, depth)) {  // small launches: one warp's exact heap per request
-    bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem), static_cast<cudaStream_t>(stream)>>>(p);
+    bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem),
+                                      static_cast<cudaStream_t>(stream)>>>(p);
     return ddtree::detail::check_launch("build_tree warp-heap kernel launch");
   }
-  if (p.impl == bt::kImplV9) p.impl = bt::kImplV8Auto;  // the big kernel's choice for the other launches
+  // The big kernel's choice for the other launches.
+  if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto) p.impl = bt::kImplV8Auto;
   bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   return ddtree::detail::check_launch("build_tree kernel launch");
 }

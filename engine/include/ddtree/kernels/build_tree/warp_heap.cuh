@@ -35,8 +35,13 @@ namespace ddtree {
 namespace build_tree_k {
 
 // v9 = this kernel for launches it applies to (n_max <= kWhMaxM + 1, L <= kWhMaxL), the v8auto choice
-// (the big kernel) for the others.
+// (the big kernel) for the others. v9auto (the library default since session 6) = this kernel only for
+// launches with n_max <= kV9AutoMaxNodes, where the H200 measured it faster than v8auto at every
+// sharpness (M = 16: 1.32-1.95x); at M = 64 it was 1.42-1.68x faster at sharpness 8 but 0.74x at
+// sharpness 1 (bench/NOTES.md "### v9 (session 6)"), so those launches keep v8auto.
 constexpr int kImplV9 = 7;
+constexpr int kImplV9Auto = 8;
+constexpr int kV9AutoMaxNodes = 17;
 constexpr int kWhMaxM = 64;
 constexpr int kWhMaxL = 16;
 constexpr int kWhThreads = 128;
@@ -46,7 +51,8 @@ constexpr uint32_t kWhQMax = (1u << 25) - 2u;  // real keys stay below 0xFFFFFF8
 constexpr uint32_t kWhNone = 0xFFu;            // "no previous sibling" in a meta word
 
 __host__ __device__ inline bool warp_heap_applies(int impl, int n_max, int depth) {
-  return impl == kImplV9 && n_max <= kWhMaxM + 1 && depth <= kWhMaxL;
+  const int max_nodes = impl == kImplV9 ? kWhMaxM + 1 : impl == kImplV9Auto ? kV9AutoMaxNodes : 0;
+  return n_max <= max_nodes && depth <= kWhMaxL;
 }
 
 // One frontier slot's record (64 bytes), read by every lane at its pop (one broadcast address).
