@@ -53,10 +53,6 @@ inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline int __clz(unsigned v) { return v ? __builtin_clz(v) : 32; }
 struct alignas(16) double2 { double x, y; };  // CUDA's vector type (16-byte loads of two doubles)
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
-inline double2 make_double2(double x, double y) { return double2{x, y}; }
-inline int __double2hiint(double d) { return static_cast<int>(static_cast<unsigned long long>(__double_as_longlong(d)) >> 32); }
 inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 
 using std::max;
@@ -137,18 +133,6 @@ inline unsigned __ballot_sync(unsigned, bool pred) {
   emu::warp_sync();
   return m;
 }
-
-inline unsigned __reduce_min_sync(unsigned, unsigned v) {
-  const int lane = threadIdx.x & 31;
-  emu::slot(lane) = v;
-  emu::warp_sync();
-  unsigned m = ~0u;
-  for (int l = 0; l < 32; ++l) m = std::min(m, static_cast<unsigned>(emu::slot(l)));
-  emu::warp_sync();
-  return m;
-}
-
-inline bool __any_sync(unsigned mask, bool pred) { return __ballot_sync(mask, pred) != 0u; }
 
 // Runs kernel(args...) for `blocks` blocks of `threads` threads, blocks one after another.
 template <typename F>
