@@ -71,9 +71,11 @@ constexpr int kAutoDpMinM = 256;
 // v8 (build_tree/v8.cuh) for requests with M <= 64 and L <= 16, the auto choice for the others.
 constexpr int kImplV8 = 4;
 constexpr int kImplV8P8 = 5;  // v8 with 8 probing warps instead of 16 (the A/B of the probe count)
-// The library default since session 5: v8 for requests with M <= kV8AutoMaxM (and L <= 16), auto for the
-// others. H200 (bench/NOTES.md "### v8 (session 5)"): v8 is 1.26-1.50x faster than auto at M = 16 (K = 16,
-// B = 1 and 8) and 1.14-1.65x at M = 64 with B = 1, but 0.64x at M = 64, K = 64, B = 8, sharpness 8.
+// The library default of session 5, and since session 6 the choice for every launch that the default
+// (v9auto, build_tree/warp_heap.cuh) does not send to the warp heap: v8 for requests with M <= kV8AutoMaxM
+// (and L <= 16), auto for the others. H200 (bench/NOTES.md "### v8 (session 5)"): v8 is 1.26-1.50x faster
+// than auto at M = 16 (K = 16, B = 1 and 8) and 1.14-1.65x at M = 64 with B = 1, but 0.64x at M = 64,
+// K = 64, B = 8, sharpness 8 (one request of that batch has an exact fp32 tie v8 hands to auto: "### v9").
 constexpr int kImplV8Auto = 6;
 constexpr int kV8AutoMaxM = 32;
 
