@@ -14,7 +14,8 @@ n_max <= 17 and L <= 16, else v8auto = v8 where M <= 32, else auto). --targets a
 (M = K = 16 and 64, B = 1 and 8). --small times only the M <= 64 rows (issue #3's M = 64 with K = 64 and
 1024, issue #6's M = K = 16 and 64; B = 1 and 8) under v8auto (the session-5 default), v9, v8, auto
 and the default, times v8 on each request of the M = 64, K = 64, B = 8, sharpness-8 batch alone, and with
---dump-lp saves the B = 8 batches' log-probs (for the CPU emulator).
+--dump-lp saves the B = 8 batches' log-probs (for the CPU emulator). --large times issue #3's M = 256 and
+1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 
 IMPLS = ["auto", "v8", "v8p8", "default"]
 SMALL_IMPLS = ["v8auto", "v9", "v8", "auto", "default"]  # default: v9auto
+LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -123,12 +125,16 @@ def main() -> None:
                     help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
     ap.add_argument("--all-impls", action="store_true", help="also time v6, v6dp and v7")
     ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v8 / auto")
+    ap.add_argument("--large", action="store_true",
+                    help="issue #3's M = 256 and 1024 rows (B = 1, 8, 64) and M = 512, under auto and v10 only")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:
         IMPLS[:0] = ["v6", "v6dp", "v7"]
     if args.small:
         IMPLS[:] = SMALL_IMPLS
+    if args.large:
+        IMPLS[:] = LARGE_IMPLS
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
     configs = []
@@ -142,6 +148,9 @@ def main() -> None:
         configs += [(256, 64, 64), (1024, 64, 64), (16, 16, 1), (16, 16, 8), (64, 64, 8)]
     if args.quick:
         configs = [(64, 64, 1), (256, 64, 1), (256, 1024, 1), (256, 64, 64), (1024, 64, 1), (1024, 1024, 8)]
+    if args.large:
+        configs = [(256, 64, 1), (256, 1024, 1), (512, 1024, 1), (1024, 64, 1), (1024, 1024, 1), (1024, 1024, 8),
+                   (256, 64, 64), (256, 1024, 8), (1024, 64, 64)]
     if args.small:
         configs = [(16, 16, 1), (16, 16, 8), (64, 64, 1), (64, 64, 8), (64, 1024, 1), (64, 1024, 8)]
     rows = []

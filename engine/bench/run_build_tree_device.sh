@@ -39,35 +39,41 @@ if has selftest; then
   st_rc=${PIPESTATUS[0]}
   echo "selftest rc=$st_rc"
   # The same self-tests on the previous selection (DDTREE_BUILD_TREE_IMPL is read per launch).
-  for impl in v6 v6dp v7 auto v8 v8auto; do
+  for impl in ${SELFTEST_IMPLS:-v6 v6dp v7 auto v8 v8auto v9 v10}; do
     DDTREE_BUILD_TREE_IMPL=$impl timeout 120 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$impl.log" 2>&1
     echo "selftest ($impl) rc=$? $(grep -c PASS "$OUT/selftest_$impl.log") PASS lines"
   done
 fi
 
-if has sanitize; then
+# SAN_DEFAULT=0 skips the runs under the library default (SAN_IMPLS still run).
+if has sanitize && [ "${SAN_DEFAULT:-1}" = 1 ]; then
   stamp memcheck
   timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" \
-    build_tree_golden build_tree_fallback build_tree_medium build_tree_small > "$OUT/memcheck.log" 2>&1
+    build_tree_golden build_tree_fallback build_tree_medium build_tree_small build_tree_large > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; tail -3 "$OUT/memcheck.log"
+fi
+if has sanitize; then
   for impl in ${SAN_IMPLS:-auto v6dp v7}; do
     DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small > "$OUT/memcheck_$impl.log" 2>&1
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small build_tree_large > "$OUT/memcheck_$impl.log" 2>&1
     echo "memcheck ($impl) rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_$impl.log")"
     DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small > "$OUT/racecheck_$impl.log" 2>&1
+      "$build/ddtree-selftest" build_tree_golden build_tree_medium build_tree_small build_tree_large > "$OUT/racecheck_$impl.log" 2>&1
     echo "racecheck ($impl) rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck_$impl.log")"
   done
+fi
+if has sanitize && [ "${SAN_DEFAULT:-1}" = 1 ]; then
   stamp racecheck
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" build_tree_golden \
-    build_tree_medium build_tree_small > "$OUT/racecheck.log" 2>&1
+    build_tree_medium build_tree_small build_tree_large > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; tail -3 "$OUT/racecheck.log"
 fi
 
 if has pytest; then
   stamp pytest
   # PYTEST_K narrows the selections (e.g. "auto or v8"); default: every selection.
-  PYTHONPATH=$root/engine/python timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
+  PYTHONPATH=$root/engine/python timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    ${PYTEST_FILES:-engine/tests/test_build_tree_gpu.py engine/tests/test_build_tree_v10_gpu.py} \
     ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|Error|assert" "$OUT/pytest.log" | head -30
@@ -83,7 +89,7 @@ if has profile; then
   # A carried build may bring the tool already compiled (same command, on the dev machine).
   [ -x "$build/bt_profile" ] || nvcc -O3 -std=c++17 -arch=sm_90 -Iengine/include \
     engine/bench/profile/build_tree_profile.cu -o "$build/bt_profile"
-  timeout 60 "$build/bt_profile" 2>&1 | tee "$OUT/profile.log"
+  timeout 60 "$build/bt_profile" ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/profile.log"
 fi
 # Stall reasons of the kernel itself (stage "ncu", after "profile", whose tool it reuses): the first two
 # profile configurations (M=256 K=64, sharpness 4 and 8). A large "no_instruction" share confirms that

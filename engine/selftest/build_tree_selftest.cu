@@ -291,6 +291,48 @@ DDTREE_SELFTEST(build_tree_medium_all_phases) {
   }
 }
 
+// Large budgets (v10's range, M > 64, L = 15): draft-like rows at M = 100 / 256 / 512 and sharpness 1 / 4 / 8,
+// duplicate log-probs at the edge of the tree (sibling ties v10 orders itself), 1/64-quantized rows (ties
+// across branches, handed back to the older paths). Small enough for racecheck.
+DDTREE_SELFTEST(build_tree_large_budgets) {
+  const int L = 15, n_max = 513;
+  st::Rng rng(9090);
+  for (int K : {64, 1024}) {
+    std::vector<Request> reqs;
+    const float sharp[] = {1.f, 4.f, 8.f, 4.f, 4.f};
+    const int budgets[] = {256, 512, 100, 256, 200};
+    for (int b = 0; b < 5; ++b) {
+      std::vector<float> lp(size_t(L) * K);
+      for (int d = 0; d < L; ++d) {
+        std::vector<float> logits(std::max(K, 2048));
+        for (auto& x : logits) x = sharp[b] * rng.normal();
+        float mx = -INFINITY;
+        for (float x : logits) mx = std::max(mx, x);
+        double sum = 0;
+        for (float x : logits) sum += std::exp(double(x - mx));
+        const float lse = mx + float(std::log(sum));
+        std::sort(logits.begin(), logits.end(), [](float a, float c) { return a > c; });
+        for (int k = 0; k < K; ++k) {
+          float v = logits[k] - lse;
+          if (b == 4) v = std::round(v * 64.f) / 64.f;  // quantized: exact ties across branches
+          lp[size_t(d) * K + k] = v;
+        }
+        if (b == 3 && d == 0) for (int k = 40; k < 44; ++k) lp[k] = lp[40];  // duplicate depth-1 log-probs
+        std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float c) { return a > c; });
+      }
+      Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
+      for (auto& id : r.ids) id = rng.below(160000);
+      reqs.push_back(r);
+    }
+    auto got = device_build(reqs, L, K, n_max);
+    for (size_t b = 0; b < reqs.size(); ++b) {
+      std::string what = st::format("large K=%d b=%d budget=%d", K, int(b), reqs[b].budget);
+      expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
+      expect_invariants(got[b], reqs[b], L, K, n_max);
+    }
+  }
+}
+
 // Small budgets (v8's range, M <= 64, L = 15): draft-like rows at several sharpnesses (one needs v8's
 // second probe stage), a row head of exactly 0 (a tie inside a family), dyadic ties (handed back to the
 // older paths), K = M and K = 1024 shapes of the decoder and the bench. Small enough for racecheck.

@@ -35,12 +35,13 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v10"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
     rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
-    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto)."""
+    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto), v10
+    (build_tree/v10.cuh for requests with M > 64, else v8auto; test_build_tree_v10_emu.py has its own)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -274,6 +275,10 @@ def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budge
         return
     if impl == "v8":  # v8 for M <= 64; auto (counting bound only where M > 256) for the others
         assert ("v8" in ev) == (budget <= 64) and ("dp_bound" in ev) == (budget > 256), ev
+        return
+    if impl == "v10":  # v10 for M > 64 where it decides; otherwise auto (counting bound where M > 256)
+        assert "v10" not in ev or budget > 64, ev
+        assert "v10" in ev or ("dp_bound" in ev) == (budget > 256), ev
         return
     assert ev.get("dp_bound") == 1 and "chain_bound" not in ev, ev
     assert "raise" not in ev and "compact" not in ev, ev

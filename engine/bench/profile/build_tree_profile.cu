@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+#include <string>
+#include <iterator>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -138,6 +140,9 @@ void run_barrier_probe() {
 
 int main(int argc, char** argv) {
   const int L = 15;
+  // Argument "small": the M <= 64 rows (auto, v8, v9); "large": v10's rows (M > 64; auto and v10 only).
+  const bool large = argc > 1 && std::string(argv[1]) == "large";
+  const bool small_rows = argc > 1 && !large;
   std::printf("kThreads = %d, shared memory %zu bytes\n", bt::kThreads, bt::kSmemBytes);
   run_barrier_probe<128>();
   run_barrier_probe<256>();
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < 20; ++i) {
-      if (argc > 1) empty_small_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem), st>>>(dx);
+      if (small_rows) empty_small_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem), st>>>(dx);
       else empty_kernel<<<1, bt::kThreads, bt::kSmemBytes, st>>>(dx);
     }
     CK(cudaStreamEndCapture(st, &g));
@@ -189,16 +194,22 @@ int main(int argc, char** argv) {
     }
     std::sort(t.begin(), t.end());
     std::printf("empty kernel (%s block size and shared memory) in a 20-launch graph: %.2f us per launch\n",
-                argc > 1 ? "the warp heap's" : "the big kernel's", t[t.size() / 2]);
+                small_rows ? "the warp heap's" : "the big kernel's", t[t.size() / 2]);
   }
   struct Cfg { int M, K; float sharp; };
   // v8's shapes (M <= 64: the bench's and the end-to-end decoder's) first, then one M = 256 row.
-  const Cfg cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {64, 1024, 8.f}, {16, 16, 8.f}, {16, 16, 4.f}, {16, 16, 1.f}, {256, 64, 4.f}};
+  const Cfg base_cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {64, 1024, 8.f}, {16, 16, 8.f}, {16, 16, 4.f}, {16, 16, 1.f}, {256, 64, 4.f}};
+  const Cfg large_cfgs[] = {{256, 64, 8.f}, {256, 64, 4.f}, {256, 64, 1.f}, {256, 1024, 8.f}, {256, 1024, 1.f},
+                            {512, 1024, 4.f}, {1024, 1024, 1.f}, {1024, 64, 4.f}};
+  const std::vector<Cfg> cfgs = large ? std::vector<Cfg>(std::begin(large_cfgs), std::end(large_cfgs))
+                                      : std::vector<Cfg>(std::begin(base_cfgs), std::end(base_cfgs));
+  const std::vector<int> impls = large ? std::vector<int>{bt::kImplAuto, bt::kImplV10}
+                                       : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   float* d_spin;
   CK(cudaMalloc(&d_spin, 1 << 20));
   for (const Cfg& c : cfgs) {
-    if (argc > 1 && c.M > 64) continue;
+    if (small_rows && c.M > 64) continue;
     std::mt19937 rng(c.M + c.K);
     std::normal_distribution<float> nd(0.f, 1.f);
     const int V = 32000;
@@ -226,8 +237,8 @@ int main(int argc, char** argv) {
                  d_out + 5 * n_max, d_out + 6 * n_max};
     // Each selection (auto = the session-4 default, v8: common.cuh; v9: the warp-heap kernel of
     // build_tree/warp_heap.cuh, marks 110 rows loaded, 112 fast pass done, 113 exact pass done, 111 heap
-    // done) on the same inputs. Argument "small": the M <= 64 configurations with auto, v8 and v9 only.
-    for (int impl : {bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9})
+    // done; v10: build_tree/v10.cuh, marks 120-126) on the same inputs.
+    for (int impl : impls)
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
@@ -239,7 +250,7 @@ int main(int argc, char** argv) {
         if (c.M > bt::kWhMaxM) continue;
         bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
       } else {
-        if (argc > 1 && impl == bt::kImplV8P8) continue;
+        if (small_rows && impl == bt::kImplV8P8) continue;
         bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
       }
       CK(cudaEventRecord(e1));
@@ -250,7 +261,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV10 ? "v10" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

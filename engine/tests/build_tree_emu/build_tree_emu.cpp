@@ -67,7 +67,7 @@ int main() {
     const std::string s(v);
     p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
              : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto
-             : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : bt::kImplV6;
+             : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : s == "v10" ? bt::kImplV10 : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
   if (bt::warp_heap_applies(p.impl, n_max, L)) {  // as the launcher: the warp-heap kernel (never falls back)

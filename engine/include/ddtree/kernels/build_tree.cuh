@@ -39,6 +39,7 @@
 // this file (part 5) holds the parallel selection that drives them, and the kernel.
 #include "ddtree/kernels/build_tree/enumerate.cuh"
 #include "ddtree/kernels/build_tree/v8.cuh"
+#include "ddtree/kernels/build_tree/v10.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -377,11 +378,17 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   if (M > 0 && L > 0) {
     // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
     n = -1;
-    const bool v8 = p.impl == kImplV8 || p.impl == kImplV8P8 || p.impl == kImplV8Auto;
-    const int v8_max_m = p.impl == kImplV8Auto ? kV8AutoMaxM : kV8MaxM;
-    if (v8 && M <= v8_max_m && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, p.impl == kImplV8P8 ? 8 : kWarps);
+    // v10 (v10.cuh, opt-in) for M > 64; below that, and for whatever v10 hands back, the v8auto choice.
+    const int impl0 = p.impl == kImplV10 ? kImplV8Auto : p.impl;
+    if (p.impl == kImplV10 && M >= kV10MinM && L <= kV10MaxL) {
+      n = v10_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max);
+      lists = n >= 0;
+    }
+    const bool v8 = impl0 == kImplV8 || impl0 == kImplV8P8 || impl0 == kImplV8Auto;
+    const int v8_max_m = impl0 == kImplV8Auto ? kV8AutoMaxM : kV8MaxM;
+    if (n < 0 && v8 && M <= v8_max_m && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, impl0 == kImplV8P8 ? 8 : kWarps);
     if (n < 0) {
-      const int impl = v8 ? kImplAuto : p.impl;
+      const int impl = v8 ? kImplAuto : impl0;
       n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);
       lists = n >= 0;
     }

@@ -78,6 +78,9 @@ constexpr int kImplV8P8 = 5;  // v8 with 8 probing warps instead of 16 (the A/B 
 // K = 64, B = 8, sharpness 8 (one request of that batch has an exact fp32 tie v8 hands to auto: "### v9").
 constexpr int kImplV8Auto = 6;
 constexpr int kV8AutoMaxM = 32;
+// v10 (build_tree/v10.cuh; opt-in, slower than auto at most measured shapes): requests with M > 64 and
+// L <= 16; the v8auto choice for the others and for whatever v10 cannot decide.
+constexpr int kImplV10 = 9;
 
 struct Params {
   const float* lp;
