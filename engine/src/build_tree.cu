@@ -26,6 +26,9 @@ ddtree_status_t prepare() {
   DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bt::kSmemBytes)));
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_v10_kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bt::kSmemBytes)));
   if (dev >= 0 && dev < 64) done[dev] = true;
   return DDTREE_STATUS_SUCCESS;
 }
@@ -108,6 +111,10 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   }
   // The big kernel's choice for the other launches.
   if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto) p.impl = bt::kImplV8Auto;
-  bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  if (p.impl == bt::kImplV10) {  // opt-in: the kernel with v10 compiled in
+    bt::build_tree_v10_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  } else {
+    bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  }
   return ddtree::detail::check_launch("build_tree kernel launch");
 }

@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
   const std::vector<int> impls = large ? std::vector<int>{bt::kImplAuto, bt::kImplV10}
                                        : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
+  CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_v10_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   float* d_spin;
   CK(cudaMalloc(&d_spin, 1 << 20));
   for (const Cfg& c : cfgs) {
@@ -251,7 +252,8 @@ int main(int argc, char** argv) {
         bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
       } else {
         if (small_rows && impl == bt::kImplV8P8) continue;
-        bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
+        if (impl == bt::kImplV10) bt::build_tree_v10_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
+        else bt::build_tree_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
       }
       CK(cudaEventRecord(e1));
       CK(cudaDeviceSynchronize());

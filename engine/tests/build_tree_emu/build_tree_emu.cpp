@@ -76,7 +76,8 @@ int main() {
     emu_launch(B, bt::kWhThreads, [&p] { bt::build_tree_warp_heap_kernel(p); });
   } else {
     if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto) p.impl = bt::kImplV8Auto;
-    emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
+    if (p.impl == bt::kImplV10) emu_launch(B, bt::kThreads, [&p] { bt::build_tree_v10_kernel(p); });
+    else emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
   }
   for (int b = 0; b < B; ++b) {
     const size_t o = static_cast<size_t>(b) * n_max;

@@ -350,9 +350,14 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   return S.bad ? -1 : n;
 }
 
-// ---- the kernel ------------------------------------------------------------------------------------
+// ---- the kernels -----------------------------------------------------------------------------------
 
-__global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
+// One request per CTA. kWithV10: the opt-in v10 path (v10.cuh) is compiled in only in
+// build_tree_v10_kernel, so the default kernel's code (registers, stack frame) stays as without it: the
+// H200 calls that measured v10 inside the one kernel had the default ~0.7-1.0 us slower than the session-5
+// figures at M >= 256 (not A/B'd in one process; the separate kernel removes the question).
+template <bool kWithV10>
+__device__ __forceinline__ void build_tree_block(const Params& p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& S = *reinterpret_cast<Smem*>(smem_raw);
   Nodes& N = *reinterpret_cast<Nodes*>(S.lex);
@@ -379,8 +384,8 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
     // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
     n = -1;
     // v10 (v10.cuh, opt-in) for M > 64; below that, and for whatever v10 hands back, the v8auto choice.
-    const int impl0 = p.impl == kImplV10 ? kImplV8Auto : p.impl;
-    if (p.impl == kImplV10 && M >= kV10MinM && L <= kV10MaxL) {
+    const int impl0 = kWithV10 && p.impl == kImplV10 ? kImplV8Auto : p.impl;
+    if (kWithV10 && p.impl == kImplV10 && M >= kV10MinM && L <= kV10MaxL) {
       n = v10_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max);
       lists = n >= 0;
     }
@@ -483,6 +488,10 @@ __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) {
   if (tid == 0) p.num_nodes[b] = n;
   DDTREE_BUILD_TREE_MARK(99);
 }
+
+__global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) { build_tree_block<false>(p); }
+// The launcher runs this one for DDTREE_BUILD_TREE_IMPL=v10 only.
+__global__ void __launch_bounds__(kThreads, 1) build_tree_v10_kernel(Params p) { build_tree_block<true>(p); }
 
 }  // namespace build_tree_k
 }  // namespace ddtree
