@@ -83,11 +83,16 @@ def _time_batch(g: object, reps: int) -> float:
 # Engine-kernel variants for an A/B in one process: environment the library reads on every call (so at capture).
 VARIANTS: dict[str, dict[str, str | None]] = {
     "default": {"DDTREE_TOPK_SMALL": None, "DDTREE_ACCEPT_ONE_CTA": None},  # the library's defaults
-    "s5": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "0"},  # v4 top-k, the chunked fused accept
+    # session 5's kernels: v4 top-k, the chunked fused accept, build_tree's v8auto (no warp heap)
+    "s5": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_BUILD_TREE_IMPL": "v8auto"},
     "s6": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "1"},  # small-row top-k, one-CTA accept
     "topk": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "0"},
     "accept": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "1"},
 }
+# A variable one variant sets is left at the library's default by the others.
+for _name, _env in VARIANTS.items():
+    for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL"):
+        _env.setdefault(_var, None)
 
 
 def set_variant(name: str) -> None:
