@@ -141,10 +141,12 @@ def acquire(
                 took_over = holder
             continue
         if time.monotonic() >= deadline:
+            # After a wait, "wait with --lock-wait" is what the operator just did: say so.
+            waited = f" (still held after waiting {wait_s:g} s)" if wait_s > 0 else ""
             raise LockHeldError(
-                f"{name} lock {holder.describe(now)}",
-                hint=f"wait with --lock-wait SECONDS, or if that holder is gone: ddtreectl lock release "
-                     f"{transport.host_name} --force",
+                f"{name} lock {holder.describe(now)}{waited}",
+                hint=f"{'wait longer' if wait_s > 0 else 'wait'} with --lock-wait SECONDS, or if that holder is "
+                     f"gone: ddtreectl lock release {transport.host_name} --force",
                 host=transport.host_name,
             )
         sleep(min(2.0, max(0.1, deadline - time.monotonic())))

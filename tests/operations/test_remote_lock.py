@@ -79,6 +79,20 @@ def test_wait_takes_the_lock_once_it_is_released(local: tuple[LocalTransport, st
     assert got.info.owner == "bob@b" and len(sleeps) == 1
 
 
+def test_a_wait_that_runs_out_says_it_waited(local: tuple[LocalTransport, str]) -> None:
+    """`deploy --lock-wait 4` that timed out told the operator to "wait with --lock-wait"."""
+    transport, root = local
+    remote_lock.acquire(transport, root, "deploy", reason="r", owner="alice@a")
+    with pytest.raises(LockHeldError) as err:
+        remote_lock.acquire(transport, root, "deploy", reason="r2", owner="bob@b", wait_s=0.2)
+    assert "alice@a" in err.value.message and "(still held after waiting 0.2 s)" in err.value.message
+    assert err.value.hint is not None and err.value.hint.startswith("wait longer with --lock-wait")
+    with pytest.raises(LockHeldError) as err:
+        remote_lock.acquire(transport, root, "deploy", reason="r2", owner="bob@b")
+    assert "waiting" not in err.value.message
+    assert err.value.hint is not None and err.value.hint.startswith("wait with --lock-wait")
+
+
 def test_racing_owners_exactly_one_wins(local: tuple[LocalTransport, str]) -> None:
     transport, root = local
     outcomes: list[str] = []
