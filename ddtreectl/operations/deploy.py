@@ -25,7 +25,7 @@ from ddtreectl.operations import activate, remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
 from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
-from ddtreectl.operations.sync import copy_local, rsync_argv, run_rsync, sources_for
+from ddtreectl.operations.sync import copy_local, explain_failed_copy, rsync_argv, run_rsync, shipped_kib, sources_for
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.status import probe_status
 from ddtreectl.transport.base import Transport
@@ -202,8 +202,12 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     else:
         argv = rsync_argv(transport, sources_for(options.engine_dir, options.templates_dir),
                           f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
-        run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress,
-                  remote_root=root)
+        try:
+            run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress,
+                      remote_root=root)
+        except RemoteCommandError as err:
+            need = shipped_kib(options.files, options.engine_dir, options.templates_dir)
+            raise explain_failed_copy(err, transport, root, need) from None
     result.timings["sync"] = time.monotonic() - t
     _check(cancel, host.name)
 

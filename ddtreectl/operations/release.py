@@ -45,6 +45,17 @@ def disk_full_hint(output: str, root: str) -> str | None:
             "`ddtreectl status` warns 'disk low'), then deploy again; `current` was not touched")
 
 
+def low_space_hint(avail_kib: int, need_kib: int, root: str) -> str | None:
+    """The hint for a failed copy onto a host whose free space under `root` is below what one release
+    takes, else None. rsync does not always pass on its receiver's 'No space left on device' (the
+    receiver can die before the message crosses the link: exit 11 with nothing on stderr), so a failed
+    copy asks the host for its free space instead of relying on the message."""
+    if avail_kib >= need_kib:
+        return None
+    return (f"the host's disk is full: {avail_kib:,} KiB free under {root}, a release takes ~{need_kib:,} KiB; "
+            f"free space there (`df -h {root}` on the host), then deploy again; `current` was not touched")
+
+
 @dataclass(frozen=True)
 class ShippedFile:
     path: str  # relative to the release root, "/"-separated (e.g. "src/status.cu", "templates/x.j2")

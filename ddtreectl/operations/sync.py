@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ddtreectl.errors import ConnectError, RemoteCommandError
-from ddtreectl.operations.release import RSYNC_EXCLUDES, ShippedFile, disk_full_hint
+from ddtreectl.errors import ConnectError, DdtreeError, RemoteCommandError
+from ddtreectl.operations.audit import remote_path
+from ddtreectl.operations.release import RSYNC_EXCLUDES, ShippedFile, disk_full_hint, low_space_hint
+from ddtreectl.probes.parse import parse_df
 from ddtreectl.transport.base import Transport
 
 _PROGRESS2 = re.compile(r"^\s*([\d,.]+)\s+(\d{1,3})%")
@@ -192,10 +194,7 @@ def copy_local(files: tuple[ShippedFile, ...], engine_dir: Path, templates_dir: 
 
     copied = 0
     for i, f in enumerate(files):
-        if f.path.startswith("templates/") and templates_dir is not None:
-            source = templates_dir / f.path[len("templates/"):]
-        else:
-            source = engine_dir / f.path
+        source = source_of(f, engine_dir, templates_dir)
         target = dest / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
         if not (target.is_file() and not target.is_symlink() and _digest(target) == f.digest):
@@ -224,3 +223,39 @@ def _digest(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def source_of(f: ShippedFile, engine_dir: Path, templates_dir: Path | None) -> Path:
+    """Where a shipped file comes from on this machine."""
+    if f.path.startswith("templates/") and templates_dir is not None:
+        return templates_dir / f.path[len("templates/"):]
+    return engine_dir / f.path
+
+
+def shipped_kib(files: tuple[ShippedFile, ...], engine_dir: Path, templates_dir: Path | None) -> int:
+    """What one copy of the shipped files takes on the host's disk, in KiB (whole 4 KiB blocks per file)."""
+    total = 0
+    for f in files:
+        try:
+            total += -(-os.lstat(source_of(f, engine_dir, templates_dir)).st_size // 4096) * 4
+        except OSError:
+            continue
+    return total
+
+
+def explain_failed_copy(err: RemoteCommandError, transport: Transport, root: str, need_kib: int) -> RemoteCommandError:
+    """A failed copy's error, with the host's free space under `root` when that is below what a release
+    takes (the disk-full hint), else `err` unchanged. Needed because rsync can fail with exit 11 and an
+    empty stderr when its receiver runs out of space, so the message alone cannot say why."""
+    if err.hint is not None and "disk is full" in err.hint:
+        return err
+    try:
+        result = transport.run(f"df -P -k {remote_path(root)}", timeout=15)
+    except DdtreeError:
+        return err  # the original error says more than a failed probe would
+    disk = parse_df(result.stdout) if result.exit_code == 0 else None
+    hint = low_space_hint(disk.avail_kib, need_kib, root) if disk is not None else None
+    if disk is None or hint is None:
+        return err
+    said = err.message.rstrip().rstrip(":")  # "rsync failed (exit 11):" when rsync said nothing
+    return RemoteCommandError(f"{said}; {disk.avail_kib:,} KiB free under {root}", host=err.host, hint=hint)

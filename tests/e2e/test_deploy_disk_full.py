@@ -57,7 +57,9 @@ def test_a_full_disk_is_named_with_what_to_do_and_nothing_switches(testbed: Any,
     (error,) = doc["errors"]
     assert error["exit_code"] == 5
     assert error["error"].startswith(phase), error
-    assert "No space left on device" in error["error"]
+    # rsync passes on its receiver's ENOSPC only sometimes (else exit 11 with an empty stderr, seen in
+    # CI); then the error carries the host's free space, asked with df after the failure
+    assert "No space left on device" in error["error"] or "KiB free under /opt/ddtree" in error["error"], error
     assert "Illegal number" not in error["error"]
     if phase == "build failed":
         # the build's own status (rsync's 11 "error in file IO"), not the shell's 2 of `exit ""`
