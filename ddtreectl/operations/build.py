@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ddtreectl.errors import RemoteCommandError
+from ddtreectl.operations.audit import remote_path
 from ddtreectl.operations.release import RELEASE_OWN, disk_full_hint
 from ddtreectl.probes.facts import GpuState
 from ddtreectl.transport.base import Transport
@@ -200,13 +201,12 @@ def run_selftest(transport: Transport, root: str, release: str, *, has_gpu: bool
         if expected_gpus > 0:
             return SelftestOutcome(f"failed: no GPU answered, the inventory expects {expected_gpus}", False)
         return SelftestOutcome("skipped: no GPU", True)
-    inc = f"{root.rstrip('/')}/releases/.incoming-{release}"
-    if inc.startswith("~/"):
-        inc = '"$HOME"/' + shlex.quote(inc[2:])
-    else:
-        inc = shlex.quote(inc)
-    script = (f"cd {inc}/build || exit 3; {{ ./ddtree-selftest; echo \"$?\" > ../.selftest-rc; }} 2>&1 "
-              f"| tee ../selftest.log; exit \"$(cat ../.selftest-rc 2>/dev/null || echo 1)\"")
+    inc = remote_path(root, "releases", f".incoming-{release}")
+    # The exit status travels through a pipe (fd 3), as the build's does: a status file is one more
+    # write that a full disk refuses, and the status read back was then empty or a made-up 1.
+    script = (f"cd {inc}/build || exit 3; exec 4>&1; "
+              'rc=$( { { ./ddtree-selftest 3>&- 4>&-; echo "$?" >&3; } 2>&1 | tee ../selftest.log >&4; } 3>&1 ); '
+              'exit "${rc:-1}"')
     lines: list[str] = []
 
     def line(text: str) -> None:
