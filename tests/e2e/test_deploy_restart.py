@@ -17,25 +17,14 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.release import release_id, walk_files
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units, lay_out_built, stand_in_workspace
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
 UNIT = "ddtree-dr.service"
 SERVICES = {"dr": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/dr",
                    "served_model_name": "dr", "unit_name": "ddtree-dr", "exec_start": "/bin/sleep infinity"}}
 OLD = "a0a0a0a0a0a0"
-
-
-def lay_out(host: Any, release: str) -> None:
-    (host.root / "opt/ddtree/releases" / release).mkdir(parents=True)
-    (host.root / "opt/ddtree/releases" / release / ".build-stamp").write_text(
-        json.dumps({"id": release, "selftest": "skipped: no GPU"}) + "\n")
 
 
 @pytest.mark.testbed
@@ -43,19 +32,11 @@ def test_a_failed_restart_after_the_switch_is_in_the_audit_log(testbed: Any, boo
     (host,) = boot_hosts(["dr-host"])
     inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
                                   host_overrides={host.name: {"service": "dr", "role": "prod"}})
-    shutil.copytree(REPO / "templates", tmp_path / "templates")
-    (tmp_path / "engine").mkdir()
-    (tmp_path / "engine/CMakeLists.txt").write_text("# a stand-in engine: its release is laid out as built\n")
-    files = walk_files(tmp_path / "engine") + walk_files(tmp_path / "templates", "templates/")
-    new = release_id(files, {"cuda_archs": "", "cmake_args": []})  # no GPU, no build settings
-    lay_out(host, OLD)
-    lay_out(host, new)
+    new = stand_in_workspace(tmp_path)
+    lay_out_built(host, OLD)
+    lay_out_built(host, new)
     host.sh(f"ln -sfn releases/{OLD} /opt/ddtree/current")
-    inv = load(inventory)
-    rendered = render_service(inv, inv.host(host.name))
-    assert rendered is not None
-    with connect(inv.host(host.name), inv) as transport:
-        install_units(transport, rendered)
+    install_service_units(inventory, host.name)
     host.systemctl("start", UNIT)
     # running now, but it cannot start again
     host.write_file(f"/etc/systemd/system/{UNIT}.d/broken.conf", "[Service]\nExecStartPre=/bin/false\n")

@@ -16,15 +16,10 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.release import release_id, walk_files
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units, lay_out_built, stand_in_workspace
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
 UNIT = "ddtree-dh.service"
 SERVICES = {"dh": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/dh",
                    "served_model_name": "dh", "unit_name": "ddtree-dh", "exec_start": "/bin/sleep infinity"}}
@@ -49,20 +44,10 @@ def test_the_drift_hint_names_the_repair_that_works(testbed: Any, boot_hosts: An
     (host,) = boot_hosts(["dh-host"])
     inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
                                   host_overrides={host.name: {"service": "dh", "role": "prod"}})
-    shutil.copytree(REPO / "templates", tmp_path / "templates")
-    (tmp_path / "engine").mkdir()
-    (tmp_path / "engine/CMakeLists.txt").write_text("# a stand-in engine: its release is laid out as built\n")
-    files = walk_files(tmp_path / "engine") + walk_files(tmp_path / "templates", "templates/")
-    release = release_id(files, {"cuda_archs": "", "cmake_args": []})  # no GPU, no build settings
-    (host.root / "opt/ddtree/releases" / release).mkdir(parents=True)
-    (host.root / "opt/ddtree/releases" / release / ".build-stamp").write_text(
-        json.dumps({"id": release, "selftest": "skipped: no GPU"}) + "\n")
+    release = stand_in_workspace(tmp_path)
+    lay_out_built(host, release)
     host.sh(f"ln -sfn releases/{release} /opt/ddtree/current")
-    inv = load(inventory)
-    rendered = render_service(inv, inv.host(host.name))
-    assert rendered is not None
-    with connect(inv.host(host.name), inv) as transport:
-        install_units(transport, rendered)
+    install_service_units(inventory, host.name)
 
     # a drop-in: a deploy leaves it (and says the units are unchanged), so the hint must not send
     # the operator there

@@ -16,10 +16,7 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units, lay_out_built
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -38,15 +35,9 @@ def test_a_failed_restore_shows_only_this_starts_journal(testbed: Any, boot_host
     inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
                                   host_overrides={host.name: {"service": "fj", "role": "prod"}})
     shutil.copytree(REPO / "templates", tmp_path / "templates")
-    (host.root / "opt/ddtree/releases/r1").mkdir(parents=True)
-    (host.root / "opt/ddtree/releases/r1/.build-stamp").write_text(
-        json.dumps({"id": "r1", "selftest": "skipped: no GPU"}) + "\n")
+    lay_out_built(host, "r1")
     host.sh("ln -sfn releases/r1 /opt/ddtree/current")
-    inv = load(inventory)
-    rendered = render_service(inv, inv.host(host.name))
-    assert rendered is not None
-    with connect(inv.host(host.name), inv) as transport:
-        install_units(transport, rendered)
+    install_service_units(inventory, host.name)
 
     # an older crash in the unit's journal, then stopped on purpose
     host.systemctl("start", UNIT)

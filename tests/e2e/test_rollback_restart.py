@@ -18,10 +18,7 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units, lay_out_built
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -53,16 +50,10 @@ def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boo
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     # two good releases, as deploy leaves them; `current` on the newer, the older recorded as previous
     for release in (OLD, NEW):
-        (host.root / "opt/ddtree/releases" / release).mkdir(parents=True)
-        (host.root / "opt/ddtree/releases" / release / ".build-stamp").write_text(
-            json.dumps({"id": release, "selftest": "skipped: no GPU"}) + "\n")
+        lay_out_built(host, release)
     host.sh(f"ln -sfn releases/{NEW} /opt/ddtree/current && mkdir -p /opt/ddtree/state "
             f"&& echo {OLD} > /opt/ddtree/state/previous-release")
-    inv = load(inventory)
-    rendered = render_service(inv, inv.host(host.name))
-    assert rendered is not None
-    with connect(inv.host(host.name), inv) as transport:
-        install_units(transport, rendered)
+    install_service_units(inventory, host.name)
 
     # 1. stopped on purpose: rolled back, left stopped, and not reported as restarted
     code, doc, err = rollback(inventory, host.name)
