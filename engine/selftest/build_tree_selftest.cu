@@ -176,6 +176,45 @@ Request make_request(int L, int K, const std::vector<float>& lp, int budget, int
   return r;
 }
 
+// The K largest log-probs, descending, of one draft-like row: log_softmax of `pool` >= K logits drawn as
+// sharp * N(0, 1) (sharper rows put more mass on the head, so trees grow deeper).
+std::vector<float> draft_row(st::Rng& rng, int K, float sharp, int pool) {
+  std::vector<float> logits(std::max(K, pool));
+  for (auto& x : logits) x = sharp * rng.normal();
+  float mx = -INFINITY;
+  for (float x : logits) mx = std::max(mx, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x - mx));
+  const float lse = mx + float(std::log(sum));
+  std::sort(logits.begin(), logits.end(), [](float a, float c) { return a > c; });
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int k = 0; k < K; ++k) row[size_t(k)] = logits[size_t(k)] - lse;
+  return row;
+}
+
+void sort_row_desc(std::vector<float>& lp, int d, int K) {
+  std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float c) { return a > c; });
+}
+
+// A request over `lp` with a random root token, context length and token ids (ids do not shape the tree).
+Request random_request(st::Rng& rng, int L, int K, const std::vector<float>& lp, int budget) {
+  Request r = make_request(L, K, lp, budget, rng.below(160000), rng.below(70000));
+  for (auto& id : r.ids) id = rng.below(160000);
+  return r;
+}
+
+// One launch over `reqs`; every tree equals the host heap's, and (except request `no_invariants`, whose rows
+// break the rank walk the invariants use) satisfies the tree invariants.
+void expect_batch_matches_host(const std::vector<Request>& reqs, int L, int K, int n_max, const char* label,
+                               int no_invariants = -1) {
+  auto got = device_build(reqs, L, K, n_max);
+  for (size_t b = 0; b < reqs.size(); ++b) {
+    std::string what = st::format("%s L=%d K=%d b=%d budget=%d", label, L, K, int(b), reqs[b].budget);
+    expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
+    if (int(b) != no_invariants) expect_invariants(got[b], reqs[b], L, K, n_max);
+  }
+}
+
 }  // namespace
 
 // The hand-worked 3-level example of the reference tests (dyadic scores, one exact tie at -2.25).
@@ -304,32 +343,15 @@ DDTREE_SELFTEST(build_tree_large_budgets) {
     for (int b = 0; b < 5; ++b) {
       std::vector<float> lp(size_t(L) * K);
       for (int d = 0; d < L; ++d) {
-        std::vector<float> logits(std::max(K, 2048));
-        for (auto& x : logits) x = sharp[b] * rng.normal();
-        float mx = -INFINITY;
-        for (float x : logits) mx = std::max(mx, x);
-        double sum = 0;
-        for (float x : logits) sum += std::exp(double(x - mx));
-        const float lse = mx + float(std::log(sum));
-        std::sort(logits.begin(), logits.end(), [](float a, float c) { return a > c; });
-        for (int k = 0; k < K; ++k) {
-          float v = logits[k] - lse;
-          if (b == 4) v = std::round(v * 64.f) / 64.f;  // quantized: exact ties across branches
-          lp[size_t(d) * K + k] = v;
-        }
+        const std::vector<float> row = draft_row(rng, K, sharp[b], 2048);
+        for (int k = 0; k < K; ++k)  // b = 4 quantized: exact ties across branches
+          lp[size_t(d) * K + k] = b == 4 ? std::round(row[size_t(k)] * 64.f) / 64.f : row[size_t(k)];
         if (b == 3 && d == 0) for (int k = 40; k < 44; ++k) lp[k] = lp[40];  // duplicate depth-1 log-probs
-        std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float c) { return a > c; });
+        sort_row_desc(lp, d, K);
       }
-      Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
-      for (auto& id : r.ids) id = rng.below(160000);
-      reqs.push_back(r);
+      reqs.push_back(random_request(rng, L, K, lp, budgets[b]));
     }
-    auto got = device_build(reqs, L, K, n_max);
-    for (size_t b = 0; b < reqs.size(); ++b) {
-      std::string what = st::format("large K=%d b=%d budget=%d", K, int(b), reqs[b].budget);
-      expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
-      expect_invariants(got[b], reqs[b], L, K, n_max);
-    }
+    expect_batch_matches_host(reqs, L, K, n_max, "large");
   }
 }
 
@@ -346,32 +368,15 @@ DDTREE_SELFTEST(build_tree_small_budgets) {
     for (int b = 0; b < 6; ++b) {
       std::vector<float> lp(size_t(L) * K);
       for (int d = 0; d < L; ++d) {
-        std::vector<float> logits(std::max(K, 2048));
-        for (auto& x : logits) x = sharp[b] * rng.normal();
-        float mx = -INFINITY;
-        for (float x : logits) mx = std::max(mx, x);
-        double sum = 0;
-        for (float x : logits) sum += std::exp(double(x - mx));
-        const float lse = mx + float(std::log(sum));
-        std::sort(logits.begin(), logits.end(), [](float a, float c) { return a > c; });
-        for (int k = 0; k < K; ++k) {
-          float v = logits[k] - lse;
-          if (b == 5) v = -float(rng.below(9)) * 0.25f;  // dyadic: exact ties across families
-          lp[size_t(d) * K + k] = v;
-        }
+        const std::vector<float> row = draft_row(rng, K, sharp[b], 2048);
+        for (int k = 0; k < K; ++k)  // b = 5 dyadic: exact ties across families
+          lp[size_t(d) * K + k] = b == 5 ? -float(rng.below(9)) * 0.25f : row[size_t(k)];
         if (b == 4 && d >= 1 && d <= 3) lp[size_t(d) * K] = 0.f;  // probability 1 in fp32: a zero row head
-        std::sort(lp.begin() + size_t(d) * K, lp.begin() + size_t(d + 1) * K, [](float a, float c) { return a > c; });
+        sort_row_desc(lp, d, K);
       }
-      Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
-      for (auto& id : r.ids) id = rng.below(160000);
-      reqs.push_back(r);
+      reqs.push_back(random_request(rng, L, K, lp, budgets[b]));
     }
-    auto got = device_build(reqs, L, K, n_max);
-    for (size_t b = 0; b < reqs.size(); ++b) {
-      std::string what = st::format("small K=%d b=%d budget=%d", K, int(b), reqs[b].budget);
-      expect_same(got[b], host_build(reqs[b], L, K, n_max), what.c_str());
-      expect_invariants(got[b], reqs[b], L, K, n_max);
-    }
+    expect_batch_matches_host(reqs, L, K, n_max, "small");
   }
 }
 
@@ -381,16 +386,10 @@ DDTREE_SELFTEST(build_tree_small_budgets) {
 DDTREE_SELFTEST(build_tree_warp_heap_edges) {
   st::Rng rng(606);
   auto drafted = [&](int L, int K, float sharp) {
-    std::vector<float> lp(size_t(L) * K);
+    std::vector<float> lp;
     for (int d = 0; d < L; ++d) {
-      std::vector<float> row(std::max(K, 512));
-      for (auto& x : row) x = sharp * rng.normal();
-      float mx = -INFINITY;
-      for (float x : row) mx = std::max(mx, x);
-      double sum = 0;
-      for (float x : row) sum += std::exp(double(x - mx));
-      std::sort(row.begin(), row.end(), [](float a, float c) { return a > c; });
-      for (int k = 0; k < K; ++k) lp[size_t(d) * K + k] = row[k] - mx - float(std::log(sum));
+      const std::vector<float> row = draft_row(rng, K, sharp, 512);
+      lp.insert(lp.end(), row.begin(), row.end());
     }
     return lp;
   };
@@ -413,16 +412,9 @@ DDTREE_SELFTEST(build_tree_warp_heap_edges) {
           if (K > 1) lp[1] = std::nextafter(lp[0], -INFINITY);
           if (L > 1 && K > 1) lp[size_t(1) * K + 1] = lp[size_t(1) * K];
         }
-        Request r = make_request(L, K, lp, budgets[b], rng.below(160000), rng.below(70000));
-        for (auto& id : r.ids) id = rng.below(160000);
-        reqs.push_back(r);
+        reqs.push_back(random_request(rng, L, K, lp, budgets[b]));
       }
-      auto got = device_build(reqs, L, K, 65);
-      for (size_t b = 0; b < reqs.size(); ++b) {
-        std::string what = st::format("warp heap L=%d K=%d b=%d budget=%d", L, K, int(b), reqs[b].budget);
-        expect_same(got[b], host_build(reqs[b], L, K, 65), what.c_str());
-        if (b != 6) expect_invariants(got[b], reqs[b], L, K, 65);  // unsorted rows break the rank walk
-      }
+      expect_batch_matches_host(reqs, L, K, 65, "warp heap", /*no_invariants=*/6);  // 6: unsorted rows
     }
   }
 }
