@@ -29,6 +29,10 @@ if mkdir "$dir" 2>/dev/null; then
   printf '%s\n' "$record" > "$dir/owner.json.tmp" && mv -f "$dir/owner.json.tmp" "$dir/owner.json"
   echo "ACQUIRED $(date +%s)"
 else
+  # The winner writes its record just after its mkdir: give it up to a second before reading, or a
+  # racing operator is told the lock is held by "unknown" since 1970 (seen in CI with two at once).
+  i=0
+  while [ ! -f "$dir/owner.json" ] && [ -d "$dir" ] && [ "$i" -lt 20 ]; do sleep 0.05; i=$((i + 1)); done
   echo "HELD $(date +%s)"
   cat "$dir/owner.json" 2>/dev/null || echo '{}'
 fi

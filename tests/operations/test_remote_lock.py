@@ -112,3 +112,20 @@ def test_racing_owners_exactly_one_wins(local: tuple[LocalTransport, str]) -> No
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["refused"] * 5 + ["won"]
+
+
+def test_a_racing_acquire_waits_for_the_winners_record(local: tuple[LocalTransport, str]) -> None:
+    """The winner's mkdir and its owner record are two steps: a loser arriving between them must still
+    name the winner (CI saw 'held by unknown (unreadable owner record) since 1970' with two operators)."""
+    transport, root = local
+    lock_dir = Path(root) / "state" / "locks" / "mode.lock"
+    lock_dir.mkdir(parents=True)  # the winner's mkdir, its record not yet written
+    record = {"owner": "alice@a", "reason": "alice's run", "since": 1_700_000_000, "kind": "auto", "ttl_s": None}
+    writer = threading.Timer(0.3, lambda: (lock_dir / "owner.json").write_text(json.dumps(record) + "\n"))
+    writer.start()
+    try:
+        with pytest.raises(LockHeldError) as err:
+            remote_lock.acquire(transport, root, "mode", reason="bob's run", owner="bob@b")
+    finally:
+        writer.join()
+    assert "alice@a" in str(err.value) and "unreadable" not in str(err.value)
