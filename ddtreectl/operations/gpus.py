@@ -47,13 +47,35 @@ def wait_idle(transport: Transport, inventory: Inventory, host: Host, options: S
               sleep: Callable[[float], None] = time.sleep) -> GpuCheck:
     """Sample until the verdict is idle or `timeout_s` has passed, or is unknown for good (no
     nvidia-smi); returns the last verdict either way."""
+    verdict, waited, rounds = poll_until_idle(lambda: check_gpus(transport, inventory, host, options),
+                                              timeout_s=timeout_s, poll_s=poll_s, on_round=on_round,
+                                              clock=clock, sleep=sleep)
+    return GpuCheck(host.name, verdict, waited, rounds)
+
+
+def poll_until_idle(check: Callable[[], HostVerdict], *, timeout_s: float, poll_s: float,
+                    on_round: Callable[[HostVerdict], None] = lambda verdict: None,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> tuple[HostVerdict, float, int]:
+    """The polling loop of wait_idle: (last verdict, seconds waited, rounds).
+
+    A round is a whole sampling window (samples x interval plus nvidia-smi's own time: ~2 s with the
+    defaults), so the deadline is checked before a round starts, not after it ends: a round that
+    started just before the deadline used to end up to one window past it (`gpus --wait-idle
+    --timeout 5` returned after ~6.1 s). No round starts unless it can end by the deadline (judged by
+    the longest round so far), and the last sleep is cut so that round ends at it. The first round
+    always runs: a verdict needs one whole window, even when --timeout is shorter than that."""
     started = clock()
     rounds = 0
+    longest = 0.0
     while True:
-        verdict = check_gpus(transport, inventory, host, options)
+        began = clock()
+        verdict = check()
         rounds += 1
+        longest = max(longest, clock() - began)
         on_round(verdict)
         waited = clock() - started
-        if verdict.idle or verdict.settled or waited >= timeout_s:
-            return GpuCheck(host.name, verdict, waited, rounds)
-        sleep(min(poll_s, max(0.0, timeout_s - waited)))
+        left = timeout_s - waited
+        if verdict.idle or verdict.settled or left <= 0 or left < longest:
+            return verdict, waited, rounds
+        sleep(min(poll_s, left - longest))
