@@ -229,6 +229,17 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
                 o_ab = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
                 row[f"{name}_bits_equal"] = bool(torch.equal(o_ab.view(torch.int16), outs[default].view(torch.int16)))
                 row[f"{name}_rel_diff"] = rel_diff(o_ab, outs[default])
+        if ab_rounds > 0:
+            # The default and each switch timed in alternation, ab_rounds rounds, medians (as for --ab-lib:
+            # the power state drifts within a shape's timings, alternation spreads it over every variant).
+            alt_env: dict[str, list[float]] = {"fa3": [], **{name: [] for name in FA3_AB}}
+            for _ in range(ab_rounds):
+                alt_env["fa3"].append(graph_time(ours) * 1e6)
+                for name, env in FA3_AB.items():
+                    with scoped_env(env):
+                        alt_env[name].append(graph_time(ours) * 1e6)
+            for name, ts in alt_env.items():
+                row[f"altenv_{name}_us"] = statistics.median(ts)
     row["default_impl"] = default
     row["ours_us"] = row[f"{default}_us"]
     o_ours = outs[default]
@@ -330,6 +341,22 @@ def print_alt(rows: list[dict], ab_libs: dict[str, str]) -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
+def print_alt_env(rows: list[dict]) -> None:
+    """The default fa3 against each --ab switch timed in alternation (--ab --ab-rounds N; medians, µs)."""
+    if not any("altenv_fa3_us" in r for r in rows):
+        return
+    names = [n for n in FA3_AB if any(f"altenv_{n}_us" in r for r in rows)]
+    print("\n| Hq/Hkv | N | C | fa3 µs (alternating) | " + " | ".join(f"{n} µs" for n in names) + " | "
+          + " | ".join(f"fa3 / {n}" for n in names) + " |\n|" + "---|" * (4 + 2 * len(names)))
+    for r in rows:
+        if "altenv_fa3_us" not in r:
+            continue
+        cells = [f"{r['hq']}/{r['hkv']}", str(r["n"]), f"{r['ctx'] // 1024}k", f"{r['altenv_fa3_us']:.1f}"]
+        cells += [f"{r[f'altenv_{n}_us']:.1f}" for n in names]
+        cells += [f"{r['altenv_fa3_us'] / r[f'altenv_{n}_us']:.3f}" for n in names]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def print_ab(rows: list[dict], ab_libs: dict[str, str] | None = None) -> None:
     """fa3 (default) next to the same kernel with a launch switch flipped (µs, same process)."""
     names = [n for n in [*FA3_AB, *(ab_libs or {})] if any(f"{n}_us" in r for r in rows)]
@@ -407,8 +434,8 @@ def main() -> None:
     ap.add_argument("--ab-lib", action="append", default=[], metavar="NAME=PATH",
                     help="also time the default back end of another libddtree build (e.g. main's) on the same "
                     "inputs in this process, and check its bits against this build's (repeatable)")
-    ap.add_argument("--ab-rounds", type=int, default=0, help="also time this build and the --ab-lib builds in "
-                    "alternation, this many rounds, and print the medians")
+    ap.add_argument("--ab-rounds", type=int, default=0, help="also time this build and the --ab-lib builds (and, with "
+                    "--ab, the default and each --ab switch) in alternation, this many rounds, and print the medians")
     ap.add_argument("--interleaved-floor", action="store_true", help="also time the matmul peer interleaved "
                     "with the default back end per shape (same power state) and print the floor from that rate")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
@@ -449,6 +476,7 @@ def main() -> None:
     if args.ab or ab_libs:
         print_ab(rows, ab_libs)
         print_alt(rows, ab_libs)
+        print_alt_env(rows)
     if args.no_flex:
         return
     # N=512 first: flex compiled there in earlier measurements; N=64 may fail to compile (inductor).
