@@ -88,10 +88,18 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "s6": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "1"},  # small-row top-k, one-CTA accept
     "topk": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "0"},
     "accept": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "1"},
+    # Session 7, the round tail's accept (top-k and build_tree at the library's defaults): session 6's final
+    # default (chunked accept, unrolled scoring, no PDL); the compact greedy scoring; that plus the early mode
+    # (PDL launch, temperature/ctx_len with num_nodes, block-table prefetch); the one-CTA accept, compact scoring.
+    "s6final": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},
+    "compact": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
+    "early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
+    "onecta": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
-    for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL"):
+    for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
+                 "DDTREE_ACCEPT_PDL"):
         _env.setdefault(_var, None)
 
 

@@ -100,10 +100,16 @@ void run_case(const Case& c, uint64_t seed) {
   st::DeviceBuffer<int32_t> commit_counters(std::vector<int32_t>(B, 0));
 
   // Plans: 0 = the three launches, 1 = round_finish, 2 = round_finish with the one-CTA accept where it fits
-  // (DDTREE_ACCEPT_ONE_CTA=1; plans 0 and 1 run with it off).
-  State got[3];
-  for (int plan = 0; plan < 3; ++plan) {
+  // (DDTREE_ACCEPT_ONE_CTA=1, compact scoring; the other plans run with it off), 3 = round_finish with session 6's scoring loop
+  // and launch (DDTREE_ACCEPT_SCORE=unrolled, DDTREE_ACCEPT_PDL=0), 4 = round_finish with the compact scoring
+  // and the early mode (PDL launch, ctx_len with num_nodes, block-table prefetch: DDTREE_ACCEPT_PDL=1).
+  // Plans 0 and 1 use the library's defaults for the last two switches.
+  constexpr int kPlans = 5;
+  State got[kPlans];
+  for (int plan = 0; plan < kPlans; ++plan) {
     const st::ScopedEnv one_cta("DDTREE_ACCEPT_ONE_CTA", plan == 2 ? "1" : "0");
+    const st::ScopedEnv score("DDTREE_ACCEPT_SCORE", plan == 3 ? "unrolled" : plan >= 2 ? "compact" : nullptr);
+    const st::ScopedEnv pdl("DDTREE_ACCEPT_PDL", plan == 3 ? "0" : plan == 4 ? "1" : nullptr);
     st::DeviceBuffer<int32_t> an(size_t(B) * N), al(B), ci(size_t(B) * N), bo(B), fi(B), d_ctx(ctx),
         d_out(out_len), d_root(root), d_rt(std::vector<int32_t>(size_t(B) * T, 77)), d_rc(std::vector<int32_t>(B, 77)),
         d_rf(std::vector<int32_t>(B, 77)), d_live(live), d_flags(std::vector<int32_t>{0});
@@ -169,7 +175,9 @@ void run_case(const Case& c, uint64_t seed) {
   }
   for (uint32_t v : accept_counters.download()) ST_REQUIRE(v == 0, "accept counters not back at zero");
   for (int32_t v : commit_counters.download()) ST_REQUIRE(v == 0, "commit counters not back at zero");
-  for (int plan = 1; plan < 3; ++plan) {
+  static const char* const kPlanNames[kPlans] = {"three launches", "chunked accept", "one-CTA accept",
+                                                  "chunked accept, session 6 scoring", "chunked accept, early mode"};
+  for (int plan = 1; plan < kPlans; ++plan) {
     const State &a = got[0], &f = got[plan];
     const char* what = nullptr;
     if (a.an != f.an || a.al != f.al || a.ci != f.ci || a.bo != f.bo || a.fi != f.fi) what = "accept outputs";
@@ -182,7 +190,7 @@ void run_case(const Case& c, uint64_t seed) {
     else if (a.flags != f.flags) what = "error flags";
     ST_EXPECT(what == nullptr, "seed %llu (B %d N %d V %d layers %d row %d page %d hid %d %s %s, %s): %s differ",
               static_cast<unsigned long long>(seed), B, N, V, c.layers, c.row_bytes, c.page_size, c.hid_bytes,
-              c.bf16 ? "bf16" : "f32", c.v_caches ? "K+V" : "K only", plan == 2 ? "one-CTA accept" : "chunked accept",
+              c.bf16 ? "bf16" : "f32", c.v_caches ? "K+V" : "K only", kPlanNames[plan],
               what ? what : "");
   }
   const State& a = got[0];

@@ -137,6 +137,7 @@ struct DeviceLogits {
 };
 
 // Sets an environment variable for the scope (e.g. a launcher option read on every call), then restores it.
+// A null value leaves the variable as it is.
 struct ScopedEnv {
   std::string name, old;
   bool had = false;
@@ -144,7 +145,7 @@ struct ScopedEnv {
     const char* o = std::getenv(n);
     had = o != nullptr;
     if (had) old = o;
-    setenv(n, value, 1);
+    if (value != nullptr) setenv(n, value, 1);
   }
   ~ScopedEnv() {
     if (had) setenv(name.c_str(), old.c_str(), 1);

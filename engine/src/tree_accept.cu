@@ -1,6 +1,7 @@
 // Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
 // or the split plan's three kernels; and of round_finish (the fused kernel with the round tail).
 #include <cstdlib>
+#include <cstring>
 
 #include "common.h"
 #include "ddtree/kernels/round_finish.cuh"
@@ -43,6 +44,26 @@ bool one_cta_enabled() {
   return kAcceptOneCtaDefault;
 }
 
+// Scoring loop of every accept kernel (tree_accept/common.cuh): DDTREE_ACCEPT_SCORE=compact|unrolled, unset ->
+// kAcceptScoreDefault. Read on every call, like the switches above and below.
+constexpr int kAcceptScoreDefault = k::kAcceptScoreUnrolled;
+int score_mode() {
+  const char* e = std::getenv("DDTREE_ACCEPT_SCORE");
+  if (e != nullptr && std::strcmp(e, "compact") == 0) return k::kAcceptScoreCompact;
+  if (e != nullptr && std::strcmp(e, "unrolled") == 0) return k::kAcceptScoreUnrolled;
+  return kAcceptScoreDefault;
+}
+
+// The chunked fused kernel's early mode (fused.cuh: PDL launch, ctx_len with num_nodes, the round tail's
+// block-table prefetch): DDTREE_ACCEPT_PDL=1 on, =0 off, unset -> kAcceptPdlDefault.
+constexpr bool kAcceptPdlDefault = false;
+bool accept_pdl() {
+  const char* e = std::getenv("DDTREE_ACCEPT_PDL");
+  if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
+  if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
+  return kAcceptPdlDefault;
+}
+
 int num_chunks(int32_t vocab) { return (vocab + k::kAcceptChunk - 1) / k::kAcceptChunk; }
 
 size_t tree_bytes(int32_t batch, int32_t n_max) { return align_up(size_t(batch) * size_t(n_max) * sizeof(int32_t)); }
@@ -70,11 +91,11 @@ ddtree_status_t run(const T* logits, int32_t batch, int32_t n_max, int32_t vocab
   st = vec ? ddtree::detail::launch("tree_accept_target_kernel", k::tree_accept_target_kernel<T, true>, grid,
                                     dim3(k::kAcceptThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, num_nodes, ctx_len, temperature, seed,
-                                    static_cast<const int32_t*>(depth), chunks, partial, flags)
+                                    static_cast<const int32_t*>(depth), chunks, partial, flags, score_mode())
            : ddtree::detail::launch("tree_accept_target_kernel", k::tree_accept_target_kernel<T, false>, grid,
                                     dim3(k::kAcceptThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, num_nodes, ctx_len, temperature, seed,
-                                    static_cast<const int32_t*>(depth), chunks, partial, flags);
+                                    static_cast<const int32_t*>(depth), chunks, partial, flags, score_mode());
   if (st != DDTREE_STATUS_SUCCESS) return st;
   return ddtree::detail::launch("tree_accept_walk_kernel", k::tree_accept_walk_kernel, dim3(unsigned(batch)),
                                 dim3(k::kAcceptWalkThreads), stream, true, static_cast<const uint64_t*>(partial),
@@ -96,6 +117,7 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   constexpr int VN = 16 / int(sizeof(T));
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
                    (batch <= 1 || batch_stride % VN == 0);
+  const int score = score_mode();
   if (one_cta_enabled() && k::accept_one_cta_fits(n_max, vocab, int(sizeof(T)))) {
     // With PDL: its prologue reads only inputs older than the model's last kernel (see one_cta.cuh).
     auto go = [&](auto kernel) {
@@ -103,23 +125,24 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
                                     dim3(k::kAcceptOneThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
                                     seed, stop_ids, num_stop, width, accept_nodes, accept_len, committed_ids, bonus,
-                                    finished, flags, tail);
+                                    finished, flags, tail, score);
     };
     return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
   }
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
-  // Without PDL: the logits come from the model's last kernel, which does not trigger dependents early.
+  // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
+  const bool early = accept_pdl();
   if (vec)
     return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
-                                  dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
+                                  dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
                                   n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                   stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                  committed_ids, bonus, finished, flags, tail);
+                                  committed_ids, bonus, finished, flags, tail, score, int(early));
   return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false, Tail>, grid,
-                                dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
+                                dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
                                 n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                 stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                committed_ids, bonus, finished, flags, tail);
+                                committed_ids, bonus, finished, flags, tail, score, int(early));
 }
 
 // Argument checks shared by both entry points.

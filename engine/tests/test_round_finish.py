@@ -140,6 +140,21 @@ def _round_inputs(batch: int, n_max: int, vocab: int, dtype: torch.dtype, temp: 
     return args
 
 
+# The accept's launch switches (read by the library on every call) for each plan a test names.
+ACCEPT_PLANS = {
+    "chunked": {"DDTREE_ACCEPT_ONE_CTA": "0"},
+    "one_cta": {"DDTREE_ACCEPT_ONE_CTA": "1"},
+    "chunked_s6": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},
+    "chunked_early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
+    "one_cta_compact": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
+}
+
+
+def _set_accept_plan(monkeypatch: pytest.MonkeyPatch, plan: str) -> None:
+    for name, value in ACCEPT_PLANS[plan].items():
+        monkeypatch.setenv(name, value)
+
+
 def _clone(args: dict[str, Any]) -> dict[str, Any]:
     return {k: [t.clone() for t in v] if isinstance(v, list) else v.clone() for k, v in args.items()}
 
@@ -163,14 +178,15 @@ def _assert_same_round(got: dict[str, Any], want: dict[str, Any], out: Any, ref:
     (5, 9, 9000, torch.float32, 0.7, 1, 3, 3, 1, torch.float16, False),      # 2-byte rows: 1-byte units, K only
     (4, 1, 320, torch.float32, 0.0, 2, 2, 64, 16, torch.bfloat16, True),     # budget 0
 ])
-@pytest.mark.parametrize("one_cta", ["0", "1"])
+@pytest.mark.parametrize("plan", list(ACCEPT_PLANS))
 def test_op_matches_reference(batch: int, n_max: int, vocab: int, dtype: torch.dtype, temp: float, layers: int,
                               kv_heads: int, head_dim: int, page: int, kv_dtype: torch.dtype, v_caches: bool,
-                              one_cta: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """one_cta: the accept inside runs as the chunked fused kernel (0) or its one-CTA variant where it fits (1)."""
+                              plan: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan: how the accept inside runs (ACCEPT_PLANS: the chunked fused kernel, its one-CTA variant where it fits,
+    session 6's scoring, the early mode)."""
     from ddtree_engine.ops import round_finish as op
 
-    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", one_cta)
+    _set_accept_plan(monkeypatch, plan)
     for seed in range(3):
         args = _round_inputs(batch, n_max, vocab, dtype, temp, layers, kv_heads, head_dim, page, kv_dtype,
                              v_caches, seed)
@@ -183,13 +199,13 @@ def test_op_matches_reference(batch: int, n_max: int, vocab: int, dtype: torch.d
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("one_cta", ["0", "1"])
-def test_op_graph_replay_and_fits(one_cta: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("plan", list(ACCEPT_PLANS))
+def test_op_graph_replay_and_fits(plan: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import check_errors
     from ddtree_engine.ops import round_finish as op
     from ddtree_engine.ops.round_finish import fits
 
-    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", one_cta)
+    _set_accept_plan(monkeypatch, plan)
     args = _round_inputs(8, 33, 320, torch.float32, 0.0, 2, 2, 64, 16, torch.bfloat16, True, seed=4)
     args["active"].fill_(True)
     args["max_new"].fill_(1000)

@@ -182,15 +182,30 @@ def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) 
         assert torch.equal(g, w), f"{name}: {g.tolist()} != {w.tolist()}"
 
 
+# The library's launch switches for each impl a test names (read by the launcher on every call).
+PLANS = {
+    "fused": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0"},  # chunked kernel, default scoring
+    "one_cta": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "1"},  # one CTA per request where it fits
+    "split": {"DDTREE_ACCEPT_IMPL": "split"},
+    # session 6's chunked kernel (unrolled scoring, no PDL) and session 7's early mode with the compact scoring
+    "fused_s6": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled",
+                 "DDTREE_ACCEPT_PDL": "0"},
+    "fused_early": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact",
+                    "DDTREE_ACCEPT_PDL": "1"},
+    "one_cta_compact": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
+}
+ALL_PLANS = list(PLANS)
+
+
 def _set_plan(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
-    """impl "fused" (chunked kernel), "one_cta" (the fused plan's one-CTA variant where it fits) or "split"."""
-    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", "split" if impl == "split" else "fused")
-    monkeypatch.setenv("DDTREE_ACCEPT_ONE_CTA", "1" if impl == "one_cta" else "0")
+    """impl: a key of PLANS ("fused" = the chunked kernel, "one_cta" = its one-CTA variant where it fits, ...)."""
+    for name, value in PLANS[impl].items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
+@pytest.mark.parametrize("impl", ALL_PLANS)
 @pytest.mark.parametrize("vocab", [320, 997, 32000, 163840])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("temp", [0.0, 0.8])
@@ -206,11 +221,11 @@ def test_op_matches_reference(vocab: int, dtype: torch.dtype, temp: float, impl:
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused", "split"])
+@pytest.mark.parametrize("impl", ["fused", "split", "fused_early"])
 def test_op_flat_logits_large_tree_and_graph_replay(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine.ops import tree_accept as op
 
-    monkeypatch.setenv("DDTREE_ACCEPT_IMPL", impl)
+    _set_plan(monkeypatch, impl)
     args = _random_case(2, 257, 32000, torch.bfloat16, 1.3, seed=5)
     args["target_logits"] = args["target_logits"].reshape(2 * 257, 32000)
     want = tree_accept(**args, max_depth=40)
@@ -244,7 +259,7 @@ def test_op_fused_plan_batch_of_64_many_chunks_and_auto_choice(monkeypatch: pyte
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
+@pytest.mark.parametrize("impl", ALL_PLANS)
 def test_op_small_vocab_trees_all_plans(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The e2e model's shapes (V = 320, 17 and 65 nodes, up to 8 requests) and tiny vocabularies (fewer 16-byte
     vectors per row than a warp has lanes; _random_case needs more tokens than a node has children), greedy and sampled, with and without graph replay."""
@@ -269,7 +284,7 @@ def test_op_small_vocab_trees_all_plans(impl: str, monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused", "one_cta", "split"])
+@pytest.mark.parametrize("impl", ALL_PLANS)
 def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddtree_engine import DdtreeDeviceError
     from ddtree_engine.ops import check_errors

@@ -38,7 +38,7 @@ from ddtree_engine.backend import default_backend  # noqa: E402
 from ddtree_engine.decode import DDTreeEngine, Request  # noqa: E402
 from ddtree_engine.drafter import NoisyOracleDrafter  # noqa: E402
 from ddtree_engine.model import ModelConfig, TinyTransformer  # noqa: E402
-from bench_e2e import VARIANTS, add_model_args, model_config, set_variant  # noqa: E402
+from bench_e2e import VARIANTS, _graph, add_model_args, model_config, set_variant  # noqa: E402
 
 # Engine kernels that open a segment (matched as substrings of the CUPTI kernel name).
 SEGMENT_OPENERS = (("select", "draft_topk"), ("finish", "tree_accept"))
@@ -131,21 +131,9 @@ def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, b
         eng.step()
     eng.max_new.fill_(1 << 30)  # replays below must keep every slot active
     n_draft = drafter_kernels(eng)
-    torch.cuda.synchronize()
-    acts = [torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
-        for _ in range(reps):
-            eng.run_round()
-        torch.cuda.synchronize()
-    kernels = sorted(
-        ((e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-         if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name and "Memset" not in e.name),
-        key=lambda k: k[1])
-    copies = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-              and ("Memcpy" in e.name or "Memset" in e.name)]
-    if copies:  # not kernels, so not in the split below; a captured round should have none
-        print(f"\nbatch {batch} budget {budget}: {len(copies) / reps:.1f} memcpy/memset records per replay "
-              f"({sum(e.time_range.end - e.time_range.start for e in copies) / reps:.1f} us), not in the table")
+    kernels, copies = profile_replays(eng.run_round, reps)
+    models = models_graph(eng)  # the round without the engine ops: drafter call + target forward, one graph
+    m_kernels, m_copies = profile_replays(models.replay, reps)
     if not kernels or len(kernels) % reps:
         print(f"\nbatch {batch} budget {budget}: {len(kernels)} kernel records for {reps} replays; cannot split")
         return
@@ -184,12 +172,90 @@ def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, b
     print(f"  engine ops (select + finish, busy + idle): {med(eng_total):.1f} us = {med(eng_total) / span:.1%} of the "
           f"round; draft_topk_lse + build_tree kernels {med(picked):.1f} us, everything else {med(rest):.1f} us = "
           f"{med(rest) / span:.1%}")
+    report_copies(copies, kernels, rounds, per_round, labels, reps, "round")
+    report_models(m_kernels, m_copies, reps, n_draft, span, {s: (med(busy[s]), med(idle[s])) for s in busy})
     print("  engine-segment kernels (median us; idle = the gap before the kernel):")
     for (i, name), ts in sorted(per_kernel.items()):
         if labels[i] in ("select", "finish") or any(k in name for k in ENGINE_KERNELS):
             gap = med([max(0.0, rnd[i][1] - rnd[i - 1][2]) if i else 0.0 for rnd in rounds])
             torch_op = "" if any(k in name for k in ENGINE_KERNELS) else "   <- torch op: overhead"
             print(f"    #{i:3d} {labels[i]:7s} {name:40s} {med(ts):7.2f}  idle {gap:5.2f}{torch_op}")
+
+
+def profile_replays(replay: object, reps: int) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+    """CUPTI records of `reps` replays: (kernels, memcpy/memset records), each (name, start us, end us), by start."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            replay()  # type: ignore[operator]
+        torch.cuda.synchronize()
+    recs = sorted(((e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda k: k[1])
+    is_copy = [("Memcpy" in n or "Memset" in n) for n, _, _ in recs]
+    return [r for r, c in zip(recs, is_copy) if not c], [r for r, c in zip(recs, is_copy) if c]
+
+
+def models_graph(eng: DDTreeEngine) -> object:
+    """bench_e2e.overhead_share's "models" graph: the drafter call and the target forward on a tree built eagerly
+    from the same state, back to back in one graph (the round with the engine ops taken out)."""
+    be, m = eng.be, eng.model
+    with torch.inference_mode():
+        drafts = eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
+        top_lp, top_id, _ = be.draft_topk_lse(drafts, eng.K)  # type: ignore[attr-defined]
+        tree = be.build_tree(top_lp, top_id, eng.root, eng.ctx_len, eng.budget.clone(), eng.n_max)  # type: ignore[attr-defined]
+    ctx = eng.ctx_len.clone()
+
+    def models() -> None:
+        eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
+        m.forward_tree(be, eng.cache.k, eng.cache.v, eng.cache.block_table, tree.node_token, tree.positions,  # type: ignore[arg-type]
+                       ctx, tree.anc)
+
+    return _graph(models)
+
+
+def report_copies(copies: list[tuple[str, float, float]], kernels: list[tuple[str, float, float]],
+                  rounds: list[list[tuple[str, float, float]]], per_round: int, labels: list[str], reps: int,
+                  what: str) -> None:
+    """Where the memcpy/memset records of the replays sit: after which kernel of the round (its segment)."""
+    if not copies:
+        print(f"  {what}: no memcpy/memset records")
+        return
+    where: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    starts = [k[1] for k in kernels]
+    for name, t0, t1 in copies:
+        before = sum(1 for t in starts if t <= t0) - 1  # index of the last kernel that started before the copy
+        i = before % per_round if before >= 0 else -1
+        where[(name, i, labels[i] if i >= 0 else "-")].append(t1 - t0)
+    for (name, i, seg), ts in sorted(where.items(), key=lambda x: x[0][1]):
+        after = short_name(rounds[0][i][0]) if i >= 0 else "(before the first kernel)"
+        print(f"  {what}: {len(ts) / reps:.1f} x {name[:40]} per replay, {statistics.median(ts):.2f} us, after kernel "
+              f"#{i} {after} ({seg})")
+
+
+def report_models(kernels: list[tuple[str, float, float]], copies: list[tuple[str, float, float]], reps: int,
+                  n_draft: int, round_span: float, in_round: dict[str, tuple[float, float]]) -> None:
+    """The models graph's span and its drafter / target segments next to the same segments inside the round."""
+    if not kernels or len(kernels) % reps:
+        print(f"  models graph: {len(kernels)} kernel records for {reps} replays; cannot split")
+        return
+    per = len(kernels) // reps
+    med = statistics.median
+    spans, seg = [], defaultdict(list)
+    for rnd in split_rounds(kernels, per):
+        spans.append(rnd[-1][2] - rnd[0][1])
+        for name, lo, hi in (("drafter", 0, n_draft), ("target", n_draft, per)):
+            busy = sum(t1 - t0 for _, t0, t1 in rnd[lo:hi])
+            idle = sum(max(0.0, rnd[i][1] - rnd[i - 1][2]) for i in range(max(lo, 1), hi))
+            seg[name].append((busy, idle))
+    span = med(spans)
+    print(f"  models graph (drafter + target, no engine ops): {per} kernels, span {span:.1f} us; round span minus it "
+          f"{round_span - span:.1f} us = {(round_span - span) / round_span:.1%} of the round")
+    for name in ("drafter", "target"):
+        b, i = med([x[0] for x in seg[name]]), med([x[1] for x in seg[name]])
+        rb, ri = in_round.get(name, (float("nan"), float("nan")))
+        print(f"    {name:8s} alone busy {b:7.1f} idle {i:6.1f} | in the round busy {rb:7.1f} idle {ri:6.1f}")
+    if copies:
+        print(f"  models graph: {len(copies) / reps:.1f} memcpy/memset records per replay")
 
 
 if __name__ == "__main__":

@@ -84,14 +84,15 @@ struct RoundTail {
   int32_t* r_finish;
   int32_t* live_budget;  // may be null
 
-  // Slot state -> t.info[8..12], read after the walk's first barrier. With `pages` (the one-CTA accept, whose
-  // prologue runs before the PDL wait), also the block-table entries of the slots [ctx, ctx + n_max) -> t.pages
-  // (first page index in info[5], count in info[6]; 0 when they do not fit), so the commit's page lookups do not
-  // follow the walk with a global round trip. The chunked plan's last CTA keeps session 5's order (count 0):
-  // there the extra dependent load would sit before the walk's first barrier, and it was not measured alone.
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b, int n_max, bool pages) const {
+  // Slot state -> t.info[8..12], read after the walk's first barrier. With `pages`, also the block-table entries
+  // of the slots [ctx, ctx + n_max) -> t.pages (first page index in info[5], count in info[6]; 0 when they do not
+  // fit), so the commit's page lookups do not follow the walk with a global round trip. Taken by the one-CTA
+  // accept (its prologue runs before the PDL wait) and by the chunked plan's last CTA when it already holds
+  // ctx_len (`ctx_known` >= 0: its early mode loads it with num_nodes; otherwise the page loads would wait for
+  // the ctx_len load before the walk's first barrier, so the chunked plan without it keeps session 5's order).
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem& t, int b, int n_max, bool pages, int ctx_known = -1) const {
     if (threadIdx.x == blockDim.x - 1) {
-      const int ctx = ctx_len[b];
+      const int ctx = ctx_known >= 0 ? ctx_known : ctx_len[b];
       t.info[8] = ctx;
       t.info[9] = active[b];
       t.info[10] = ignore_stop[b];

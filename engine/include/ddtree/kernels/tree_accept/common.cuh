@@ -104,6 +104,39 @@ __device__ __forceinline__ int cut_at_stop(int len, int target, TokenAt token_at
   return count;
 }
 
+// The best pack_item(key(logit), id) of one loaded 16-byte vector whose first element is vocab id `base`,
+// greedy (T = 0): elements past `vocab` and NaN are skipped (NaN sets *bad). Straight-line code: a handful of
+// instructions per element, no branch (see kAcceptScoreCompact below).
+template <typename T>
+__device__ __forceinline__ uint64_t greedy_vector_best(const uint4& raw, int base, int vocab, int* bad) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const T* e = reinterpret_cast<const T*>(&raw);
+  uint64_t top = 0;
+  int nan = 0;
+#pragma unroll
+  for (int q = 0; q < VN; ++q) {
+    const float s = to_float<T>(e[q]);
+    const bool in = base + q < vocab;
+    nan |= int(in && s != s);
+    const uint64_t it = in && s == s ? pack_item(ordered_key(s), base + q) : 0;
+    top = it > top ? it : top;
+  }
+  *bad |= nan;
+  return top;
+}
+
+// How the accept kernels score their logits (DDTREE_ACCEPT_SCORE, read by the launcher on every call):
+//   unrolled (sessions 4-6): one fully unrolled loop over every element a thread holds, each element with its
+//     own inline copy of the Gumbel noise (two log32, a division) behind `if (sample)`. The chunked kernel's
+//     scoring is ~72 KB of SASS (32 elements x ~2.3 KB), the one-CTA kernel's ~190 KB; at T = 0 every element
+//     runs ~10 instructions and then jumps ~2.3 KB ahead, past its skipped noise code, and the chunked kernel's
+//     threads past the vocab still step through all 32 element checks.
+//   compact (session 7): T = 0 takes a separate loop of greedy_vector_best (straight-line, ~10 instructions an
+//     element) that stops at the first vector past the vocab; sampling keeps the unrolled loop.
+// Same results either way (the same items are compared; NaN handling identical).
+constexpr int kAcceptScoreUnrolled = 0;
+constexpr int kAcceptScoreCompact = 1;
+
 // One CTA's vocab chunk of one node's logits: loaded into registers first (the loads overlap whatever
 // the caller does before scoring them), then scored. best() gives the thread's best
 // pack_item(key(score), id) (0 = only NaN seen) and sets *bad on NaN.
@@ -117,8 +150,19 @@ struct ChunkLogits {
     load_row_vectors<T, VEC, NV, kAcceptThreads>(x, start, vocab, raw);
   }
 
-  __device__ __forceinline__ uint64_t best(int start, int vocab, bool sample, float temp, uint32_t key,
-                                           int* bad) const {
+  __device__ __forceinline__ uint64_t best(int start, int vocab, bool sample, float temp, uint32_t key, int* bad,
+                                           int score = kAcceptScoreUnrolled) const {
+    if (score == kAcceptScoreCompact && !sample) {
+      uint64_t top = 0;
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+        if (base >= vocab) break;  // every later vector starts further right
+        const uint64_t it = greedy_vector_best<T>(raw[j], base, vocab, bad);
+        top = it > top ? it : top;
+      }
+      return top;
+    }
     uint64_t top = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {

@@ -20,6 +20,13 @@ __device__ __forceinline__ uint32_t atomic_add_acq_rel_gpu(uint32_t* addr, uint3
   return old;
 }
 
+// A 4-byte load that the compiler issues where it is written (not sunk below a branch).
+__device__ __forceinline__ int32_t ld_relaxed_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // One request's tree in shared memory (the fused kernel's last CTA; sampling CTAs use fc/ns/par).
 struct AcceptTreeSmem {
   int32_t fc[kAcceptFusedMaxNodes], ns[kAcceptFusedMaxNodes], par[kAcceptFusedMaxNodes];
@@ -40,7 +47,7 @@ struct WalkResult {
 
 // The fused kernel without a round tail: the accept outputs are the kernel's only effect.
 struct NoRoundTail {
-  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int, int, bool) const {}
+  __device__ __forceinline__ void prefetch(AcceptTreeSmem&, int, int, bool, int = -1) const {}
   __device__ __forceinline__ void operator()(AcceptTreeSmem&, int, int, const WalkResult&, int32_t*) const {}
 };
 
@@ -181,6 +188,12 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
 // The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
 // of each request after the walk (NoRoundTail: nothing; RoundTail in round_finish.cuh: the KV commit and
 // the slot bookkeeping of the round); its prefetch() runs before the walk, so its loads overlap it.
+// `score`: kAcceptScoreUnrolled / kAcceptScoreCompact (common.cuh). `early` (session 7, DDTREE_ACCEPT_PDL=1; the
+// launcher then launches with PDL): griddepcontrol.wait first (so the launch and the CTAs' start overlap the
+// model's last kernel, while every input is read after the wait as without PDL); every CTA loads temperature
+// and ctx_len together with num_nodes (session 6 loaded temperature after the num_nodes check: one more round
+// trip before scoring), so the last CTA's tail prefetch has ctx_len at once and also fetches the tree's
+// block-table entries (the commit's page lookups then come from shared memory, not a round trip after the walk).
 template <typename T, bool VEC, typename Tail>
 __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
@@ -190,19 +203,28 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     const int32_t* __restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t* __restrict__ partial,
     uint32_t* __restrict__ counters, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
     int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags, const Tail tail) {
+    int32_t* __restrict__ flags, const Tail tail, int score, int early) {
   __shared__ uint64_t red[kAcceptThreads / 32];
   __shared__ AcceptTreeSmem tree;
   __shared__ int s_last;
   const int chunk = blockIdx.x, i = blockIdx.y, b = blockIdx.z;
   const int start = chunk * kAcceptChunk;
+  if (early) pdl_wait();  // no-op without a PDL launch; every input below is read after it
   // Row i < n_max exists (the launcher checked the strides), so its load need not wait for num_nodes:
   // rows past the tree are loaded and dropped, never scored.
   ChunkLogits<T, VEC> chunk_logits;
   chunk_logits.load(logits + int64_t(b) * batch_stride + int64_t(i) * row_stride, start, vocab);
-  const int n = max(1, min(num_nodes[b], n_max));
+  const int nn = num_nodes[b];
+  int ctx_early = -1;
+  float temp_early = 0.f;
+  if (early) {  // asm volatile: issued here, in num_nodes' round trip, not after the exit below (ptxas sinks
+                // plain loads there)
+    ctx_early = ld_relaxed_gpu(ctx_len + b);
+    temp_early = __int_as_float(ld_relaxed_gpu(reinterpret_cast<const int32_t*>(temperature + b)));
+  }
+  const int n = max(1, min(nn, n_max));
   if (i >= n) return;  // not counted: the request's arrivals are n x num_chunks
-  const float temp = temperature[b];
+  const float temp = early ? temp_early : temperature[b];
   const bool sample = temp > 0.f;  // 0, negative or NaN: greedy
   uint32_t key = 0;
   if (sample) {  // block-uniform: the whole CTA derives node i's depth
@@ -210,7 +232,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     key = gumbel_key(uint64_t(seed[b]), uint32_t(b), uint32_t(ctx_len[b] + node_depth_of(tree, i, n) + 1));
   }
   int bad = 0;
-  const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad);
+  const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad, score);
   const uint64_t m = block_best(best, bad, red, flags);
   if (threadIdx.x == 0) {
     partial[(int64_t(b) * n_max + i) * num_chunks + chunk] = m;
@@ -222,7 +244,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   }
   __syncthreads();
   if (!s_last) return;
-  tail.prefetch(tree, b, n_max, false);
+  tail.prefetch(tree, b, n_max, early != 0, ctx_early);
   const WalkResult w =
       accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
                           num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kAcceptOneThreads, 1) tree_accept_one_cta_kern
     const int32_t* __restrict__ ctx_len, const float* __restrict__ temperature, const int64_t* __restrict__ seed,
     const int32_t* __restrict__ stop_ids, int num_stop, int width, int32_t* __restrict__ accept_nodes,
     int32_t* __restrict__ accept_len, int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus,
-    int32_t* __restrict__ finished, int32_t* __restrict__ flags, const Tail tail) {
+    int32_t* __restrict__ finished, int32_t* __restrict__ flags, const Tail tail, int score) {
   constexpr int VN = 16 / int(sizeof(T));
   constexpr int kAcceptOneVecs = kAcceptOneElems / VN;  // 16-byte vectors a lane holds at once
   __shared__ AcceptTreeSmem t;
@@ -112,19 +112,30 @@ __global__ void __launch_bounds__(kAcceptOneThreads, 1) tree_accept_one_cta_kern
   __syncthreads();  // the tree is in shared memory
   link_parents(t, n, true, flags);
 
-  uint32_t key[kAcceptOneNodesPerWarp];
-#pragma unroll
-  for (int q = 0; q < kAcceptOneNodesPerWarp; ++q) {
-    key[q] = 0u;
-    if (sample && q < owned)
-      key[q] = gumbel_key(uint64_t(seed[b]), uint32_t(b),
-                          uint32_t(ctx_len[b] + node_depth_of(t, warp + kAcceptOneWarps * q, n) + 1));
-  }
   uint64_t best[kAcceptOneNodesPerWarp];
 #pragma unroll
   for (int q = 0; q < kAcceptOneNodesPerWarp; ++q) best[q] = 0;
   int bad = 0;
-  {
+  if (score == kAcceptScoreCompact && !sample) {  // greedy: straight-line vectors (common.cuh)
+    int s = s0, u = u0;
+#pragma unroll
+    for (int r = 0; r < kAcceptOneVecs; ++r) {
+      if (lane + 32 * r >= pairs) break;  // pairs are numbered densely: no later one is this lane's
+      const uint64_t top = greedy_vector_best<T>(raw[r], u * VN, vocab, &bad);
+#pragma unroll
+      for (int q = 0; q < kAcceptOneNodesPerWarp; ++q)
+        if (s == q) best[q] = top > best[q] ? top : best[q];
+      advance(s, u);
+    }
+  } else {  // session 6's loop (sampling, and greedy under DDTREE_ACCEPT_SCORE=unrolled)
+    uint32_t key[kAcceptOneNodesPerWarp];
+#pragma unroll
+    for (int q = 0; q < kAcceptOneNodesPerWarp; ++q) {
+      key[q] = 0u;
+      if (sample && q < owned)
+        key[q] = gumbel_key(uint64_t(seed[b]), uint32_t(b),
+                            uint32_t(ctx_len[b] + node_depth_of(t, warp + kAcceptOneWarps * q, n) + 1));
+    }
     int s = s0, u = u0;
 #pragma unroll
     for (int r = 0; r < kAcceptOneVecs; ++r) {
