@@ -18,6 +18,7 @@ OUT=${OUT:-/tmp/e2e_device}
 B=${B:-$PWD/engine/build}
 TOKENS=${TOKENS:-64}
 VARIANTS=${VARIANTS:-s6final compact early onecta}
+BENCH_VARIANTS=${BENCH_VARIANTS:-s6final early onecta}
 CAND_ENV=${CAND_ENV:-DDTREE_ACCEPT_SCORE=compact DDTREE_ACCEPT_PDL=1 DDTREE_ACCEPT_ONE_CTA=0}
 CAND2_ENV=${CAND2_ENV:-DDTREE_ACCEPT_SCORE=compact DDTREE_ACCEPT_ONE_CTA=1}
 mkdir -p "$OUT"
@@ -25,12 +26,12 @@ export PYTHONPATH="$PWD/engine/python" DDTREE_LIB=$B/libddtree.so LD_LIBRARY_PAT
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
-stamp "1a. bench_e2e, 2-layer d_model 128 model, variants $VARIANTS"
+stamp "1a. bench_e2e, 2-layer d_model 128 model, variants $BENCH_VARIANTS"
 timeout 100 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens "$TOKENS" --kinds noisy \
-  --variants $VARIANTS > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
+  --variants $BENCH_VARIANTS > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
 grep -E "AR \(|DDTree" "$OUT/bench_e2e.log" | sed -E 's/ +/ /g'
 stamp "1b. CUPTI round profile"
-timeout 90 python3 engine/bench/profile/e2e_round_profile.py --variants $VARIANTS --reps 15 \
+timeout 90 python3 engine/bench/profile/e2e_round_profile.py --variants $VARIANTS --reps 12 \
   > "$OUT/round_profile.log" 2>&1
 echo "rc=$?"; grep -E "^batch|engine ops|memcpy|models graph|draft_topk|build_tree|tree_accept" "$OUT/round_profile.log"
 

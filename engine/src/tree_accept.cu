@@ -44,24 +44,33 @@ bool one_cta_enabled() {
   return kAcceptOneCtaDefault;
 }
 
-// Scoring loop of every accept kernel (tree_accept/common.cuh): DDTREE_ACCEPT_SCORE=compact|unrolled, unset ->
-// kAcceptScoreDefault. Read on every call, like the switches above and below.
-constexpr int kAcceptScoreDefault = k::kAcceptScoreUnrolled;
-int score_mode() {
+// Session 7's defaults (NOTES, "Session 7"), for the fused plan at vocabularies of at most kAcceptSession7MaxV, where
+// a thread holds at most one 16-byte vector of a row (the regime of the H200 measurement, V = 320): the compact
+// greedy scoring and the chunked kernel's early mode measured 2.2-3.1 µs faster per round tail than session 6's
+// kernel in the same process (round_finish in the end-to-end round, batch 1/8, budget 16/64). Elsewhere (larger
+// vocabularies, the split plan) nothing was measured: session 6's path stays the default there.
+constexpr int kAcceptSession7MaxV = 1024;
+
+// Scoring loop of the fused plan's kernels (tree_accept/common.cuh): DDTREE_ACCEPT_SCORE=compact|unrolled, unset ->
+// compact at vocab <= kAcceptSession7MaxV, else unrolled. Read on every call, like the switches above and below (a
+// CUDA graph keeps the choice made at capture). The split plan's target kernel keeps the unrolled loop (the compact
+// one made it spill 16 bytes on sm_120, and the split plan was not measured).
+int score_mode(int32_t vocab) {
   const char* e = std::getenv("DDTREE_ACCEPT_SCORE");
   if (e != nullptr && std::strcmp(e, "compact") == 0) return k::kAcceptScoreCompact;
   if (e != nullptr && std::strcmp(e, "unrolled") == 0) return k::kAcceptScoreUnrolled;
-  return kAcceptScoreDefault;
+  return vocab <= kAcceptSession7MaxV ? k::kAcceptScoreCompact : k::kAcceptScoreUnrolled;
 }
 
-// The chunked fused kernel's early mode (fused.cuh: PDL launch, ctx_len with num_nodes, the round tail's
-// block-table prefetch): DDTREE_ACCEPT_PDL=1 on, =0 off, unset -> kAcceptPdlDefault.
-constexpr bool kAcceptPdlDefault = false;
-bool accept_pdl() {
+// The chunked fused kernel's early mode (fused.cuh: PDL launch, temperature and ctx_len with num_nodes, the round
+// tail's block-table prefetch): DDTREE_ACCEPT_PDL=1 on, =0 off, unset -> on at vocab <= kAcceptSession7MaxV.
+// (Against the compact scoring alone it measured equal within 1.1 µs of round time: kept for its 0.2-0.3 µs launch
+// gap, and because it is the variant the end-to-end tests and bench ran as the candidate default.)
+bool accept_pdl(int32_t vocab) {
   const char* e = std::getenv("DDTREE_ACCEPT_PDL");
   if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
   if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
-  return kAcceptPdlDefault;
+  return vocab <= kAcceptSession7MaxV;
 }
 
 int num_chunks(int32_t vocab) { return (vocab + k::kAcceptChunk - 1) / k::kAcceptChunk; }
@@ -91,11 +100,11 @@ ddtree_status_t run(const T* logits, int32_t batch, int32_t n_max, int32_t vocab
   st = vec ? ddtree::detail::launch("tree_accept_target_kernel", k::tree_accept_target_kernel<T, true>, grid,
                                     dim3(k::kAcceptThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, num_nodes, ctx_len, temperature, seed,
-                                    static_cast<const int32_t*>(depth), chunks, partial, flags, score_mode())
+                                    static_cast<const int32_t*>(depth), chunks, partial, flags)
            : ddtree::detail::launch("tree_accept_target_kernel", k::tree_accept_target_kernel<T, false>, grid,
                                     dim3(k::kAcceptThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, num_nodes, ctx_len, temperature, seed,
-                                    static_cast<const int32_t*>(depth), chunks, partial, flags, score_mode());
+                                    static_cast<const int32_t*>(depth), chunks, partial, flags);
   if (st != DDTREE_STATUS_SUCCESS) return st;
   return ddtree::detail::launch("tree_accept_walk_kernel", k::tree_accept_walk_kernel, dim3(unsigned(batch)),
                                 dim3(k::kAcceptWalkThreads), stream, true, static_cast<const uint64_t*>(partial),
@@ -117,7 +126,7 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   constexpr int VN = 16 / int(sizeof(T));
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
                    (batch <= 1 || batch_stride % VN == 0);
-  const int score = score_mode();
+  const int score = score_mode(vocab);
   if (one_cta_enabled() && k::accept_one_cta_fits(n_max, vocab, int(sizeof(T)))) {
     // With PDL: its prologue reads only inputs older than the model's last kernel (see one_cta.cuh).
     auto go = [&](auto kernel) {
@@ -131,7 +140,7 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   }
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
-  const bool early = accept_pdl();
+  const bool early = accept_pdl(vocab);
   if (vec)
     return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
                                   dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,

@@ -16,7 +16,10 @@
 //   One-CTA variant (session 6, tree_accept/one_cta.cuh): where a request's logits fit one 512-thread CTA
 //   (small vocabularies: V = 320 up to ~100 nodes), one CTA per request reads them all and walks: no
 //   arrival counter, no partials. Taken by the fused entry points (and round_finish) when DDTREE_ACCEPT_ONE_CTA=1
-//   (read on every call); off by default: on the H200 it was slower than the chunked kernel (NOTES, session 6).
+//   (read on every call); off by default: on the H200 it was slower than the chunked kernel (NOTES, sessions 6, 7).
+//   Session 7 (NOTES): the scoring loop at T = 0 (DDTREE_ACCEPT_SCORE=compact|unrolled; tree_accept/common.cuh) and
+//   the chunked kernel's early mode (DDTREE_ACCEPT_PDL=1|0; fused.cuh). Both default on for the fused plan at
+//   V <= 1024, where they measured faster (round_finish 10.9-15.9 -> 8.5-12.5 us on the H200); off elsewhere.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel

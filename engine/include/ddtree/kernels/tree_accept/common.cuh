@@ -131,9 +131,12 @@ __device__ __forceinline__ uint64_t greedy_vector_best(const uint4& raw, int bas
 //     scoring is ~72 KB of SASS (32 elements x ~2.3 KB), the one-CTA kernel's ~190 KB; at T = 0 every element
 //     runs ~10 instructions and then jumps ~2.3 KB ahead, past its skipped noise code, and the chunked kernel's
 //     threads past the vocab still step through all 32 element checks.
-//   compact (session 7): T = 0 takes a separate loop of greedy_vector_best (straight-line, ~10 instructions an
+//   compact (session 7): T = 0 takes a separate loop of greedy_vector_best (straight-line, ~15 instructions an
 //     element) that stops at the first vector past the vocab; sampling keeps the unrolled loop.
-// Same results either way (the same items are compared; NaN handling identical).
+// Same results either way (the same items are compared; NaN handling identical). Measured on the H200 in the
+// end-to-end round (V = 320, 17-65 nodes): the chunked round_finish 10.9 / 11.5 / 11.4 / 15.9 -> 8.5 / 9.2 / 9.1 /
+// 12.8 µs (batch 1/8 x budget 16/64), so most of session 6's tail time was fetching code, not data. Default for the
+// fused plan at V <= 1024 (src/tree_accept.cu).
 constexpr int kAcceptScoreUnrolled = 0;
 constexpr int kAcceptScoreCompact = 1;
 

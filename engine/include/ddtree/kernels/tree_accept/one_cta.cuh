@@ -17,6 +17,10 @@
 // at 17 nodes (chunked 11.0-11.4) and 21.5-21.7 at 65 (chunked 11.8-16.6); the round span +5 µs at batch 1 /
 // budget 64. The cost grows with the nodes per warp: the whole request's scoring (up to 13 vectors per lane
 // x 16 warps) lands on one SM's four schedulers, where the chunked plan spreads one row per CTA over the GPU.
+// Session 7: most of that was instruction fetch of the unrolled noise code (common.cuh, kAcceptScoreCompact); with the
+// compact scoring it took 10.0 / 14.4 / 9.9 / 14.3 µs at batch 1/8 x 17/65 nodes, still slower than the chunked
+// kernel with the same scoring (8.5 / 9.2-9.6 / 9.0 / 12.5-12.8) in the same process: one SM's scoring of 65 rows
+// costs more than the arrival counter and the partials pass it saves.
 // Opt-in (DDTREE_ACCEPT_ONE_CTA=1), kept for that A/B and as the base for a cluster-spread version.
 // Fits (launcher): 16-byte vectors or not, ceil(n_max / 16) <= kAcceptOneNodesPerWarp and
 // ceil(n_max / 16) * ceil(V / VN) <= 32 * 64 / VN (VN logits per vector): V = 320 up to 102 nodes.

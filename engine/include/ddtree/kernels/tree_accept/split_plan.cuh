@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_target_kernel(
     const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
     const int32_t* __restrict__ num_nodes, const int32_t* __restrict__ ctx_len, const float* __restrict__ temperature,
     const int64_t* __restrict__ seed, const int32_t* __restrict__ depth, int num_chunks,
-    uint64_t* __restrict__ partial, int32_t* __restrict__ flags, int score) {
+    uint64_t* __restrict__ partial, int32_t* __restrict__ flags) {
   pdl_launch_dependents();
   __shared__ uint64_t red[kAcceptThreads / 32];
   const int chunk = blockIdx.x, i = blockIdx.y, b = blockIdx.z;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_target_kernel(
   uint32_t key = 0;
   if (sample) key = gumbel_key(uint64_t(seed[b]), uint32_t(b), uint32_t(ctx_len[b] + depth[int64_t(b) * n_max + i] + 1));
   int bad = 0;
-  const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad, score);
+  const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad);
   const uint64_t m = block_best(best, bad, red, flags);
   if (threadIdx.x == 0) partial[(int64_t(b) * n_max + i) * num_chunks + chunk] = m;
 }
