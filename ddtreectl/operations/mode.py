@@ -134,6 +134,33 @@ def _stop_service(transport: Transport, unit: str, stop_timeout: int) -> None:
                                  hint="ddtreectl logs HOST shows why", host=transport.host_name)
 
 
+def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: Host, sample: SampleOptions,
+                              active: str | None, force: bool, on_step: Callable[[str], None]) -> None:
+    """Before anything is stopped: refuse when the idle check that ends the switch can never pass.
+
+    Stopping the service cannot install nvidia-smi: on a host without it the switch used to drain and
+    stop production, then refuse (GPUs unknown), leaving the host down with no lease. One quick sample
+    (one nvidia-smi query) decides it first; with --force the switch goes on and the final check
+    records the override."""
+    if force:
+        return
+    on_step("checking that the GPUs can be verified idle after the stop")
+    quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
+    verdict = check_gpus(transport, inventory, host, quick)
+    if not verdict.nvidia_smi_missing:  # busy now is expected (the service runs): the wait after the stop decides
+        return
+    service = inventory.service_of(host)
+    kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
+        "; nothing was changed"
+    raise GpusBusyError(
+        "cannot take the host for development: the GPUs could not be verified idle after a stop: "
+        + "; ".join(r for r in verdict.reasons if r.startswith("GPU state unknown")) + kept,
+        hint=f"install nvidia-smi on {host.name} (or put it on the SSH user's PATH; `ddtreectl gpus "
+             f"{host.name}` shows what the sampler sees), or --force to take the host without the GPU "
+             "check (recorded in the audit log)",
+        host=host.name)
+
+
 def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, reason: str, ttl_s: int,
                   drain_timeout_s: float, idle_timeout_s: float, force: bool = False,
                   sample: SampleOptions = SampleOptions(),
@@ -162,8 +189,11 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
             # A renewal (new reason or expiry, expired or not): the host is already out of production
             # and the holder's own processes may be on the GPUs, so nothing is stopped or checked.
             return _renew(transport, root, result, mine, reason, ttl_s)
+        active = None
         if service is not None:
             active = transport.run(f"systemctl is-active -- {shlex.quote(service.unit)}", timeout=15).stdout.strip()
+        _refuse_unverifiable_gpus(transport, inventory, host, sample, active, force, on_step)
+        if service is not None:
             if active in ("active", "activating", "reloading"):
                 on_step(f"draining {service.unit} (up to {drain_timeout_s:g} s)")
                 result.drain = drain(transport, service.port, timeout_s=drain_timeout_s,

@@ -77,6 +77,8 @@ class HostVerdict:
     nvidia_smi_ms: int | None  # slowest nvidia-smi query of the window
     # Unknown in a way sampling again cannot change (nvidia-smi is not installed): waiting is pointless.
     settled: bool = False
+    # nvidia-smi was not found in any sample, whatever else made the verdict (an active unit is busy).
+    nvidia_smi_missing: bool = False
 
     @property
     def idle(self) -> bool:
@@ -198,7 +200,7 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
             signals.append("unit")
         reasons.append("development unit(s) active: " + ", ".join(units.dev_units))
     verdict: Verdict = "busy" if signals else ("unknown" if unknown else "idle")
+    missing = bool(states) and all(s.status == "missing" for s in states)
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
                        processes=processes, samples=len(states), interval_s=samples.interval_s,
-                       nvidia_smi_ms=slowest,
-                       settled=verdict == "unknown" and bool(states) and all(s.status == "missing" for s in states))
+                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing)
