@@ -106,22 +106,32 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
 
 def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> tuple[bool, str | None]:
     """Enable (optional) and start the unit unless it already runs; returns whether it was started
-    and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal."""
+    and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal.
+
+    A unit crash-looping under Restart=on-failure sits in activating/auto-restart between attempts.
+    That is not running: `systemctl start` would only wait for the restart timer (systemd queues a
+    start behind it), so it is restarted now, which is what an operator who just fixed the cause of
+    the crash asks for; it used to count as running, and the gate then failed at once on the
+    auto-restart state (showing the old crash's journal) until the timer happened to fire."""
     quoted = shlex.quote(unit)
-    out = transport.run(f"date +@%s; systemctl is-active -- {quoted}", timeout=15).stdout.split()
-    since = out[0] if out and re.fullmatch(r"@\d+", out[0]) else None
-    state = out[-1] if len(out) > 1 else ""
+    out = transport.run(f"date +@%s; systemctl show -p ActiveState -p SubState -- {quoted}", timeout=15).stdout
+    first = out.split("\n", 1)[0].strip()
+    since = first if re.fullmatch(r"@\d+", first) else None
+    props = dict(line.strip().split("=", 1) for line in out.splitlines() if "=" in line)
+    active, sub = props.get("ActiveState", ""), props.get("SubState", "")
+    looping = sub == "auto-restart"
+    running = active in ("active", "activating", "reloading") and not looping
     commands = [f"systemctl enable --quiet -- {quoted}"] if enable else []
-    if state not in ("active", "activating", "reloading"):
+    if not running:
         commands += [f"systemctl reset-failed -- {quoted} 2>/dev/null || true",
-                     f"systemctl start --no-block -- {quoted}"]
+                     f"systemctl {'restart' if looping else 'start'} --no-block -- {quoted}"]
     if commands:
         result = transport.run(" && ".join(commands), timeout=60)
         if not result.ok:
             raise RemoteCommandError(
                 f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
                 hint=f"ddtreectl logs {host.name}", host=host.name)
-    return state not in ("active", "activating", "reloading"), since
+    return not running, since
 
 
 def restore_host(
