@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ddtreectl.cli.app import app
-from ddtreectl.errors import ExitCode, UsageError
+from ddtreectl.errors import UsageError
 
 
 @app.command()
@@ -32,6 +32,9 @@ def mode(
 
     `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore
     the service through the same preflight and health gate as `restore-service`, and clear the lease.
+    A gate that fails after the start ends the lease too (the service is enabled and started: the
+    host is production's); the error says so and names the next step. A refused preflight starts
+    nothing and keeps the lease.
 
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).
@@ -75,5 +78,6 @@ def mode(
                                     on_event=(lambda event: None) if json_out else units_view.phase_printer)
         now = read_mode(transport, host.remote_root).now
     mode_view.show_switch(result, now, as_json=json_out)
-    if not result.ok:
-        raise typer.Exit(int(ExitCode.REMOTE))
+    failure = result.failure_error()
+    if failure is not None:
+        raise failure

@@ -7,7 +7,8 @@ and one LockHeldError (exit 8) naming the winner. Every switch is an audit line 
 
 to dev:  drain (metrics) -> disable + stop the serving unit -> GPUs verified idle -> lease written.
 to prod: refuse while development processes hold GPUs -> restore through restore_host (the same
-         preflight and phased health gate as `restore-service`) -> lease cleared (mode prod).
+         preflight and phased health gate as `restore-service`) -> lease cleared (mode prod) once
+         the unit was started, also when the gate then fails (exit 5, the state and next step said).
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ class SwitchResult:
     @property
     def ok(self) -> bool:
         return self.restore is None or self.restore.ok
+
+    def failure_error(self) -> RemoteCommandError | None:
+        """The error a failed health gate ends the switch to prod with: what failed, the state the
+        host is left in (production, the lease ended) and the next step."""
+        restore = self.restore
+        if restore is None or restore.failure is None:
+            return None
+        f = restore.failure
+        return RemoteCommandError(
+            f"{restore.unit} failed in phase '{f.phase}' after {f.elapsed_s:.1f} s: {f.reason}; the host is in "
+            f"production mode now ({restore.unit} is enabled and was started; the development lease has ended)",
+            hint=f"`ddtreectl logs {self.host}` shows why; once fixed, `ddtreectl restore-service {self.host}` "
+                 f"starts and verifies it again (or take the host back: `ddtreectl mode {self.host} dev --reason ...`)",
+            host=self.host)
 
 
 def read_mode(transport: Transport, root: str) -> HostMode:
@@ -257,7 +272,8 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
                    on_step: Callable[[str], None] = lambda text: None,
                    on_event: Callable[[PhaseEvent], None] = lambda event: None) -> SwitchResult:
     """Give the host back to production: no development process may hold a GPU (unless --force),
-    then restore_host's preflight + start + phased gate; the lease is cleared only on success."""
+    then restore_host's preflight + start + phased gate. The lease says prod once the service was
+    started, also when its gate then failed (result.ok False); a refused preflight keeps it."""
     me = operator()
     root = host.remote_root
     service = inventory.service_of(host)
@@ -286,13 +302,18 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
             result.forced.append(words)
         if service is not None:
             on_step(f"restoring {service.unit} through the restore-service gate")
+            # A refusal (no built release, drifted unit, ...) raises here: nothing was started and
+            # the development lease stays, which is then still the truth.
             result.restore = restore_host(transport, inventory, host, RestoreOptions(enable=True, force=force),
                                           on_event=on_event)
             result.warnings.extend(result.restore.warnings)
-        if result.ok:
-            result.lease = write_lease(transport, root, {
-                "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
-                "previous_holder": state.lease.holder if state.lease else None})
+        # Past this point the unit is enabled and started, healthy or not: the host is production's
+        # now (systemd may keep restarting a failing service on those GPUs), so the development lease
+        # ends even when the gate failed; `run` is then refused and the next step is a repair plus
+        # `restore-service`, not a second holder's --force. The failure is in the output and audit log.
+        result.lease = write_lease(transport, root, {
+            "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
+            "previous_holder": state.lease.holder if state.lease else None})
         failure = result.restore.failure if result.restore else None
         not_audited = append_audit(
             transport, root, "mode", to="prod", ok=result.ok, previous=state.mode,

@@ -60,9 +60,9 @@ def show_switch(result: SwitchResult, now: int, *, as_json: bool) -> None:
     if restore is not None and restore.failure is not None:
         f = restore.failure
         out.print(f"[red]{escape(result.host)}: {escape(restore.unit)} failed in phase '{f.phase}' after "
-                  f"{f.elapsed_s:.1f} s: {escape(f.reason)}; the development lease is kept[/red]")
+                  f"{f.elapsed_s:.1f} s: {escape(f.reason)}[/red]")
         out.print("[dim]last journal lines:[/dim]")
         out.print(escape(f.journal.rstrip()))
-        return
     if result.lease is not None:
-        out.print(f"[green]{escape(result.host)}: {escape(result.lease.describe(now))}[/green]")
+        out.print(f"[{'green' if result.ok else 'yellow'}]{escape(result.host)}: "
+                  f"{escape(result.lease.describe(now))}[/]")

@@ -3,7 +3,10 @@ be completed, through the INSTALLED CLI, with the engine's reference server as t
 
 - `mode HOST dev` on a host without nvidia-smi refuses BEFORE it drains or stops anything: the idle
   check that ends the switch can never pass there, and production must not be left down for it.
-- (the prod direction is in the second test)
+- `mode HOST prod` whose health gate fails has still enabled and started the service: the host is
+  production's from then on, so the development lease ends (`run` is refused, `mode`/`status` say
+  prod) and the error says so and names the next step. A refused preflight starts nothing and keeps
+  the development lease.
 
 The hosts have no GPU; `mr-gate` gets tests/e2e/test_mode.py's nvidia-smi stand-in (fixture output,
 listing the service's real MainPID), `mr-nosmi` has no nvidia-smi at all, as on a host whose driver
@@ -11,7 +14,7 @@ tools were never installed."""
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from tests.e2e.test_mode import SERVICES, UNIT, as_json, audit, ddtreectl, lay_o
 pytestmark = pytest.mark.testbed
 
 REPO = Path(__file__).resolve().parents[2]
+CRASH = ("unit active", "port open")  # where a service that exits at once is caught
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +85,54 @@ def test_dev_without_nvidia_smi_refuses_before_stopping_production(hosts: Any) -
     assert unit_state(host) == ("inactive", "disabled")
     assert lease(host)["forced"] is True
     assert "nvidia-smi is not installed" in " ".join(audit(host)[-1]["forced"])
+
+
+def test_prod_whose_gate_fails_ends_the_dev_lease_and_says_what_next(hosts: Any) -> None:
+    by_name, i = hosts
+    host = by_name["mr-gate"]
+    release = host.root / "opt/ddtree/releases/r1"
+    dev = ddtreectl("-i", i, "mode", "mr-gate", "dev", "--reason", "bench", "--json")
+    assert dev.returncode == 0, dev.stdout + dev.stderr
+    assert lease(host)["mode"] == "dev"
+
+    # A refused preflight (no build stamp) starts nothing: the development lease stays, and is true.
+    stamp = (release / ".build-stamp").read_text()
+    (release / ".build-stamp").unlink()
+    refused = ddtreectl("-i", i, "mode", "mr-gate", "prod")
+    assert refused.returncode == 5 and "no built release" in refused.stderr, refused.stdout + refused.stderr
+    assert lease(host)["mode"] == "dev" and unit_state(host) == ("inactive", "disabled")
+    (release / ".build-stamp").write_text(stamp)
+
+    # The release cannot serve (its Python package is gone): the unit starts, crashes, the gate fails.
+    shutil.move(str(release / "python"), str(host.root / "opt/ddtree/python.aside"))
+    failed = ddtreectl("-i", i, "mode", "mr-gate", "prod")
+    assert failed.returncode == 5, failed.stdout + failed.stderr
+    # The crash shows in 'unit active' or, when systemd said active for a moment, in 'port open'.
+    assert re.search(r"failed in phase '(unit active|port open)' after", failed.stderr), failed.stderr
+    assert "the host is in production mode now" in failed.stderr and "the development lease has ended" in failed.stderr
+    assert "hint: `ddtreectl logs mr-gate` shows why; once fixed, `ddtreectl restore-service mr-gate`" in failed.stderr
+    assert "mr-gate: prod (since" in failed.stdout and "lease is kept" not in failed.stdout + failed.stderr
+    record = lease(host)
+    assert record["mode"] == "prod" and record["previous_holder"].startswith("alice@")
+    assert unit_state(host)[1] == "enabled"
+    last = audit(host)[-1]
+    assert (last["action"], last["to"], last["ok"]) == ("mode", "prod", False) and last["failed_phase"] in CRASH
+    # Nobody can run development work on it now, and `mode` / `status` say production.
+    run = ddtreectl("-i", i, "run", "mr-gate", "--", "true")
+    assert run.returncode == 7 and "production mode" in run.stderr, run.stderr
+    assert as_json(ddtreectl("-i", i, "mode", "mr-gate", "--json"))["mode"] == "prod"
+    assert as_json(ddtreectl("-i", i, "status", "mr-gate", "--json"))["hosts"][0]["mode"]["mode"] == "prod"
+
+    # The holder takes it back for development and tries again, with --json: the same state, as data.
+    again = ddtreectl("-i", i, "mode", "mr-gate", "dev", "--reason", "bench")
+    assert again.returncode == 0, again.stdout + again.stderr
+    failed = ddtreectl("-i", i, "mode", "mr-gate", "prod", "--json")
+    assert failed.returncode == 5, failed.stdout + failed.stderr
+    doc = as_json(failed)
+    assert (doc["ok"], doc["lease"]["mode"]) == (False, "prod") and doc["restore"]["failure"]["phase"] in CRASH
+
+    # The repair the hint names: fix the release, then restore-service.
+    shutil.move(str(host.root / "opt/ddtree/python.aside"), str(release / "python"))
+    fixed = ddtreectl("-i", i, "restore-service", "mr-gate")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert unit_state(host) == ("active", "enabled")
