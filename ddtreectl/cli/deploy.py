@@ -117,8 +117,13 @@ def deploy_command(
     from ddtreectl.transport import connect
     from ddtreectl.ui import deploy_view
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect("ddtreectl.deploy-plan/1" if plan else "ddtreectl.deploy/1", fan_out=True)
     inventory = load_inventory()
     hosts = resolve_targets(inventory, targets, host, group)
+    names = [h.name for h in hosts]
     engine_dir = engine_dir_for(inventory, engine)
     templates = templates_dir_for(inventory)
     files = walk_files(engine_dir)
@@ -134,9 +139,10 @@ def deploy_command(
 
         outcome = fan_out(hosts, plan_one, deadline)
         failed = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
-        deploy_view.show_plans([r.value for r in outcome.ok], failed, as_json=json_out)  # type: ignore[misc]
-        deploy_view.show_errors(failed)
         code = exit_code_of([e for _, e in failed], len(hosts))
+        deploy_view.show_plans([r.value for r in outcome.ok], failed, as_json=json_out,  # type: ignore[misc]
+                               targets=names, exit_code=code)
+        deploy_view.show_errors(failed)
         if code:
             raise typer.Exit(code)
         return
@@ -148,7 +154,8 @@ def deploy_command(
 
         outcome = fan_out(hosts, deploy_one, deadline)
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
-    deploy_view.show_results([r.value for r in outcome.ok], errors, as_json=json_out)  # type: ignore[misc]
     code = exit_code_of([e for _, e in errors], len(hosts))
+    deploy_view.show_results([r.value for r in outcome.ok], errors, as_json=json_out,  # type: ignore[misc]
+                             targets=names, exit_code=code)
     if code:
         raise typer.Exit(code)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import typer
@@ -38,8 +37,14 @@ def gpus(
     from ddtreectl.operations.gpus import GpuCheck, SampleOptions, check_gpus
     from ddtreectl.operations.gpus import wait_idle as wait_until_idle
     from ddtreectl.transport import connect
+    from rich.markup import escape
+
     from ddtreectl.ui import console, gpus_view
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect(gpus_view.SCHEMA, fan_out=True)
     inventory = load_inventory()
     hosts = inventory.resolve(targets or [])
     options = SampleOptions(samples=samples, interval_s=interval)
@@ -53,7 +58,7 @@ def gpus(
     window = samples * (interval + 25) + 60
     fleet = run_on_hosts(hosts, one, deadline_s=(timeout + window if wait_idle else window))
     checks = [r.value for r in fleet.results if r.value is not None]
-    errors = [(r.host.name, str(r.error), getattr(r.error, "hint", None) or "") for r in fleet.failed]
+    errors = [(r.host.name, r.error) for r in fleet.failed if r.error is not None]
     if fleet.failed:
         first = fleet.failed[0].error
         code = int(first.exit_code) if len(hosts) == 1 and isinstance(first, DdtreeError) else int(
@@ -61,11 +66,12 @@ def gpus(
     else:
         code = int(ExitCode.OK if all(c.verdict.idle for c in checks) else ExitCode.GPUS_BUSY)
     if json_out:
-        sys.stdout.write(gpus_view.gpus_json(checks, errors, code) + "\n")
+        json_doc.emit(gpus_view.gpus_json([h.name for h in hosts], checks, errors, code))
     else:
         for check in checks:
             gpus_view.show_check(check)
-        for name, message, hint in errors:
-            console.stderr().print(f"[red]error: {message}[/red]" + (f"\nhint: {hint}" if hint else ""))
+    for _, error in errors:
+        hint = getattr(error, "hint", None)
+        console.stderr().print(f"[red]error: {escape(str(error))}[/red]" + (f"\nhint: {escape(hint)}" if hint else ""))
     if code:
         raise typer.Exit(code)

@@ -45,6 +45,9 @@ def _interrupt_on_termination() -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
+    from ddtreectl.ui import json_doc  # json and dataclasses only: nothing heavy at start-up
+
+    json_doc.reset()
     try:
         result = app(args=argv, standalone_mode=False, prog_name="ddtreectl")
         return int(result) if isinstance(result, int) else 0
@@ -54,6 +57,7 @@ def run(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         if err.hint:
             print(f"hint: {err.hint}", file=sys.stderr)
+        json_doc.emit_failure(err, int(err.exit_code))  # --json: stdout still gets its one document
         return int(err.exit_code)
     except typer.Exit as exit_:
         return int(exit_.exit_code)
@@ -67,8 +71,9 @@ def run(argv: list[str] | None = None) -> int:
         else:
             print(f"error: {err}", file=sys.stderr)
         return int(err.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("interrupted", file=sys.stderr)
+        json_doc.emit_failure(err, int(ExitCode.INTERRUPTED))
         return int(ExitCode.INTERRUPTED)
 
 

@@ -49,6 +49,10 @@ def mode(
     from ddtreectl.transport import connect
     from ddtreectl.ui import console, mode_view, units_view
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect(mode_view.SCHEMA, fan_out=False, host=host_name)
     inventory = load_inventory()
     host = inventory.host(host_name)
     if target not in (None, "dev", "prod"):
@@ -77,7 +81,7 @@ def mode(
             result = switch_to_prod(transport, inventory, host, force=force, on_step=step,
                                     on_event=(lambda event: None) if json_out else units_view.phase_printer)
         now = read_mode(transport, host.remote_root).now
-    mode_view.show_switch(result, now, as_json=json_out)
     failure = result.failure_error()
+    mode_view.show_switch(result, now, as_json=json_out, error=failure)
     if failure is not None:
         raise failure

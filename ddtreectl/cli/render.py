@@ -29,6 +29,10 @@ def render_command(
     from ddtreectl.transport import connect
     from ddtreectl.ui import units_view
 
+    if json_out and diff:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect(units_view.DRIFT_SCHEMA, fan_out=False, host=host)
     inventory = load_inventory()
     target = inventory.host(host)
     rendered = render_service(inventory, target)
@@ -44,6 +48,6 @@ def render_command(
     with connect(target, inventory) as transport:
         found = drift(rendered, read_installed(transport, rendered))
     if json_out:
-        print(units_view.drift_json(host, found))
+        json_doc.emit(units_view.drift_json(host, found))
     else:
         units_view.show_drift(host, found)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -42,6 +42,10 @@ def restore_service_command(
 
     from ddtreectl.ui.console import stderr
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect(units_view.RESTORE_SCHEMA, fan_out=True)
     inventory = load_inventory()
     hosts = inventory.resolve(targets) if targets else [h for h in inventory.hosts.values() if h.role == "prod"]
     if not hosts:
@@ -78,7 +82,8 @@ def restore_service_command(
         service = inventory.service_of(host)
         return service.unit if service else None
 
-    units_view.show_restore(results, as_json=json_out,
+    code = _exit_code(errors, [r for r in results if not r.ok], len(outcomes))
+    units_view.show_restore(results, as_json=json_out, exit_code=code, targets=[h.name for h in ordered],
                             errors=[(r.host.name, unit_of(r.host), r.error) for r in errors if r.error is not None])
     for r in errors:
         hint = getattr(r.error, "hint", None)
@@ -86,15 +91,18 @@ def restore_service_command(
         named = isinstance(r.error, DdtreeError) and r.error.host
         message = escape(str(r.error) if named else f"{r.host.name}: {r.error}")
         stderr().print(f"[red]error: {message}[/red]" + (f"\nhint: {escape(hint)}" if hint else ""))
-    failed_gates = [r for r in results if not r.ok]
+    if code:
+        raise typer.Exit(code)
+
+
+def _exit_code(errors: list[Any], failed_gates: list[Any], total: int) -> int:
+    """0 all healthy; 6 some hosts failed while others succeeded; else the one code all failures share
+    (a failed gate is 5), or 6 when they differ."""
     if not errors and not failed_gates:
-        return
-    if len(errors) + len(failed_gates) < len(outcomes):
-        raise typer.Exit(int(PartialFailureError.exit_code))
-    if len(errors) == 1 and not failed_gates:
-        code = getattr(errors[0].error, "exit_code", ExitCode.INTERNAL)
-        raise typer.Exit(int(code))
+        return 0
+    if len(errors) + len(failed_gates) < total:
+        return int(PartialFailureError.exit_code)
     codes = {int(getattr(r.error, "exit_code", ExitCode.INTERNAL)) for r in errors}
     if failed_gates:
         codes.add(int(ExitCode.REMOTE))
-    raise typer.Exit(codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL))
+    return codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL)

@@ -34,6 +34,10 @@ def rollback_command(
     from ddtreectl.transport import connect
     from ddtreectl.ui import deploy_view
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect("ddtreectl.rollback/1", fan_out=True)
     inventory = load_inventory()
     hosts = resolve_targets(inventory, None, host, group, verb="roll back")
 
@@ -43,8 +47,9 @@ def rollback_command(
 
     outcome = fan_out(hosts, one, 600.0 + lock_wait)
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
-    deploy_view.show_rollbacks([r.value for r in outcome.ok], errors, as_json=json_out)  # type: ignore[misc]
-    deploy_view.show_errors(errors)
     code = exit_code_of([e for _, e in errors], len(hosts))
+    deploy_view.show_rollbacks([r.value for r in outcome.ok], errors, as_json=json_out,  # type: ignore[misc]
+                               targets=[h.name for h in hosts], exit_code=code)
+    deploy_view.show_errors(errors)
     if code:
         raise typer.Exit(code)

@@ -46,9 +46,16 @@ def set_ip(
     unreachable or not this machine.
     """
     from ddtreectl.operations.set_ip import set_ip as run_set_ip
-    from ddtreectl.ui.set_ip_view import dumps, render_text
+    from ddtreectl.ui.set_ip_view import render_text, to_json
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect("ddtreectl.set-ip/1", fan_out=False, host=host)
     inventory = load_inventory()
     result = run_set_ip(inventory, host, address, force=force, dry_run=dry_run,
                         verify=not no_verify, sweep_deadline_s=timeout)
-    sys.stdout.write((dumps(result) if json_out else render_text(result)) + "\n")
+    if json_out:
+        json_doc.emit(to_json(result))
+    else:
+        sys.stdout.write(render_text(result) + "\n")

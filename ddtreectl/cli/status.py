@@ -80,13 +80,17 @@ def status(
     from ddtreectl.cli.common import inventory_path, load_inventory
     from ddtreectl.operations.status import gather_status
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect("ddtreectl.status/1", fan_out=True)
     inventory = load_inventory()
     hosts = inventory.resolve(targets or [])
     report = gather_status(inventory, hosts, deadline_s=timeout, reuse=not no_reuse)
     if json_out:
-        from ddtreectl.ui.status_json import dumps
+        from ddtreectl.ui.status_json import report_to_json
 
-        sys.stdout.write(dumps(report, inventory_path()) + "\n")
+        json_doc.emit(report_to_json(report, inventory_path()))
     else:
         from rich.console import Console
 

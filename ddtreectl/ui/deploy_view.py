@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -11,7 +10,8 @@ from rich.markup import escape
 
 from ddtreectl.operations.deploy import DeployEvent, DeployResult
 from ddtreectl.operations.plan import PlanResult, RollbackResult
-from ddtreectl.ui import console
+from ddtreectl.ui import console, json_doc
+from ddtreectl.ui.json_doc import error_json
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -105,11 +105,26 @@ def describe(r: DeployResult) -> str:
     return f"{r.host}: " + " · ".join(parts)
 
 
+def fan_out_json(schema: str, result_type: type, targets: Sequence[str], results: Sequence[Any],
+                 errors: Sequence[tuple[str, BaseException]], exit_code: int) -> dict[str, Any]:
+    """The --json document of deploy, deploy --plan and rollback (README, "JSON output"): every targeted
+    host in `hosts`, in target order, a failed one with its result fields null and `error` set; `errors`
+    repeats the failed hosts in the flat form these commands printed before (kept for scripts)."""
+    fields = [f.name for f in dataclasses.fields(result_type)]
+    entries: dict[str, dict[str, Any]] = {
+        r.host: {**dataclasses.asdict(r), "ok": True, "error": None} for r in results}
+    for host, err in errors:
+        entries[host] = {**{f: None for f in fields}, "host": host, "ok": False, "error": error_json(err)}
+    return {"schema": schema, "exit_code": exit_code, "error": None,
+            "hosts": [entries[h] for h in [*targets, *(h for h in entries if h not in targets)] if h in entries],
+            "errors": errors_json(errors)}
+
+
 def show_results(results: Sequence[DeployResult], errors: Sequence[tuple[str, BaseException]], *,
-                 as_json: bool) -> None:
+                 as_json: bool, targets: Sequence[str] = (), exit_code: int = 0) -> None:
     if as_json:
-        doc: dict[str, Any] = {"hosts": [dataclasses.asdict(r) for r in results], "errors": errors_json(errors)}
-        console.stdout().print_json(json.dumps(doc))
+        json_doc.emit(fan_out_json("ddtreectl.deploy/1", DeployResult, targets, results, errors, exit_code))
+        show_errors(errors)
         return
     out = console.stdout()
     for r in results:
@@ -139,10 +154,9 @@ def show_errors(errors: Sequence[tuple[str, BaseException]]) -> None:
 
 
 def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseException]] = (), *,
-               as_json: bool) -> None:
+               as_json: bool, targets: Sequence[str] = (), exit_code: int = 0) -> None:
     if as_json:
-        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(p) for p in plans],
-                                                "errors": errors_json(errors)}))
+        json_doc.emit(fan_out_json("ddtreectl.deploy-plan/1", PlanResult, targets, plans, errors, exit_code))
         return
     out = console.stdout()
     for p in plans:
@@ -165,10 +179,9 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
 
 
 def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str, BaseException]] = (), *,
-                   as_json: bool) -> None:
+                   as_json: bool, targets: Sequence[str] = (), exit_code: int = 0) -> None:
     if as_json:
-        console.stdout().print_json(json.dumps({"hosts": [dataclasses.asdict(r) for r in results],
-                                                "errors": errors_json(errors)}))
+        json_doc.emit(fan_out_json("ddtreectl.rollback/1", RollbackResult, targets, results, errors, exit_code))
         return
     for r in results:
         console.stdout().print(f"{escape(r.host)}: current -> {r.release} (was {r.previous or 'none'})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from rich.markup import escape
@@ -11,6 +10,7 @@ from rich.table import Table
 from ddtreectl.operations.gpus import GpuCheck
 from ddtreectl.probes.gpu_verdict import GpuProcess, HostVerdict
 from ddtreectl.ui import console
+from ddtreectl.ui.json_doc import error_json
 
 SCHEMA = "ddtreectl.gpus/1"
 _STYLE = {"idle": "green", "busy": "bold red", "unknown": "magenta"}
@@ -35,13 +35,16 @@ def verdict_json(v: HostVerdict) -> dict[str, Any]:
     }
 
 
-def gpus_json(checks: Sequence[GpuCheck], errors: Sequence[tuple[str, str, str]], exit_code: int) -> str:
-    hosts: list[dict[str, Any]] = [
-        {"name": c.host, **verdict_json(c.verdict), "waited_s": round(c.waited_s, 3), "rounds": c.rounds,
-         "error": None} for c in checks]
-    hosts += [{"name": name, "verdict": "unknown", "error": {"message": message, "hint": hint or None}}
-              for name, message, hint in errors]
-    return json.dumps({"schema": SCHEMA, "exit_code": exit_code, "hosts": hosts}, indent=2)
+def gpus_json(targets: Sequence[str], checks: Sequence[GpuCheck], errors: Sequence[tuple[str, BaseException]],
+              exit_code: int) -> dict[str, Any]:
+    """`ddtreectl.gpus/1`: every targeted host in target order; `ok` is an idle verdict."""
+    entries: dict[str, dict[str, Any]] = {
+        c.host: {"name": c.host, "host": c.host, "ok": c.verdict.idle, **verdict_json(c.verdict),
+                 "waited_s": round(c.waited_s, 3), "rounds": c.rounds, "error": None} for c in checks}
+    for name, err in errors:
+        entries[name] = {"name": name, "host": name, "ok": False, "verdict": "unknown", "error": error_json(err)}
+    return {"schema": SCHEMA, "exit_code": exit_code, "error": None,
+            "hosts": [entries[n] for n in [*targets, *(n for n in entries if n not in targets)] if n in entries]}
 
 
 def _mib(value: int | None) -> str:

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.markup import escape
 
 from ddtreectl.operations.mode import HostMode, SwitchResult
-from ddtreectl.ui import console
+from ddtreectl.errors import DdtreeError
+from ddtreectl.ui import console, json_doc
 from ddtreectl.ui.gpus_view import verdict_json
+from ddtreectl.ui.json_doc import error_json
+
+
+SCHEMA = "ddtreectl.mode/1"
 
 
 def mode_json(host: str, state: HostMode) -> dict[str, Any]:
     lease = state.lease
-    return {"host": host, "mode": state.mode, "host_time": state.now,
-            "lease": lease.to_json(state.now) if lease is not None else None}
+    return {"schema": SCHEMA, "exit_code": 0, "error": None, "host": host, "ok": True, "mode": state.mode,
+            "host_time": state.now, "lease": lease.to_json(state.now) if lease is not None else None}
 
 
 def show_mode(host: str, state: HostMode, *, as_json: bool) -> None:
     out = console.stdout()
     if as_json:
-        out.print_json(json.dumps(mode_json(host, state)))
+        json_doc.emit(mode_json(host, state))
         return
     if state.lease is None:
         out.print(f"{escape(host)}: prod (no development lease recorded)")
@@ -31,9 +35,10 @@ def show_mode(host: str, state: HostMode, *, as_json: bool) -> None:
     out.print(f"[{style}]{escape(host)}: {escape(state.lease.describe(state.now))}[/{style}]")
 
 
-def switch_json(result: SwitchResult, now: int) -> dict[str, Any]:
+def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None) -> dict[str, Any]:
     restore = result.restore
     return {
+        "schema": SCHEMA, "exit_code": int(error.exit_code) if error else 0, "error": error_json(error),
         "host": result.host, "to": result.to, "ok": result.ok,
         "lease": result.lease.to_json(now) if result.lease else None,
         "drain": result.drain.to_json() if result.drain else None, "stopped": result.stopped,
@@ -47,10 +52,11 @@ def switch_json(result: SwitchResult, now: int) -> dict[str, Any]:
     }
 
 
-def show_switch(result: SwitchResult, now: int, *, as_json: bool) -> None:
+def show_switch(result: SwitchResult, now: int, *, as_json: bool, error: DdtreeError | None = None) -> None:
+    """The outcome; `error` is what the switch ends with (a failed gate), for the JSON document."""
     out = console.stdout()
     if as_json:
-        out.print_json(json.dumps(switch_json(result, now)))
+        json_doc.emit(switch_json(result, now, error))
         return
     for line in result.forced:
         out.print(f"[yellow]{escape(result.host)}: --force: {escape(line)}[/yellow]")

@@ -72,7 +72,10 @@ def to_json(result: SetIpResult) -> dict[str, Any]:
     r = result
     return {
         "schema": SCHEMA,
+        "exit_code": 0,
+        "error": None,
         "host": r.host,
+        "ok": True,
         "old": r.old,
         "new": r.new,
         "inventory": str(r.inventory),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
 from rich.markup import escape
@@ -11,7 +10,8 @@ from ddtreectl.operations.restore import RestoreResult
 from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.units import Drift
 from ddtreectl.render.units import RenderedService
-from ddtreectl.ui import console
+from ddtreectl.ui import console, json_doc
+from ddtreectl.ui.json_doc import error_json
 
 
 def show_rendered(rendered: RenderedService) -> None:
@@ -34,8 +34,13 @@ def show_drift(host: str, found: Sequence[Drift]) -> None:
             out.print(escape(d.diff), end="" if d.diff.endswith("\n") else "\n")
 
 
-def drift_json(host: str, found: Sequence[Drift]) -> str:
-    return json.dumps({"host": host, "drift": [{"kind": d.kind, "path": d.path, "diff": d.diff} for d in found]})
+DRIFT_SCHEMA = "ddtreectl.render-diff/1"
+
+
+def drift_json(host: str, found: Sequence[Drift]) -> dict[str, object]:
+    """`render --diff --json`: ok means compared (drift or not: the command exits 0 either way)."""
+    return {"schema": DRIFT_SCHEMA, "exit_code": 0, "error": None, "host": host, "ok": True,
+            "drift": [{"kind": d.kind, "path": d.path, "diff": d.diff} for d in found]}
 
 
 def phase_printer(event: PhaseEvent) -> None:
@@ -47,27 +52,40 @@ def phase_printer(event: PhaseEvent) -> None:
     err.print(f"{escape(event.host)}: {mark} {event.phase}{timing}{detail}")
 
 
+RESTORE_SCHEMA = "ddtreectl.restore-service/1"
+
+
+def restore_entry(r: RestoreResult) -> dict[str, object]:
+    return {
+        "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
+        "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
+        "phases": [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3),
+                    "detail": p.detail} for p in r.phases],
+        "failure": None if r.failure is None else {
+            "phase": r.failure.phase, "elapsed_s": round(r.failure.elapsed_s, 3),
+            "reason": r.failure.reason, "journal": r.failure.journal},
+        # A failed gate is this host's exit 5, said the way every --json says a host's failure.
+        "error": None if r.failure is None else {
+            "message": f"{r.unit} failed in phase '{r.failure.phase}' after {r.failure.elapsed_s:.1f} s: "
+                       f"{r.failure.reason}", "hint": f"ddtreectl logs {r.host}", "exit_code": 5},
+    }
+
+
 def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
-                 errors: Sequence[tuple[str, str | None, BaseException]] = ()) -> None:
+                 errors: Sequence[tuple[str, str | None, BaseException]] = (), exit_code: int = 0,
+                 targets: Sequence[str] = ()) -> None:
     """The per-host outcomes; `errors` (host, unit, error) are the hosts that raised before or instead
     of a gate result, listed in --json too so a script sees every targeted host."""
     out = console.stdout()
     if as_json:
-        failed: list[dict[str, object]] = [{
-            "host": host, "unit": unit, "ok": False, "started": False, "enabled": False, "duration_s": None,
-            "warnings": [], "phases": [], "failure": None,
-            "error": {"message": str(getattr(e, "message", e)), "hint": getattr(e, "hint", None),
-                      "exit_code": int(getattr(e, "exit_code", 1))}} for host, unit, e in errors]
-        out.print_json(json.dumps([{
-            "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
-            "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
-            "phases": [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3),
-                        "detail": p.detail} for p in r.phases],
-            "failure": None if r.failure is None else {
-                "phase": r.failure.phase, "elapsed_s": round(r.failure.elapsed_s, 3),
-                "reason": r.failure.reason, "journal": r.failure.journal},
-            "error": None,
-        } for r in results] + failed))
+        entries: dict[str, dict[str, object]] = {r.host: restore_entry(r) for r in results}
+        for host, unit, e in errors:
+            entries[host] = {"host": host, "unit": unit, "ok": False, "started": False, "enabled": False,
+                             "duration_s": None, "warnings": [], "phases": [], "failure": None,
+                             "error": error_json(e)}
+        order = list(targets) + [h for h in entries if h not in targets]
+        json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "error": None,
+                       "hosts": [entries[h] for h in order if h in entries]})
         return
     for r in results:
         for w in r.warnings:

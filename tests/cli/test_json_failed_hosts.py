@@ -2,7 +2,8 @@
 
 `status --json` and `gpus --json` always did; `deploy --plan --json`, `rollback --json` and
 `restore-service --json` printed only the hosts that succeeded (`{"hosts": []}`, `[]`), so a script
-reading stdout could not tell an unreachable host from one that was never targeted. The host here is
+reading stdout could not tell an unreachable host from one that was never targeted. (Since session 7
+every --json lists each targeted host under `hosts`, failed ones with `ok: false` and `error`.) The host here is
 unreachable for real: an SSH host on a loopback port where nothing listens."""
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ def test_deploy_plan_and_rollback_json_list_the_unreachable_host(inventory: Path
     run = ddtreectl("-i", str(inventory), *command, "--json")
     assert run.returncode == 4, run.stderr
     doc = json.loads(run.stdout)
-    assert doc["hosts"] == []
-    error = _dead(doc["errors"])  # the shape `deploy --json` already used: host, error, exit_code, hint
+    (dead,) = doc["hosts"]  # every targeted host, as in every --json (README, "JSON output")
+    assert (dead["host"], dead["ok"], dead["error"]["exit_code"]) == ("dead", False, 4)
+    assert "connection refused" in dead["error"]["message"] and dead["error"]["hint"]
+    assert dead["release"] is None and doc["exit_code"] == 4
+    error = _dead(doc["errors"])  # the flat form deploy/rollback printed before, kept for scripts
     assert "connection refused" in str(error["error"]) and error["exit_code"] == 4 and error["hint"]
 
 
@@ -60,8 +64,9 @@ def test_restore_service_json_lists_every_host(inventory: Path) -> None:
     run = ddtreectl("-i", str(inventory), "restore-service", "dead", "box", "--json")
     assert run.returncode != 0 and "Traceback" not in run.stderr
     doc = json.loads(run.stdout)
-    assert sorted(e["host"] for e in doc) == ["box", "dead"]
-    assert all(e["ok"] is False for e in doc)
-    error = _dead(doc)["error"]
+    assert doc["schema"] == "ddtreectl.restore-service/1" and doc["exit_code"] == run.returncode
+    assert sorted(e["host"] for e in doc["hosts"]) == ["box", "dead"]
+    assert all(e["ok"] is False for e in doc["hosts"])
+    error = _dead(doc["hosts"])["error"]
     assert isinstance(error, dict)
     assert "connection refused" in str(error["message"]) and error["exit_code"] == 4

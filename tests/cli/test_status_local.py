@@ -78,7 +78,10 @@ hosts:
 def test_unknown_target_is_an_inventory_error() -> None:
     run = ddtreectl("status", "nosuchhost", "--json")
     assert run.returncode == 3
-    assert "'nosuchhost' is neither a host nor a group" in run.stderr and run.stdout == ""
+    assert "'nosuchhost' is neither a host nor a group" in run.stderr
+    doc = json.loads(run.stdout)  # --json: the error as the one document on stdout
+    assert (doc["exit_code"], doc["hosts"], doc["error"]["exit_code"]) == (3, [], 3)
+    assert "'nosuchhost' is neither a host nor a group" in doc["error"]["message"]
 
 
 def test_completion_lists_hosts_and_groups_and_survives_a_broken_inventory(tmp_path: Path) -> None:

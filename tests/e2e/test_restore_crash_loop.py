@@ -67,6 +67,6 @@ def test_restore_service_restarts_a_crash_looping_unit_now(boot_hosts: Any, test
     shutil.move(str(host.root / "opt/ddtree/python.aside"), str(package))
     run = ddtreectl("-i", str(inv), "restore-service", "rs-loop", "--json")
     assert run.returncode == 0, run.stdout + run.stderr
-    (result,) = json.loads(run.stdout)
+    (result,) = json.loads(run.stdout)["hosts"]
     assert result["ok"] is True and result["started"] is True, result
     assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "active"

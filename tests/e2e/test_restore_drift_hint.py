@@ -34,7 +34,7 @@ def ddtreectl(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def restore_error(inventory: Path, host: str) -> dict[str, Any]:
     run = ddtreectl(inventory, "restore-service", host, "--json")
     assert run.returncode == 5, (run.stdout, run.stderr)
-    (result,) = json.loads(run.stdout)
+    (result,) = json.loads(run.stdout)["hosts"]
     assert result["started"] is False
     return dict(result["error"])
 

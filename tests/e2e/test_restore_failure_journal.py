@@ -52,7 +52,7 @@ def test_a_failed_restore_shows_only_this_starts_journal(testbed: Any, boot_host
     run = subprocess.run([exe, "-i", str(inventory), "restore-service", host.name, "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 5, (run.stdout, run.stderr)
-    (result,) = json.loads(run.stdout)
+    (result,) = json.loads(run.stdout)["hosts"]
     failure = result["failure"]
     assert failure["phase"] == "port open", failure
     assert "Started" in failure["journal"], failure["journal"]  # this start's lines are there

@@ -106,7 +106,7 @@ def hosts(testbed: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def results(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     try:
-        return {r["host"]: r for r in json.loads(run.stdout)}
+        return {r["host"]: r for r in json.loads(run.stdout)["hosts"]}
     except ValueError:
         raise AssertionError(f"not JSON (exit {run.returncode}): {run.stdout!r}\n{run.stderr}") from None
 

@@ -75,7 +75,8 @@ def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boo
     host.systemctl("daemon-reload")
     code, doc, err = rollback(inventory, host.name)
     assert code == 5, (doc, err)
-    assert doc["hosts"] == []
+    (entry,) = doc["hosts"]
+    assert (entry["ok"], entry["release"], entry["error"]["exit_code"]) == (False, None, 5)
     (error,) = doc["errors"]
     assert error["exit_code"] == 5 and f"rolled back to {OLD}" in error["error"], error
     assert f"restarting {UNIT} failed" in error["error"], error

@@ -189,7 +189,8 @@ def test_stopped_sshd_is_unreachable_in_the_paramiko_wording(
     (s,) = doc["hosts"]
     assert s["outcome"] == "unreachable"
     assert s["error"] == {"message": f"cannot reach {h.address}:22: connection refused",
-                          "hint": "is sshd running on that port? check `port:` in the inventory"}
+                          "hint": "is sshd running on that port? check `port:` in the inventory",
+                          "exit_code": 6}
     assert sockets(ssh_control_dir) == []
     code, doc, _ = status(inventory, "--no-reuse")
     assert (code, doc["hosts"][0]["error"]) == (6, s["error"])

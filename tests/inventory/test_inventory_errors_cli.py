@@ -4,6 +4,7 @@ only InventoryError. The loader's own cases are in test_loader.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def test_cli_reports_inventory_errors_with_exit_3(
     code = run(["-i", "hosts.yaml", "status", "--json"])
     out, err = capsys.readouterr()
     assert code == 3
-    assert out == ""
+    # --json: stdout is the one document, saying what stderr says (README, "JSON output")
+    assert json.loads(out) == {"schema": "ddtreectl.status/1", "exit_code": 3, "ok": False, "hosts": [],
+                               "error": {"message": first_line.removeprefix("error: "),
+                                         "hint": err.splitlines()[-1].removeprefix("hint: "), "exit_code": 3}}
     lines = err.splitlines()
     assert lines[0] == first_line
     assert lines[-1].startswith("hint: ")

@@ -1,0 +1,119 @@
+"""Every `--json` prints ONE document on stdout with the same envelope (README, "JSON output"), on
+success and on failure alike: `schema` ddtreectl.<command>/1, `exit_code` equal to the process's exit
+status, `error`; fan-out commands list EVERY targeted host under `hosts` in target order, each with
+`host`, `ok` and `error`; single-host commands carry `host` and `ok` at the top level.
+
+Through the INSTALLED console script, against a `transport: local` host (`box`, an nvidia-smi stand-in
+printing an idle H200) and an SSH host on a closed loopback port (`dead`: connects are refused)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.local_box import ddtreectl, make_local_box
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _closed_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the block ends: connects are refused
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("json-shape")
+    _, root, env = make_local_box(tmp, "nvidia-smi-gpus-h200-1x.txt")
+    shutil.copytree(REPO / "templates", tmp / "templates")  # render finds them beside the inventory
+    inventory = tmp / "hosts.yaml"
+    inventory.write_text(
+        "services:\n  svc:\n    template: sglang-ddtree.service.j2\n    port: 30000\n"
+        "    model_path: /models/x\n    served_model_name: x\n"
+        f"hosts:\n  dead:\n    address: 127.0.0.1\n    port: {_closed_loopback_port()}\n    gpus: 0\n"
+        "    connect_timeout: 2\n    role: prod\n    service: svc\n"
+        f"  box:\n    transport: local\n    gpus: 1\n    remote_root: {root}\n")
+    return str(inventory), env
+
+
+def document(world: tuple[str, dict[str, str]], *args: str) -> tuple[int, dict[str, Any]]:
+    inventory, env = world
+    run = ddtreectl(env, "-i", inventory, *args, "--json")
+    assert "Traceback" not in run.stderr, run.stderr
+    try:
+        doc = json.loads(run.stdout)  # exactly one JSON value, nothing else on stdout
+    except ValueError:
+        raise AssertionError(f"not one JSON document (exit {run.returncode}): {run.stdout!r}\n{run.stderr}") from None
+    assert isinstance(doc, dict), doc
+    assert doc["exit_code"] == run.returncode, (doc, run.stderr)
+    assert "error" in doc
+    if doc["error"] is not None:
+        assert set(doc["error"]) == {"message", "hint", "exit_code"} and doc["error"]["exit_code"] == run.returncode
+    return run.returncode, doc
+
+
+def check_entry(entry: dict[str, Any]) -> None:
+    assert isinstance(entry["host"], str) and isinstance(entry["ok"], bool)
+    if entry["ok"]:
+        assert entry["error"] is None, entry
+    if entry["error"] is not None:
+        assert entry["ok"] is False and set(entry["error"]) == {"message", "hint", "exit_code"}, entry
+        assert entry["error"]["exit_code"] not in (0, None) and entry["error"]["message"]
+
+
+FAN_OUT = [
+    # (command, schema, targets, expected exit code, the hosts that fail with an error, and that error's code)
+    (["status", "dead", "box"], "status", ["dead", "box"], 6, {"dead": 6}),
+    (["gpus", "dead", "box"], "gpus", ["dead", "box"], 6, {"dead": 4}),
+    (["deploy", "--plan", "dead"], "deploy-plan", ["dead"], 4, {"dead": 4}),
+    (["deploy", "dead"], "deploy", ["dead"], 4, {"dead": 4}),
+    (["rollback", "-H", "dead"], "rollback", ["dead"], 4, {"dead": 4}),
+    (["restore-service", "dead", "box"], "restore-service", ["dead", "box"], 6, {"dead": 4, "box": 3}),
+]
+
+
+@pytest.mark.parametrize("args,schema,targets,code,failed", FAN_OUT, ids=[" ".join(c[0]) for c in FAN_OUT])
+def test_fan_out_commands_list_every_targeted_host(world: tuple[str, dict[str, str]], args: list[str], schema: str,
+                                                   targets: list[str], code: int, failed: dict[str, int]) -> None:
+    exit_code, doc = document(world, *args)
+    assert (exit_code, doc["schema"], doc["error"]) == (code, f"ddtreectl.{schema}/1", None)
+    assert [e["host"] for e in doc["hosts"]] == targets
+    for entry in doc["hosts"]:
+        check_entry(entry)
+        if entry["host"] in failed:
+            assert entry["ok"] is False and entry["error"]["exit_code"] == failed[entry["host"]], entry
+        else:
+            assert entry["ok"] is True, entry
+
+
+SINGLE = [
+    (["mode", "box"], "mode", "box", 0),
+    (["mode", "dead"], "mode", "dead", 4),
+    (["mode", "box", "dev"], "mode", "box", 2),  # no --reason: refused before anything runs
+    (["render", "dead", "--diff"], "render-diff", "dead", 4),
+    (["set-ip", "dead", "127.0.0.9"], "set-ip", "dead", 4),
+]
+
+
+@pytest.mark.parametrize("args,schema,host,code", SINGLE, ids=[" ".join(c[0]) for c in SINGLE])
+def test_single_host_commands_carry_host_and_ok(world: tuple[str, dict[str, str]], args: list[str], schema: str,
+                                                host: str, code: int) -> None:
+    exit_code, doc = document(world, *args)
+    assert (exit_code, doc["schema"], doc["host"], doc["ok"]) == (code, f"ddtreectl.{schema}/1", host, code == 0)
+    assert (doc["error"] is None) == (code == 0)
+
+
+@pytest.mark.parametrize("args,schema", [(["status", "nosuchhost"], "status"), (["deploy", "nosuchhost"], "deploy"),
+                                         (["restore-service", "nosuchhost"], "restore-service"),
+                                         (["gpus", "nosuchhost"], "gpus")])
+def test_a_command_that_fails_before_any_host_still_prints_its_document(
+        world: tuple[str, dict[str, str]], args: list[str], schema: str) -> None:
+    exit_code, doc = document(world, *args)
+    assert (exit_code, doc["schema"], doc["hosts"], doc["ok"]) == (3, f"ddtreectl.{schema}/1", [], False)
+    assert "'nosuchhost' is neither a host nor a group" in doc["error"]["message"] and doc["error"]["hint"]
