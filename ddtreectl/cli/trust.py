@@ -52,6 +52,8 @@ def trust(
                                   f"{offer.host.name}{' --replace' if replace else ''} --yes`") from None
 
     outcome = trust_host(inventory, host, confirm=confirm, replace=replace)
+    for warning in outcome.warnings:
+        typer.echo(f"warning: {host}: {warning}", err=True)
     gpus = f"{len(outcome.gpu_uuids)} GPU UUID(s)" if outcome.gpu_uuids else "no GPUs"
     if outcome.changed:
         typer.echo(f"{host}: pinned {outcome.key.describe()}, machine-id {outcome.machine_id}, "

@@ -23,7 +23,8 @@ MARKER = "__ddtreectl_identity__"
 IDENTITY_SCRIPT = (
     f"echo {MARKER}; cat /etc/machine-id; echo {MARKER}; "
     "if command -v nvidia-smi >/dev/null 2>&1; then "
-    "timeout 60 nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null || true; fi"
+    "timeout 60 nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null; echo \"@@gpus-rc=$?\"; "
+    "else echo @@gpus-rc=missing; fi"
 )
 
 Decision = Literal["new", "same", "replace"]
@@ -47,6 +48,7 @@ class TrustOutcome:
     machine_id: str
     gpu_uuids: tuple[str, ...]
     changed: bool  # whether the inventory file was rewritten
+    warnings: tuple[str, ...] = ()
 
 
 def parse_identity(stdout: str, host: str) -> tuple[str, tuple[str, ...]]:
@@ -58,6 +60,36 @@ def parse_identity(stdout: str, host: str) -> tuple[str, tuple[str, ...]]:
     machine_id = parts[1].strip()
     uuids = tuple(line.strip() for line in parts[2].splitlines() if line.strip().startswith("GPU-"))
     return machine_id, uuids
+
+
+def gpu_query_status(stdout: str) -> str | None:
+    """How IDENTITY_SCRIPT's GPU query ended: "0" (listed), "missing" (no nvidia-smi), another exit
+    status (failed or timed out), or None when the output has no status line."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("@@gpus-rc="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def _gpu_identity(host: Host, listed: tuple[str, ...], status: str | None) -> tuple[tuple[str, ...], list[str]]:
+    """The GPU UUIDs to record and what to warn about.
+
+    A query that did not run or failed read nothing: the recorded UUIDs are kept. They were replaced
+    by an empty list, so re-running `trust` (or `trust --replace` after a reinstall) on a host whose
+    nvidia-smi was missing, broken or slow erased the identity record set-ip checks, and said only
+    "no GPUs"."""
+    if status != "0":
+        why = ("nvidia-smi is not installed" if status == "missing" else
+               "the query printed no status" if status is None else f"nvidia-smi failed (exit {status})")
+        if host.gpu_uuids:
+            return host.gpu_uuids, [f"GPU UUIDs not read ({why}): the {len(host.gpu_uuids)} recorded are kept"]
+        if host.gpus > 0:
+            return (), [f"GPU UUIDs not read ({why}): none recorded, so set-ip cannot check this host's GPUs; "
+                        f"run `ddtreectl trust {host.name}` again once nvidia-smi works"]
+        return (), []
+    if host.gpus and len(listed) != host.gpus:
+        return listed, [f"nvidia-smi listed {len(listed)} GPU(s); the inventory says gpus: {host.gpus}"]
+    return listed, []
 
 
 def trust_host(
@@ -111,7 +143,8 @@ def trust_host(
         if not result.ok:
             raise RemoteCommandError(f"identity probe failed (exit {result.exit_code}): "
                                      f"{result.stderr.strip()[:200]}", host=name)
-        machine_id, uuids = parse_identity(result.stdout, name)
+        machine_id, listed = parse_identity(result.stdout, name)
+        uuids, warnings = _gpu_identity(host, listed, gpu_query_status(result.stdout))
     if host.machine_id and host.machine_id != machine_id and not replace:
         raise IdentityMismatchError(
             f"machine-id {machine_id} differs from the recorded {host.machine_id}",
@@ -123,7 +156,7 @@ def trust_host(
                or uuids != host.gpu_uuids)
     if changed:
         _record(inventory, name, presented.line, machine_id, uuids)
-    return TrustOutcome(name, presented, machine_id, uuids, changed)
+    return TrustOutcome(name, presented, machine_id, uuids, changed, tuple(warnings))
 
 
 def _reopen_jump(jump_host: Host | None, inventory: Inventory) -> "SshTransport | None":

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import io
+import shutil
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Callable
 
+import pytest
 
 from ddtreectl.cli.app import OPTIONS
 from ddtreectl.cli.main import run
 from ddtreectl.inventory.loader import load
-from ddtreectl.operations.trust import parse_identity
+from ddtreectl.operations.trust import gpu_query_status, parse_identity
 from ddtreectl.transport import connect
 from ddtreectl.transport.hostkeys import PublicKey
 
@@ -190,3 +192,40 @@ def test_status_of_a_never_trusted_host_says_so(start_sshd: Start, tmp_path: Pat
     assert code == 4
     assert "not the one pinned" not in err and "re-trust" not in err
     assert "no pinned host key" in err and "ddtreectl trust box" in err
+
+
+def test_trust_on_a_host_whose_nvidia_smi_is_missing_keeps_the_recorded_gpu_uuids(
+        start_sshd: Start, tmp_path: Path) -> None:
+    """Re-running `trust` where nvidia-smi is missing (or failing, or too slow) read no GPU, and the
+    recorded UUIDs were replaced by an empty list: set-ip then said "GPU UUIDs not recorded (not
+    checked)". The throwaway sshd runs on this machine, which has no nvidia-smi."""
+    if shutil.which("nvidia-smi", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"):
+        pytest.skip("this machine has an nvidia-smi")
+    sshd = start_sshd()
+    uuid = "GPU-3f1b6c1e-8d1a-4a52-9a4e-0c1f2d3e4f50"
+    inv_path = _inventory(tmp_path / "hosts.yaml", sshd, host_key=sshd.host_key)
+    machine_id = Path("/etc/machine-id").read_text().strip()
+    inv_path.write_text(inv_path.read_text() + f"    machine_id: {machine_id}\n    gpus: 1\n    gpu_uuids: [{uuid}]\n")
+
+    code, out, err = _cli(["-i", str(inv_path), "trust", "box"])
+    assert code == 0, err
+    assert load(inv_path).host("box").gpu_uuids == (uuid,)
+    assert "already trusted" in out
+    assert "warning: box: GPU UUIDs not read (nvidia-smi is not installed): the 1 recorded are kept" in err
+
+    # Nothing recorded yet and gpus: 1: trust pins the key and says set-ip cannot check the GPUs.
+    fresh = _inventory(tmp_path / "fresh.yaml", sshd)
+    fresh.write_text(fresh.read_text() + "    gpus: 1\n")
+    code, out, err = _cli(["-i", str(fresh), "trust", "box", "--yes"])
+    assert code == 0, err
+    assert load(fresh).host("box").gpu_uuids == ()
+    assert "none recorded, so set-ip cannot check this host's GPUs" in err
+
+
+def test_gpu_query_status_is_read_from_the_identity_output() -> None:
+    mid = "0123456789abcdef0123456789abcdef"
+    head = f"__ddtreectl_identity__\n{mid}\n__ddtreectl_identity__\n"
+    assert gpu_query_status(head + "GPU-1\n@@gpus-rc=0\n") == "0"
+    assert gpu_query_status(head + "@@gpus-rc=missing\n") == "missing"
+    assert gpu_query_status(head + "@@gpus-rc=124\n") == "124"  # timeout(1) ran out
+    assert gpu_query_status(head) is None
