@@ -29,8 +29,11 @@ def restore_service_command(
     model listed in /v1/models, /server_info matches the rendered config. HTTP checks run through the
     SSH connection. A multi-node service starts every rank and gates on rank 0.
 
+    A host held for development (`mode HOST dev`) is refused, --force or not: `mode HOST prod` ends
+    the lease and restores through the same gate.
+
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown), 7 GPUs held by other
-    processes, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
+    processes, 8 held for development, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
     target or a host without a service profile, 2 no target and no `role: prod` host.
     """
     from ddtreectl.fleet import run_on_hosts

@@ -304,8 +304,8 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
             on_step(f"restoring {service.unit} through the restore-service gate")
             # A refusal (no built release, drifted unit, ...) raises here: nothing was started and
             # the development lease stays, which is then still the truth.
-            result.restore = restore_host(transport, inventory, host, RestoreOptions(enable=True, force=force),
-                                          on_event=on_event)
+            options = RestoreOptions(enable=True, force=force, respect_lease=False)  # the lease is ours here
+            result.restore = restore_host(transport, inventory, host, options, on_event=on_event)
             result.warnings.extend(result.restore.warnings)
         # Past this point the unit is enabled and started, healthy or not: the host is production's
         # now (systemd may keep restarting a failing service on those GPUs), so the development lease

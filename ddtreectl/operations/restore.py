@@ -8,12 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, InventoryError, RemoteCommandError
+from ddtreectl.errors import GpusBusyError, InventoryError, LockHeldError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
 from ddtreectl.operations.units import drift, drift_hint, read_installed
 from ddtreectl.probes.gpu_holders import gpu_holders
+from ddtreectl.probes.mode_lease import lease_from_state_files
 from ddtreectl.probes.status import probe_status
 from ddtreectl.render.units import RenderedService, render_service
 from ddtreectl.transport.base import Transport
@@ -23,6 +24,9 @@ from ddtreectl.transport.base import Transport
 class RestoreOptions:
     enable: bool = True
     force: bool = False
+    # Refuse a host held for development (state/mode.json). `mode HOST prod` passes False: it ends
+    # the lease itself, after this same restore.
+    respect_lease: bool = True
 
 
 @dataclass
@@ -58,6 +62,17 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
     facts = probe_status(transport, unit=rendered.unit, remote_root=host.remote_root,
                          timeout=host.command_timeout)
     warnings: list[str] = []
+    lease = lease_from_state_files(facts.state_files)
+    if options.respect_lease and lease is not None and lease.mode == "dev":
+        # Starting production under a development lease left the lease saying dev beside a running
+        # service, and the holder's `run` then put development work on the service's GPUs. --force
+        # does not override it: the lease changes hands only through `mode` (audited there).
+        raise LockHeldError(
+            f"held for development: {lease.describe(int(time.time()))}; restore-service does not end a "
+            "development lease",
+            hint=f"`ddtreectl mode {host.name} prod` ends it and restores through the same gate (another "
+                 "operator's live lease needs --force, recorded in the audit log)",
+            host=host.name)
     release = facts.release
     if not (release.current and release.build_stamp):
         raise RemoteCommandError(

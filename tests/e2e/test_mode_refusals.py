@@ -136,3 +136,40 @@ def test_prod_whose_gate_fails_ends_the_dev_lease_and_says_what_next(hosts: Any)
     fixed = ddtreectl("-i", i, "restore-service", "mr-gate")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert unit_state(host) == ("active", "enabled")
+
+
+def test_restore_service_refuses_a_host_held_for_development(boot_hosts: Any, testbed: Any, tmp_path: Path) -> None:
+    """restore-service (by default every role: prod host, as after a reboot) started production on a
+    host someone had taken with `mode HOST dev`: the lease still said dev beside the running service,
+    and the holder's `run` then put development work on the service's GPUs. It refuses now, even with
+    --force; `mode HOST prod` is the way back, and ends the lease."""
+    (host,) = boot_hosts(["mr-held"], gpus_stub={"mr-held": nvidia_smi_stand_in()})
+    inv = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
+                            host_overrides={"mr-held": {"service": "ref", "role": "prod", "gpus": 1}})
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    lay_out_release(host)
+    inventory = load(inv)
+    rendered = render_service(inventory, inventory.host("mr-held"))
+    assert rendered is not None
+    with connect(inventory.host("mr-held"), inventory) as transport:
+        install_units(transport, rendered)
+    i = str(inv)
+    dev = ddtreectl("-i", i, "mode", "mr-held", "dev", "--reason", "bench tree attention")
+    assert dev.returncode == 0, dev.stdout + dev.stderr
+
+    for args in (["restore-service"], ["restore-service", "mr-held", "--force"]):
+        refused = ddtreectl("-i", i, *args, "--json")
+        assert refused.returncode == 8, refused.stdout + refused.stderr
+        (entry,) = as_json(refused)["hosts"]
+        assert entry["ok"] is False and entry["error"]["exit_code"] == 8
+        assert "held for development: dev, held by alice@" in entry["error"]["message"]
+        assert "bench tree attention" in entry["error"]["message"]
+        assert "`ddtreectl mode mr-held prod`" in entry["error"]["hint"]
+        assert unit_state(host) == ("inactive", "disabled") and lease(host)["mode"] == "dev"
+    # Another operator's restore-service is refused the same way; the holder's `mode prod` restores.
+    assert ddtreectl("-i", i, "restore-service", "mr-held", user="bob").returncode == 8
+    back = ddtreectl("-i", i, "mode", "mr-held", "prod")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert unit_state(host) == ("active", "enabled") and lease(host)["mode"] == "prod"
+    again = ddtreectl("-i", i, "restore-service", "mr-held")  # production again: verified, not refused
+    assert again.returncode == 0, again.stdout + again.stderr
