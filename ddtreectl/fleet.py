@@ -93,6 +93,7 @@ def run_on_hosts(
     *,
     deadline_s: float,
     max_workers: int = 32,
+    deadline_option: str | None = None,
 ) -> FleetResult[T]:
     """Call `fn(host)` for every host on up to `max_workers` daemon threads; return once all
     have finished or `deadline_s` has passed, whichever comes first.
@@ -100,6 +101,9 @@ def run_on_hosts(
     Exceptions never escape for one host: each is that host's `error` (a non-DdtreeError is
     kept too, so one host's surprise cannot hide the others' answers). KeyboardInterrupt in the
     caller's thread propagates; the abandoned workers die with the process.
+
+    `deadline_option` is the command's option that sets the deadline (`--timeout`), named in the
+    hint of a host written off by it; a command without one gets no "raise ..." advice.
     """
     host_list = list(hosts)
     started = time.monotonic()
@@ -147,7 +151,8 @@ def run_on_hosts(
                     DeadlineExceededError(
                         f"no answer within the {deadline_s:g} s deadline"
                         + ("" if began else " (never started: all workers were busy)"),
-                        hint="the host may be down or slow; raise --deadline to wait longer",
+                        hint=f"the host may be down, slow, or at a new address (`ddtreectl set-ip {host.name} "
+                             "ADDRESS`)" + (f"; raise {deadline_option} to wait longer" if deadline_option else ""),
                         host=host.name,
                     ),
                     now - started,

@@ -47,7 +47,8 @@ def engine_dir_for(inventory: Inventory, given: Path | None) -> Path:
     return path
 
 
-def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadline_s: float) -> "FleetResult[T]":
+def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadline_s: float,
+            deadline_option: str | None = None) -> "FleetResult[T]":
     """run_on_hosts with Ctrl-C handling: the hosts are told to stop at their next step and given
     CLEANUP_GRACE_S to release their locks before ddtreectl exits 130."""
     from ddtreectl.fleet import run_on_hosts
@@ -67,7 +68,7 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
                 cond.notify_all()
 
     try:
-        return run_on_hosts(hosts, wrapped, deadline_s=deadline_s)
+        return run_on_hosts(hosts, wrapped, deadline_s=deadline_s, deadline_option=deadline_option)
     except KeyboardInterrupt:
         cancel.set()
         end = time.monotonic() + CLEANUP_GRACE_S
@@ -137,7 +138,7 @@ def deploy_command(
             with connect(h, inventory) as transport:
                 return plan_host(transport, inventory, h, options)
 
-        outcome = fan_out(hosts, plan_one, deadline)
+        outcome = fan_out(hosts, plan_one, deadline, "--deadline")
         failed = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
         code = exit_code_of([e for _, e in failed], len(hosts))
         deploy_view.show_plans([r.value for r in outcome.ok], failed, as_json=json_out,  # type: ignore[misc]
@@ -152,7 +153,7 @@ def deploy_command(
             with connect(h, inventory) as transport:
                 return deploy_host(transport, inventory, h, options, on_event=progress.event, cancel=cancel)
 
-        outcome = fan_out(hosts, deploy_one, deadline)
+        outcome = fan_out(hosts, deploy_one, deadline, "--deadline")
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
     code = exit_code_of([e for _, e in errors], len(hosts))
     deploy_view.show_results([r.value for r in outcome.ok], errors, as_json=json_out,  # type: ignore[misc]

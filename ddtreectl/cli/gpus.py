@@ -56,7 +56,8 @@ def gpus(
             return GpuCheck(host.name, check_gpus(transport, inventory, host, options))
 
     window = samples * (interval + 25) + 60
-    fleet = run_on_hosts(hosts, one, deadline_s=(timeout + window if wait_idle else window))
+    fleet = run_on_hosts(hosts, one, deadline_s=(timeout + window if wait_idle else window),
+                         deadline_option="--timeout" if wait_idle else None)
     checks = [r.value for r in fleet.results if r.value is not None]
     errors = [(r.host.name, r.error) for r in fleet.failed if r.error is not None]
     if fleet.failed:

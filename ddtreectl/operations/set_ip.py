@@ -295,7 +295,7 @@ def _sweep_hosts(
         with connect(host, inventory) as transport:
             return sweep_host(transport, old, host.remote_root, timeout=timeout)
 
-    fleet = run_on_hosts(list(inventory.hosts.values()), one, deadline_s=deadline_s)
+    fleet = run_on_hosts(list(inventory.hosts.values()), one, deadline_s=deadline_s, deadline_option="--timeout")
     sweeps: list[HostSweep] = []
     for result in fleet.results:
         if result.error is None:

@@ -147,7 +147,7 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
         return _Probed(facts, connect_ms, (t2 - t1) * 1000, connection,
                        tuple(unit_drift(inventory, host, facts)))
 
-    fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s)
+    fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s, deadline_option="--timeout")
     statuses = tuple(_host_status(r) for r in fleet.results)
     return StatusReport(statuses, deadline_s, time.monotonic() - started)
 

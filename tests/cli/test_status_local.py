@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -182,3 +183,20 @@ def test_reasons_below_the_table_are_one_line_each_in_a_pipe(tmp_path: Path) -> 
     below = run.stdout.split("hosts answered")[1].splitlines()[1:]
     assert below[0] == f"{name}: cannot reach 127.0.0.1:{port}: connection refused", below
     assert below[1] == "  hint: is sshd running on that port? check `port:` in the inventory", below
+
+
+def test_a_host_silent_past_the_deadline_gets_the_option_status_has(tmp_path: Path) -> None:
+    """A TCP listener that never speaks SSH: the connect hangs past --timeout. The hint named
+    `--deadline` (status documents --timeout) and did not mention an address change."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever sends a banner
+        port = silent.getsockname()[1]
+        inventory = tmp_path / "hosts.yaml"
+        inventory.write_text(f"hosts:\n  mute:\n    address: 127.0.0.1\n    port: {port}\n    connect_timeout: 30\n")
+        run = ddtreectl("-i", str(inventory), "status", "mute", "--timeout", "2", "--no-reuse", "--json")
+    assert run.returncode == 6, run.stderr
+    (host,) = json.loads(run.stdout)["hosts"]
+    assert host["outcome"] == "timeout" and "2 s deadline" in host["error"]["message"]
+    assert host["error"]["hint"] == ("the host may be down, slow, or at a new address (`ddtreectl set-ip mute "
+                                     "ADDRESS`); raise --timeout to wait longer")

@@ -38,6 +38,10 @@ def test_straggler_is_written_off_at_the_deadline_and_others_finish() -> None:
         release.set()
     assert result["h0"].timed_out and isinstance(result["h0"].error, DeadlineExceededError)
     assert "0.5 s deadline" in str(result["h0"].error)
+    # No option of the caller sets this deadline: the hint must not invent one (it said "raise
+    # --deadline" for every command, an option only deploy has; status calls it --timeout).
+    hint = result["h0"].error.hint or ""
+    assert "--deadline" not in hint and "`ddtreectl set-ip h0 ADDRESS`" in hint
     assert isinstance(result["h1"].error, ConnectError) and not result["h1"].timed_out
     assert [r.host.name for r in result.ok] == ["h2", "h3", "h4", "h5"]
     assert result.exit_code() == ExitCode.PARTIAL
@@ -81,3 +85,12 @@ def test_process_exit_does_not_wait_for_a_straggler() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_the_deadline_hint_names_the_callers_option() -> None:
+    release = threading.Event()
+    try:
+        result = run_on_hosts(HOSTS[:1], lambda h: release.wait(30), deadline_s=0.2, deadline_option="--timeout")
+    finally:
+        release.set()
+    assert (result["h0"].error.hint or "").endswith("; raise --timeout to wait longer")  # type: ignore[union-attr]
