@@ -9,7 +9,9 @@
 // Measured (H200, same model): 10.8-11.2 µs for the one launch at budget 16/64 batch 1 and 8/16, 15.7 at
 // 8/64, against 12.5-15.6 µs of busy time for the three launches plus ~1 µs of gaps and the mask the
 // live budget removes (bench/NOTES.md, session 5). The tail itself costs 3-6 µs: it is a chain of dependent
-// round trips (block table, then K/V rows, then stores) in one CTA.
+// round trips (block table, then K/V rows, then stores) in one CTA. Session 7: 2.2-3.1 µs of the launch were the
+// accept's instruction fetch (tree_accept/common.cuh, kAcceptScoreCompact); with the compact scoring and the early
+// mode (the default at V <= 1024) 8.5 / 9.6 / 9.0 / 12.5 µs at batch 1/8 x budget 16/64.
 //
 // The tail, per request b, in the last CTA (256 threads):
 //   prefetch (before the walk): one thread loads the slot's scalar state into shared memory, so that round trip
