@@ -12,9 +12,9 @@ where M > 256), v8 (v8 where M <= 64, else auto) and v8p8 (v8 with 8 probing war
 same process, next to the library's default (v9auto: one warp's exact heap, v9, for launches with
 n_max <= 17 and L <= 16, else v8auto = v8 where M <= 32, else auto). --targets adds the end-to-end decoder's shapes
 (M = K = 16 and 64, B = 1 and 8). --small times only the M <= 64 rows (issue #3's M = 64 with K = 64 and
-1024, issue #6's M = K = 16 and 64; B = 1 and 8) under v8auto (the session-5 default), v9, v8, auto
-and the default, times v8 on each request of the M = 64, K = 64, B = 8, sharpness-8 batch alone, and with
---dump-lp saves the B = 8 batches' log-probs (for the CPU emulator). --large times issue #3's M = 256 and
+1024, issue #6's M = K = 16 and 64, M = 16 with K = 64; B = 1 and 8) under v8auto (the session-5
+default), v9, v9s6 (session 6's warp heap) and the default, and with --dump-lp saves the B = 8 batches'
+log-probs (for the CPU emulator). --large times issue #3's M = 256 and
 1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 
 
 IMPLS = ["auto", "v8", "v8p8", "default"]
-SMALL_IMPLS = ["v8auto", "v9", "v8", "auto", "default"]  # default: v9auto
+SMALL_IMPLS = ["v8auto", "v9", "v9s6", "default"]  # v9s6: session 6's warp heap, the A/B peer of v9
 LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
 DUMPS: dict[str, torch.Tensor] = {}
 
@@ -102,15 +102,16 @@ def print_small(rows: list[dict]) -> None:
     """The --small table: every selection's us per call (20-launch graph), the default against the
     session-5 default (v8auto) in the same process, and the Python heap."""
     named = [i for i in IMPLS if i != "default"]
+    s6 = "v9s6" in named
     print("\n| M | K | B | sharp | " + " | ".join(f"{i} us" for i in named) + " | default us | v8auto / default | "
-          "v8auto / v9 | default 1-launch us | heap us | heap / default |")
-    print("|---" * (len(named) + 10) + "|")
+          "v8auto / v9 | " + ("v9s6 / v9 | " if s6 else "") + "default 1-launch us | heap us | heap / default |")
+    print("|---" * (len(named) + 10 + s6) + "|")
     for r in rows:
         cols = " | ".join(f"{r[f'{i}_us']:.2f}" for i in named)
         print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {cols} | {r['kernel_us']:.2f} | "
               f"{r['v8auto_us'] / r['kernel_us']:.2f}x | {r['v8auto_us'] / r['v9_us']:.2f}x | "
-              f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | "
-              f"{r['ratio']:.1f}x |")
+              + (f"{r['v9s6_us'] / r['v9_us']:.2f}x | " if s6 else "")
+              + f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
     for r in rows:
         if r["v8_per_request_us"]:
             print(f"v8 alone on each request of M={r['M']} K={r['K']} B={r['B']} sharp={r['sharp']:g}: "
@@ -124,7 +125,7 @@ def main() -> None:
     ap.add_argument("--targets", action="store_true",
                     help="issue #3's shapes only: B=1 at M=64/256/1024, K=min(M,64) and 1024, and B=64")
     ap.add_argument("--all-impls", action="store_true", help="also time v6, v6dp and v7")
-    ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v8 / auto")
+    ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v9s6")
     ap.add_argument("--large", action="store_true",
                     help="issue #3's M = 256 and 1024 rows (B = 1, 8, 64) and M = 512, under auto and v10 only")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
@@ -152,7 +153,8 @@ def main() -> None:
         configs = [(256, 64, 1), (256, 1024, 1), (512, 1024, 1), (1024, 64, 1), (1024, 1024, 1), (1024, 1024, 8),
                    (256, 64, 64), (256, 1024, 8), (1024, 64, 64)]
     if args.small:
-        configs = [(16, 16, 1), (16, 16, 8), (64, 64, 1), (64, 64, 8), (64, 1024, 1), (64, 1024, 8)]
+        configs = [(16, 16, 1), (16, 16, 8), (16, 64, 1), (16, 64, 8), (64, 64, 1), (64, 64, 8), (64, 1024, 1),
+                   (64, 1024, 8)]
     rows = []
     for m, k, bsz in configs:
         for sharp in (8.0, 4.0, 1.0):

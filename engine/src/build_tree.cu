@@ -38,7 +38,8 @@ ddtree_status_t prepare() {
 // with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
 // the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others), v9 (the
 // warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, v8auto for the
-// others), v9auto (the warp heap for launches with n_max <= 17 and L <= 16, v8auto for the others) or
+// others), v9auto (the warp heap for launches with n_max <= 17 and L <= 16, v8auto for the others), v9s6
+// (session 6's warp-heap kernel, build_tree/warp_heap_s6.cuh, where v9 applies: the A/B peer) or
 // v10 (build_tree/v10.cuh for requests with M > 64 and L <= 16, v8auto for the others; opt-in: slower
 // than auto at most measured shapes, bench/NOTES.md "### v10 measured"); unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 (session 6)"
 // say why). Read on every call (a getenv, no sync) so that one process can A/B them; a captured graph
@@ -56,6 +57,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v8auto") == 0) return bt::kImplV8Auto;
   if (std::strcmp(v, "v9") == 0) return bt::kImplV9;
   if (std::strcmp(v, "v9auto") == 0) return bt::kImplV9Auto;
+  if (std::strcmp(v, "v9s6") == 0) return bt::kImplV9S6;
   if (std::strcmp(v, "v10") == 0) return bt::kImplV10;
   return kDefaultImpl;
 }
@@ -105,12 +107,17 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   p.first_child = first_child;
   p.next_sibling = next_sibling;
   if (bt::warp_heap_applies(p.impl, n_max, depth)) {  // small launches: one warp's exact heap per request
-    bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem),
-                                      static_cast<cudaStream_t>(stream)>>>(p);
+    if (p.impl == bt::kImplV9S6) {  // session 6's pop, the A/B peer
+      bt::build_tree_warp_heap_s6_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmemS6),
+                                           static_cast<cudaStream_t>(stream)>>>(p);
+    } else {
+      bt::build_tree_warp_heap_kernel<<<batch, bt::kWhThreads, sizeof(bt::WhSmem),
+                                        static_cast<cudaStream_t>(stream)>>>(p);
+    }
     return ddtree::detail::check_launch("build_tree warp-heap kernel launch");
   }
   // The big kernel's choice for the other launches.
-  if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto) p.impl = bt::kImplV8Auto;
+  if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto || p.impl == bt::kImplV9S6) p.impl = bt::kImplV8Auto;
   if (p.impl == bt::kImplV10) {  // opt-in: the kernel with v10 compiled in
     bt::build_tree_v10_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   } else {

@@ -20,7 +20,7 @@ from ddtree_engine.reference.build_tree import BuildTreeOutput, build_tree
 
 ENGINE = Path(__file__).resolve().parents[1]
 EMU = ENGINE / "tests" / "build_tree_emu"
-V9 = ("v9",)  # the warp heap
+V9 = ("v9", "v9s6")  # the warp heap (session 7's pop; session 6's, kept as the A/B peer)
 
 
 def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path:
@@ -35,12 +35,13 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v10"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9s6", "v10"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
     rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
-    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto), v10
+    warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto; v9s6 the
+    same range with session 6's warp-heap kernel, build_tree/warp_heap_s6.cuh), v10
     (build_tree/v10.cuh for requests with M > 64, else v8auto; test_build_tree_v10_emu.py has its own)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)

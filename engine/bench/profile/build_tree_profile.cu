@@ -204,7 +204,8 @@ int main(int argc, char** argv) {
   const std::vector<Cfg> cfgs = large ? std::vector<Cfg>(std::begin(large_cfgs), std::end(large_cfgs))
                                       : std::vector<Cfg>(std::begin(base_cfgs), std::end(base_cfgs));
   const std::vector<int> impls = large ? std::vector<int>{bt::kImplAuto, bt::kImplV10}
-                                       : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9};
+                                       : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9,
+                                                          bt::kImplV9S6};
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   CK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_v10_kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, int(bt::kSmemBytes)));
   float* d_spin;
@@ -237,8 +238,8 @@ int main(int argc, char** argv) {
                  d_out, d_out + n_max, d_out + 2 * n_max, d_out + 3 * n_max, d_anc, d_out + 4 * n_max,
                  d_out + 5 * n_max, d_out + 6 * n_max};
     // Each selection (auto = the session-4 default, v8: common.cuh; v9: the warp-heap kernel of
-    // build_tree/warp_heap.cuh, marks 110 rows loaded, 112 fast pass done, 113 exact pass done, 111 heap
-    // done; v10: build_tree/v10.cuh, marks 120-126) on the same inputs.
+    // build_tree/warp_heap.cuh, v9s6 session 6's (warp_heap_s6.cuh), marks 110 rows loaded, 112 fast pass
+    // done, 113 exact pass done, 111 heap done; v10: build_tree/v10.cuh, marks 120-126) on the same inputs.
     for (int impl : impls)
     for (int warm = 1; warm < 2; ++warm) {
       p.impl = impl;
@@ -250,6 +251,9 @@ int main(int argc, char** argv) {
       if (impl == bt::kImplV9) {
         if (c.M > bt::kWhMaxM) continue;
         bt::build_tree_warp_heap_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmem)>>>(p);
+      } else if (impl == bt::kImplV9S6) {  // session 6's pop (build_tree/warp_heap_s6.cuh), same marks
+        if (c.M > bt::kWhMaxM) continue;
+        bt::build_tree_warp_heap_s6_kernel<<<1, bt::kWhThreads, sizeof(bt::WhSmemS6)>>>(p);
       } else {
         if (small_rows && impl == bt::kImplV8P8) continue;
         if (impl == bt::kImplV10) bt::build_tree_v10_kernel<<<1, bt::kThreads, bt::kSmemBytes>>>(p);
@@ -263,7 +267,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV10 ? "v10" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9S6 ? "v9s6" : impl == bt::kImplV10 ? "v10" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

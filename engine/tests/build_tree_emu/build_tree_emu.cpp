@@ -67,15 +67,18 @@ int main() {
     const std::string s(v);
     p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
              : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto
-             : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : s == "v10" ? bt::kImplV10 : bt::kImplV6;
+             : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : s == "v9s6" ? bt::kImplV9S6
+             : s == "v10" ? bt::kImplV10 : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
   if (bt::warp_heap_applies(p.impl, n_max, L)) {  // as the launcher: the warp-heap kernel (never falls back)
     static_assert(sizeof(bt::WhSmem) <= bt::kSmemBytes, "the emulator's shared buffer holds the warp heap's");
+    static_assert(sizeof(bt::WhSmemS6) <= bt::kSmemBytes, "the emulator's shared buffer holds the warp heap's");
     for (int b = 0; b < B; ++b) g_fallback[b] = std::min(std::max(p.budget[b], 0), n_max - 1) > 0 && L > 0 ? 0 : -1;
-    emu_launch(B, bt::kWhThreads, [&p] { bt::build_tree_warp_heap_kernel(p); });
+    if (p.impl == bt::kImplV9S6) emu_launch(B, bt::kWhThreads, [&p] { bt::build_tree_warp_heap_s6_kernel(p); });
+    else emu_launch(B, bt::kWhThreads, [&p] { bt::build_tree_warp_heap_kernel(p); });
   } else {
-    if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto) p.impl = bt::kImplV8Auto;
+    if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto || p.impl == bt::kImplV9S6) p.impl = bt::kImplV8Auto;
     if (p.impl == bt::kImplV10) emu_launch(B, bt::kThreads, [&p] { bt::build_tree_v10_kernel(p); });
     else emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
   }

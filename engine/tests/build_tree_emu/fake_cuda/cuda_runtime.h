@@ -10,6 +10,13 @@ inline double2 make_double2(double x, double y) { return double2{x, y}; }
 inline int __double2hiint(double d) {
   return static_cast<int>(static_cast<unsigned long long>(__double_as_longlong(d)) >> 32);
 }
+inline int __double2loint(double d) {
+  return static_cast<int>(static_cast<unsigned long long>(__double_as_longlong(d)) & 0xFFFFFFFFull);
+}
+inline double __hiloint2double(int hi, int lo) {
+  return __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(static_cast<unsigned>(hi)) << 32) |
+                                                     static_cast<unsigned>(lo)));
+}
 inline unsigned __reduce_min_sync(unsigned, unsigned v) {
   const int lane = threadIdx.x & 31;
   emu::slot(lane) = v;
