@@ -10,7 +10,7 @@ Each configuration is also timed with DDTREE_BUILD_TREE_IMPL=auto (the session-4
 where M > 256), v8 (v8 where M <= 64, else auto) and v8p8 (v8 with 8 probing warps), and with
 --all-impls also v6 / v6dp / v7 (the selections the launcher can pick; see src/build_tree.cu), in the
 same process, next to the library's default (v9auto: one warp's exact heap, v9, for launches with
-n_max <= 17 and L <= 16, else v8auto = v8 where M <= 32, else auto). --targets adds the end-to-end decoder's shapes
+n_max <= 65 and L <= 16, else v8auto = v8 where M <= 32, else auto). --targets adds the end-to-end decoder's shapes
 (M = K = 16 and 64, B = 1 and 8). --small times only the M <= 64 rows (issue #3's M = 64 with K = 64 and
 1024, issue #6's M = K = 16 and 64, M = 16 with K = 64; B = 1 and 8) under v8auto (the session-5
 default), v9, v9s6 (session 6's warp heap) and the default, and with --dump-lp saves the B = 8 batches'

@@ -28,15 +28,15 @@ for impl in v9 v9s6 v8auto; do
 done
 
 stamp "pytest (background) + sanitizers"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py -k "v9" \
+timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py -k "v9" \
   > "$OUT/pytest.log" 2>&1 &
 pytest_pid=$!
 cases=${SANITIZE_CASES:-"build_tree_golden build_tree_warp_heap"}
 for impl in v9; do
-  DDTREE_BUILD_TREE_IMPL=$impl timeout 90 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  DDTREE_BUILD_TREE_IMPL=$impl timeout 45 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/ddtree-selftest" $cases > "$OUT/sanitize_$impl.log" 2>&1
   echo "memcheck ($impl) rc=$? $(grep 'ERROR SUMMARY' "$OUT/sanitize_$impl.log" | tail -1)"
-  DDTREE_BUILD_TREE_IMPL=$impl timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  DDTREE_BUILD_TREE_IMPL=$impl timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/ddtree-selftest" $cases >> "$OUT/sanitize_$impl.log" 2>&1
   echo "racecheck ($impl) rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/sanitize_$impl.log" | tail -1)"
 done
@@ -45,7 +45,7 @@ echo "pytest rc=$? $(tail -1 "$OUT/pytest.log")"
 grep -E "^FAILED|Error" "$OUT/pytest.log" | head -10
 
 stamp bench
-timeout 150 python3 engine/bench/bench_build_tree.py --small --json "$OUT/bench_small.json" \
+timeout 100 python3 engine/bench/bench_build_tree.py --small --json "$OUT/bench_small.json" \
   --dump-lp "$OUT/lp_b8.pt" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"
 stamp profile

@@ -38,10 +38,10 @@ ddtree_status_t prepare() {
 // with M > 256, v6 otherwise), v8 (build_tree/v8.cuh for requests with M <= 64 and L <= 16, auto for
 // the others), v8p8 (v8 with 8 probing warps), v8auto (v8 for M <= 32, auto for the others), v9 (the
 // warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, v8auto for the
-// others), v9auto (the warp heap for launches with n_max <= 17 and L <= 16, v8auto for the others), v9s6
+// others), v9auto (the warp heap for launches with n_max <= 65 and L <= 16, v8auto for the others), v9s6
 // (session 6's warp-heap kernel, build_tree/warp_heap_s6.cuh, where v9 applies: the A/B peer) or
 // v10 (build_tree/v10.cuh for requests with M > 64 and L <= 16, v8auto for the others; opt-in: slower
-// than auto at most measured shapes, bench/NOTES.md "### v10 measured"); unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 (session 6)"
+// than auto at most measured shapes, bench/NOTES.md "### v10 measured"); unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 session 7 measured"
 // say why). Read on every call (a getenv, no sync) so that one process can A/B them; a captured graph
 // keeps the value it was captured with.
 constexpr int kDefaultImpl = bt::kImplV9Auto;

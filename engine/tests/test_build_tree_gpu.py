@@ -32,7 +32,7 @@ def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     (counting bound + deviation rounds + counting order), auto (v6dp where M > 256, else v6), v8 (integer
     scores + warp threshold probes where M <= 64, else auto), v8auto (v8 where M <= 32, else auto), v9 (one
     warp's exact heap for launches with n_max <= 65 and L <= 16, else v8auto), v9auto (the warp heap for
-    launches with n_max <= 17, else v8auto), v9s6 (session 6's warp-heap kernel where v9 applies: the A/B
+    launches with n_max <= 65, else v8auto), v9s6 (session 6's warp-heap kernel where v9 applies: the A/B
     peer), v10 (build_tree/v10.cuh for requests with M > 64, else v8auto; opt-in)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)

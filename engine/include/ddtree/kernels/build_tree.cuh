@@ -30,8 +30,8 @@
 // and orders them by counting. "auto" is v6dp for requests with M > 256, else v6 (measured fastest per
 // shape on the H200, bench/NOTES.md, build_tree v7). v8 (build_tree/v8.cuh: exact integer scores, warp
 // threshold probes, order by counting) takes requests with M <= 64 and L <= 16 and hands anything it
-// cannot decide exactly to auto; "v8auto" uses it for M <= 32 only (common.cuh). Launches with n_max <= 17
-// and L <= 16 do not reach this kernel under the library default (v9auto, since session 6): they run the
+// cannot decide exactly to auto; "v8auto" uses it for M <= 32 only (common.cuh). Launches with n_max <= 65
+// and L <= 16 do not reach this kernel under the library default (v9auto, since session 7): they run the
 // one-warp heap of build_tree/warp_heap.cuh; every other launch runs here with the v8auto choice.
 #pragma once
 

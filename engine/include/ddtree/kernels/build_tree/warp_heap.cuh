@@ -28,13 +28,15 @@ namespace ddtree {
 namespace build_tree_k {
 
 // v9 = the warp heap for launches it applies to (n_max <= kWhMaxM + 1, L <= kWhMaxL), the v8auto choice
-// (the big kernel) for the others. v9auto (the library default) = the warp heap only for launches with
-// n_max <= kV9AutoMaxNodes, where the H200 measured it faster than v8auto (bench/NOTES.md "### v9
-// session 7"). v9s6 = session 6's warp-heap kernel (warp_heap_s6.cuh) where v9 applies: the A/B peer.
+// (the big kernel) for the others. v9auto (the library default) = the warp heap for launches with
+// n_max <= kV9AutoMaxNodes: since session 7 that is v9's whole range, where the H200 measured it faster
+// than v8auto at every measured row (M = 16: 2.0-3.0x, M = 64: 1.29-2.88x; session 6's pop was faster
+// only up to n_max = 17; bench/NOTES.md "### v9 session 7 measured"). v9s6 = session 6's warp-heap kernel
+// (warp_heap_s6.cuh) where v9 applies: the A/B peer.
 constexpr int kImplV9 = 7;
 constexpr int kImplV9Auto = 8;
 constexpr int kImplV9S6 = 21;  // far from the big kernel's numbers (common.cuh), which other selections extend
-constexpr int kV9AutoMaxNodes = 17;
+constexpr int kV9AutoMaxNodes = kWhMaxM + 1;
 
 __host__ __device__ inline bool warp_heap_applies(int impl, int n_max, int depth) {
   const int max_nodes = impl == kImplV9 || impl == kImplV9S6 ? kWhMaxM + 1
