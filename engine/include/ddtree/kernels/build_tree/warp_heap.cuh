@@ -2,14 +2,16 @@
 // L <= 16. A kernel of its own (128 threads, ~23 KB of dynamic shared memory, one CTA per request).
 // warp_heap_s6.cuh has the why (a frontier of at most M keys in one or two registers per lane, a pop =
 // one `__reduce_min_sync` over 32-bit quantized keys, the exact mode for rows whose keys tie); this file
-// is session 7's pop, which issues about half the instructions of session 6's (bench/NOTES.md
-// "### v9 session 7" has the SASS counts, the prediction and the H200 measurements):
+// is session 7's pop: 95 SASS instructions with 160 cycles of stall counts against session 6's 136 / 311,
+// 236 cycles per pop on the H200 against 451 (bench/NOTES.md "### v9 session 7" and "... measured"):
 //
+// * The reduction is off the pop's path: a pop knows its winner w, reduces the rest of the frontier (m2)
+//   while it builds w's successors, and takes min(m2, sibling, child) as the next winner (wh_heap7).
 // * No branch inside the loop but its back edge. The loop runs exactly M times; a pop after the heap
-//   ran empty (k = all ones) installs nothing and stores nothing (every store is predicated), so the
-//   empty test is no branch, and lane 0's stores are predicated instead of a divergent block (session
-//   6's loop had seven conditional branches, each ~18 cycles of predicate-to-branch stall, and the
-//   shared-window base re-read inside the divergent block).
+//   ran empty (w = all ones) installs nothing and stores nothing (every store is predicated), and lane
+//   0's stores are predicated st.shared instead of a divergent block (session 6's loop had seven
+//   conditional branches, each ~18 cycles of predicate-to-branch stall, and re-read the shared window's
+//   base inside the divergent block).
 // * Records of 32 bytes, {t = fl(s - lp[d-1][r]), x1 = lp[d-1][r+1], c = fl(s + lp[d][0]), meta}: the
 //   pop reads two 16-byte words, does one fp64 add (the sibling's score t + x1; the child's score c is
 //   in the record) and lane 0 writes each new record with two 16-byte stores.
