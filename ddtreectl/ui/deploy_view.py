@@ -115,7 +115,7 @@ def fan_out_json(schema: str, result_type: type, targets: Sequence[str], results
         r.host: {**dataclasses.asdict(r), "ok": True, "error": None} for r in results}
     for host, err in errors:
         entries[host] = {**{f: None for f in fields}, "host": host, "ok": False, "error": error_json(err)}
-    return {"schema": schema, "exit_code": exit_code, "error": None,
+    return {"schema": schema, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
             "hosts": [entries[h] for h in [*targets, *(h for h in entries if h not in targets)] if h in entries],
             "errors": errors_json(errors)}
 

@@ -43,7 +43,7 @@ def gpus_json(targets: Sequence[str], checks: Sequence[GpuCheck], errors: Sequen
                  "waited_s": round(c.waited_s, 3), "rounds": c.rounds, "error": None} for c in checks}
     for name, err in errors:
         entries[name] = {"name": name, "host": name, "ok": False, "verdict": "unknown", "error": error_json(err)}
-    return {"schema": SCHEMA, "exit_code": exit_code, "error": None,
+    return {"schema": SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
             "hosts": [entries[n] for n in [*targets, *(n for n in entries if n not in targets)] if n in entries]}
 
 

@@ -1,7 +1,7 @@
 """`--json`: every command prints ONE JSON object on stdout, also when it fails (README, "JSON output").
 
 Common to every document: `schema` ("ddtreectl.<command>/1"), `exit_code` (the process's exit
-status) and `error` (null, or {"message", "hint", "exit_code"} when the command as a whole failed).
+status), `ok` (exit_code is 0) and `error` (null, or {"message", "hint", "exit_code"} when the command as a whole failed).
 A command over several hosts lists EVERY targeted host under `hosts`, the failed ones too, each
 entry with `host`, `ok` and `error`; a command on one host puts that host's fields at the top level,
 with `host` and `ok`.

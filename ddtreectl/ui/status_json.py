@@ -35,6 +35,7 @@ def report_to_json(report: StatusReport, inventory_path: Path) -> dict[str, Any]
         "deadline_s": report.deadline_s,
         "elapsed_ms": round(report.elapsed_s * 1000, 1),
         "exit_code": int(report.exit_code()),
+        "ok": report.exit_code() == 0,
         "error": None,
         "summary": {"hosts": len(report.hosts), "answered": counts["ok"],
                     **{k: v for k, v in counts.items() if k != "ok"}},

@@ -8,7 +8,7 @@ SCHEMA = "ddtreectl.status/1"
 STATUS_JSON_SCHEMA = """\
 {"schema": "ddtreectl.status/1", "inventory": PATH,
  "generated_at": ISO-8601, "deadline_s", "elapsed_ms", "exit_code",
- "error": null | {"message", "hint", "exit_code"} (no host probed),
+ "ok" (exit_code is 0), "error": null | {"message", "hint", "exit_code"} (no host probed),
  "summary": {"hosts", "answered", "unreachable", "refused",
              "timeout", "failed"},
  "hosts": [{"name", "host" (= name), "ok" (answered), "address",

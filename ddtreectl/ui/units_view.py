@@ -84,7 +84,7 @@ def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
                              "duration_s": None, "warnings": [], "phases": [], "failure": None,
                              "error": error_json(e)}
         order = list(targets) + [h for h in entries if h not in targets]
-        json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "error": None,
+        json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
                        "hosts": [entries[h] for h in order if h in entries]})
         return
     for r in results:

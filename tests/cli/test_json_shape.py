@@ -52,6 +52,7 @@ def document(world: tuple[str, dict[str, str]], *args: str) -> tuple[int, dict[s
         raise AssertionError(f"not one JSON document (exit {run.returncode}): {run.stdout!r}\n{run.stderr}") from None
     assert isinstance(doc, dict), doc
     assert doc["exit_code"] == run.returncode, (doc, run.stderr)
+    assert doc["ok"] is (run.returncode == 0)
     assert "error" in doc
     if doc["error"] is not None:
         assert set(doc["error"]) == {"message", "hint", "exit_code"} and doc["error"]["exit_code"] == run.returncode
