@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# One device call for draft_topk_lse (written for v7, engine/bench/NOTES.md "v7 (session 5)"; v8 in session 6;
-# the per-version scripts of v4-v6 that NOTES names stay in git history), on the library, the
+# One device call for draft_topk_lse (written for v7, engine/bench/NOTES.md "v7 (session 5)"; v8 in session 6,
+# v9 in session 7; the per-version scripts of v4-v6 that NOTES names stay in git history), on the library, the
 # self-test and the stage profiler built beforehand on the CPU machine (sm_90a, DDTREE_OPS=draft_topk_lse;
 # topk_stages from bench/profile/draft_topk_lse_stages.cu) in $B (default engine/build-topk).
-# Stages (STAGES, default all but the *_v7b ones, in this order): stages (stage-truncation profile of v7b and
-# v8, each v8 option, per-CTA traces), selftest, selftest_v7b (the same with DDTREE_TOPK_V4_OPT=v7b), bench
-# (the default vs torch f32/bf16 at BENCH_SHAPES), bench_v7b (the same with DDTREE_TOPK_V4_OPT=v7b, its own
-# process and torch peer), pytest (draft_topk_lse GPU tests), sanitize (memcheck + racecheck on the sized
-# self-test), ncu (source-level profile, 1x15 K = 16).
-# Logs under $OUT (at most 8 files). Usage, from the repository root: bash engine/bench/run_topk_device.sh
+# Stages (STAGES, default below, in this order): stages (stage-truncation profile of v8 and v9, each v9 option
+# alone, per-CTA traces), selftest, selftest_opt (the same with DDTREE_TOPK_V4_OPT=$OPT, default v9), bench
+# (the default vs torch f32/bf16 at BENCH_SHAPES), bench_opt (the same with DDTREE_TOPK_V4_OPT=$OPT, its own
+# process and torch peer), pytest / pytest_opt (draft_topk_lse GPU tests), sanitize / sanitize_opt (memcheck +
+# racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16).
+# Logs under $OUT (a few files). Usage, from the repository root: bash engine/bench/run_topk_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/v7out}; mkdir -p "$OUT"
-STAGES=${STAGES:-"stages selftest bench pytest sanitize ncu"}
+STAGES=${STAGES:-"stages selftest selftest_opt bench_opt pytest_opt sanitize_opt"}
+OPT=${OPT:-v9}
 BENCH_SHAPES=${BENCH_SHAPES:-1x15x163840,8x15x163840,1x15x320,8x15x320}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -29,10 +30,10 @@ if has selftest; then
   timeout 90 "$B/ddtree-selftest" draft_topk_lse > "$OUT/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | head -12
 fi
-if has selftest_v7b; then
-  stamp selftest_v7b
-  DDTREE_TOPK_V4_OPT=v7b timeout 90 "$B/ddtree-selftest" draft_topk_lse >> "$OUT/selftest.log" 2>&1
-  echo "selftest_v7b rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | tail -4
+if has selftest_opt; then
+  stamp "selftest DDTREE_TOPK_V4_OPT=$OPT"
+  DDTREE_TOPK_V4_OPT=$OPT timeout 90 "$B/ddtree-selftest" draft_topk_lse >> "$OUT/selftest.log" 2>&1
+  echo "selftest_opt rc=$?"; grep -E "PASS|FAIL" "$OUT/selftest.log" | tail -4
 fi
 if has bench; then
   stamp bench
@@ -40,11 +41,11 @@ if has bench; then
     --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; grep -v "^\[" "$OUT/bench.log" | grep -E "x15x|TB/s" | head -20
 fi
-if has bench_v7b; then
-  stamp bench_v7b
-  DDTREE_TOPK_V4_OPT=v7b DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
-    --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench_v7b.log" 2>&1
-  echo "bench_v7b rc=$?"; grep -v "^\[" "$OUT/bench_v7b.log" | grep -E "x15x|TB/s" | head -20
+if has bench_opt; then
+  stamp "bench DDTREE_TOPK_V4_OPT=$OPT"
+  DDTREE_TOPK_V4_OPT=$OPT DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_draft_topk_lse.py \
+    --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench_opt.log" 2>&1
+  echo "bench_opt rc=$?"; grep -v "^\[" "$OUT/bench_opt.log" | grep -E "x15x|TB/s" | head -20
 fi
 if has pytest; then
   stamp pytest
@@ -52,14 +53,22 @@ if has pytest; then
     > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"
 fi
-if has sanitize; then
-  for tool in memcheck racecheck; do
-    stamp "compute-sanitizer $tool"
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B/ddtree-selftest" draft_topk_lse_golden \
-      draft_topk_lse_sanitizer_sized > "$OUT/san_$tool.log" 2>&1
-    echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|FAIL' "$OUT/san_$tool.log" | tail -3 | tr '\n' ' ')"
-  done
+if has pytest_opt; then
+  stamp "pytest DDTREE_TOPK_V4_OPT=$OPT"
+  DDTREE_TOPK_V4_OPT=$OPT timeout 200 python3 -m pytest engine/tests/test_draft_topk_lse.py -m gpu -p no:cacheprovider \
+    -q -x > "$OUT/pytest_opt.log" 2>&1
+  echo "pytest_opt rc=$?"; tail -3 "$OUT/pytest_opt.log"
 fi
+sanitize() {  # $1: log suffix, $2: DDTREE_TOPK_V4_OPT (empty: the default)
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool ($1)"
+    DDTREE_TOPK_V4_OPT=$2 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B/ddtree-selftest" draft_topk_lse_golden \
+      draft_topk_lse_sanitizer_sized > "$OUT/san_$tool$1.log" 2>&1
+    echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|FAIL' "$OUT/san_$tool$1.log" | tail -3 | tr '\n' ' ')"
+  done
+}
+has sanitize && sanitize "" ""
+has sanitize_opt && sanitize "_$OPT" "$OPT"
 if has ncu; then
   stamp ncu
   LD_LIBRARY_PATH=$B timeout 60 ncu --clock-control none --cache-control none -k regex:draft_topk_lse_v4 \

@@ -6,8 +6,8 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// v4's kernel options (kV4Opt*): kV4OptDefault (v8, session 6) for k > 1, the kV4OptV7b instantiation for k = 1;
-// DDTREE_TOPK_V4_OPT=v7b runs kV4OptV7b for every k (see env_v4_v7b).
+// v4's kernel options (kV4Opt*): kV4OptDefault for k > 1, the kV4OptV7b instantiation for k = 1;
+// DDTREE_TOPK_V4_OPT=v7b|v8|v9 runs another option set (see env_v4_opt).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
 // DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200
@@ -127,16 +127,22 @@ V4Config v4_config() {
   }();
   return cfg;
 }
-// DDTREE_TOPK_V4_OPT=v7b (read once per process): the st.async kernel with session 5's options (kV4OptV7b)
-// for every k instead of the default (v8 = v7b + the lane append for k > 1; NOTES "v8 (session 6)"), for
-// A/B runs. k = 1 runs the kV4OptV7b instantiation either way (v8 changes nothing on its path, and that
-// instantiation measured 0.1 µs faster at 1x15 K = 1).
-bool env_v4_v7b() {
-  static const bool on = [] {
+// DDTREE_TOPK_V4_OPT (read once per process) picks the st.async kernel's options for k > 1, for A/B runs:
+// "v7b" session 5's (kV4OptV7b, then for every k), "v8" session 6's (v7b + the lane append), "v9" session 7's
+// (v8 + the warp append + the all-to-all merge; NOTES "v9 (session 7)"); unset or anything else: the default
+// (kV4OptDefault). k = 1 runs the kV4OptV7b instantiation in every case but v7b's (the k > 1 options change
+// nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
+enum class V4Opt { kDefault, kV7b, kV8, kV9 };
+V4Opt env_v4_opt() {
+  static const V4Opt v = [] {
     const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
-    return e != nullptr && std::strcmp(e, "v7b") == 0;
+    if (e == nullptr) return V4Opt::kDefault;
+    if (std::strcmp(e, "v7b") == 0) return V4Opt::kV7b;
+    if (std::strcmp(e, "v8") == 0) return V4Opt::kV8;
+    if (std::strcmp(e, "v9") == 0) return V4Opt::kV9;
+    return V4Opt::kDefault;
   }();
-  return on;
+  return v;
 }
 
 int v4_max_cluster(int64_t rows) {
@@ -191,6 +197,26 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   if (!ddtree::detail::pdl_enabled() || pdl_refused) err = go(1);
   if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "draft_topk_lse_v4_kernel");
   return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
+}
+
+// v4 at 512 threads with the st.async exchange (the default shape): the instantiation by k and
+// DDTREE_TOPK_V4_OPT.
+template <typename T>
+ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
+                             int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id, float* lse,
+                             int32_t* error_flags, cudaStream_t stream) {
+  const V4Opt opt = env_v4_opt();
+  if (k == 1 || opt == V4Opt::kV7b)
+    return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                               lse, error_flags, stream);
+  if (opt == V4Opt::kV8 && k::kV4OptV8 != k::kV4OptDefault)
+    return run_v4<T, 512, true, k::kV4OptV8>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                              lse, error_flags, stream);
+  if (opt == V4Opt::kV9 && k::kV4OptV9 != k::kV4OptDefault)
+    return run_v4<T, 512, true, k::kV4OptV9>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                              lse, error_flags, stream);
+  return run_v4<T, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                              error_flags, stream);
 }
 
 // The small-row kernel: one warp per row, kSmallWarps rows per CTA, grid (1, blocks); no workspace, PDL.
@@ -350,12 +376,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
       if (threads == 1024)
         return run_v4<float, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                    error_flags, stream);
-      if (v4_config().async && (k == 1 || env_v4_v7b()))
-        return run_v4<float, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
-                                                      top_id, lse, error_flags, stream);
       if (v4_config().async)
-        return run_v4<float, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
-                                        lse, error_flags, stream);
+        return run_v4_async(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
+                            error_flags, stream);
       return run_v4<float, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                 error_flags, stream);
     }
@@ -366,12 +389,9 @@ DDTREE_API ddtree_status_t ddtree_draft_topk_lse_impl(const void* logits, ddtree
     if (threads == 1024)
       return run_v4<__nv_bfloat16, 1024>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                          lse, error_flags, stream);
-    if (v4_config().async && (k == 1 || env_v4_v7b()))
-      return run_v4<__nv_bfloat16, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k,
-                                                            top_lp, top_id, lse, error_flags, stream);
     if (v4_config().async)
-      return run_v4<__nv_bfloat16, 512, true>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp,
-                                              top_id, lse, error_flags, stream);
+      return run_v4_async(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse, error_flags,
+                          stream);
     return run_v4<__nv_bfloat16, 512>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id, lse,
                                       error_flags, stream);
   }

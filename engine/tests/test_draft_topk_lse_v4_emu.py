@@ -240,3 +240,61 @@ def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
     assert compare(emu_binary, xb, k, async_xchg=True)["cluster"] == 5
     assert compare(emu_binary, xb, k, async_xchg=True, max_cluster=4)["cluster"] == 4
     compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs
+
+
+@pytest.fixture(scope="module")
+def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Session 7's option set (kV4OptV9 = v8 + the per-round lane append + the all-to-all merge), built as the
+    # st.async instantiations' options: what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1.
+    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", ("DDTREE_TOPK_V4_EMU_OPT=32643",))
+
+
+@pytest.mark.parametrize("k", [2, 16, 17, 33, 64])
+def test_v9_emulated_round_append_and_all_to_all_merge(emu_binary_v9: Path, k: int) -> None:
+    # v9: each lane appends a round's candidates with one atomic (a loop over its set bits), every CTA sends its
+    # partial and sorted items to every CTA of the cluster (swizzled slots) and ranks its own items, one lane per
+    # (item, list). Clusters of 8, 5 (lists past the cluster are empty), 4 and 3 CTAs (4 lists), one and two
+    # register rounds, crowded top logits (lanes with many set bits), a whole -inf slice and a slice with fewer
+    # finite logits than k (v7's pass) beside lane-append slices, fp32, unaligned rows (element-wise loads:
+    # v8's pass with the all-to-all merge).
+    b = emu_binary_v9
+    x = logits((1, 2, 163840), "normal", torch.bfloat16, seed=900 + k)
+    assert compare(b, x, k, async_xchg=True, max_cluster=4)["cluster"] == 4  # two rounds
+    assert compare(b, x[:, :1], k, async_xchg=True)["cluster"] == 8
+    g = torch.Generator().manual_seed(910 + k)
+    y = torch.randn(1, 3, 36000, generator=g) * 4
+    y[0, 1, 8000:8064] = 20.0 + torch.arange(64).float() / 8
+    y[0, 2, 7200:14400] = -INF
+    y[0, 2, 14400:21600] = -INF
+    y[0, 2, 14400 + 3] = 5.0
+    assert compare(b, y.to(torch.bfloat16), k, async_xchg=True)["cluster"] == 5
+    assert compare(b, y.to(torch.bfloat16), k, async_xchg=True, max_cluster=4)["cluster"] == 4
+    assert compare(b, y[..., :12000], k, async_xchg=True)["cluster"] == 3  # fp32, 3 CTAs
+    compare(b, logits((1, 3, 20011), "normal", torch.float32, seed=920 + k), k, 128, async_xchg=True)  # unaligned
+
+
+@pytest.mark.parametrize("k", [16, 64])
+def test_v9_emulated_ties_nan_and_edges(emu_binary_v9: Path, k: int) -> None:
+    # The all-to-all exchange must count every byte in every CTA: tie-heavy slices (radix fallback, put to all),
+    # a NaN slice (zeros sent to every other CTA, CTA 0 writes the NaN row), -inf rows, V < k, signed zeros.
+    b = emu_binary_v9
+    events = compare(b, logits((2, 1, 9000), "ties", torch.float32, seed=930 + k), k, async_xchg=True)
+    assert events.get("cta_radix", 0) > 0
+    compare(b, logits((1, 2, 5000), "neginf", torch.float32, seed=940 + k), k, 128, async_xchg=True)
+    compare(b, logits((1, 2, 997), "dyadic", torch.bfloat16, seed=950 + k), k, 128, async_xchg=True)
+    y = logits((1, 3, 9000), "normal", torch.float32, seed=960 + k)
+    y[0, 1, 4444] = float("nan")
+    y[0, 2, 17] = INF  # in CTA 0's slice: it too must send its item count to every other CTA
+    lp, ids, lse, events = run_emu(b, y, k, 128, async_xchg=True)
+    assert events["flags"] == 1
+    for r in (1, 2):
+        assert torch.isnan(lse[0, r]) and torch.isnan(lp[0, r]).all() and ids[0, r].eq(-1).all()
+    compare(b, y[:, :1], k, 128, async_xchg=True)
+    compare(b, logits((2, 1, 5), "normal", torch.float32, seed=970 + k), k, 128, async_xchg=True)  # V < k
+    z = torch.full((1, 2, 3000), -5.0)
+    z[0, 0, 0], z[0, 0, 7] = -0.0, 0.0
+    z[0, 1, 2999], z[0, 1, 1500], z[0, 1, 40] = 0.0, -0.0, -0.0
+    compare(b, z.to(torch.bfloat16), k, 128, async_xchg=True)
+    x = torch.full((1, 2, 5000), -INF)
+    x[0, 1, 4321] = 0.5
+    compare(b, x, k, 128, async_xchg=True)

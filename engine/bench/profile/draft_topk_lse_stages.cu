@@ -1,7 +1,7 @@
 // Stage-truncation profile and stage trace of draft_topk_lse v4 (NOTES, "v6 (session 4)", "v8 (session 6)").
 // The kernel instantiated with STOP = 1..5 exits after a stage (1 loads + maxima, 2 sums + first barrier,
-// 3 bound / CTA partial, 4 candidates, 5 all but CTA 0's merge; 0 = whole), for session 5's default (v7b) and
-// the v8 default (v7b + lane append), then both whole once more, at 1x15 (8 CTAs per row) and 8x15
+// 3 bound / CTA partial, 4 candidates, 5 all but the merge; 0 = whole), for session 6's default (v8) and
+// session 7's v9 (NOTES "v9"), then each v9 option alone and both whole once more, at 1x15 (8 CTAs per row) and 8x15
 // (4) x 163,840 bf16 (uniform logits in [-12, 12)) and 1x15 / 8x15 x 320, k = 1, 16, 32, 64; an empty kernel
 // with the same launch (clusters + PDL) and the library's C ABI call. Each figure:
 // median µs per call of 40 replays of a CUDA graph of 32 calls over rotating inputs (> L2), as the Python
@@ -180,14 +180,16 @@ int main(int argc, char** argv) {
                                           int64_t(sh.L) * sh.V, sh.V, kk, lp, id, lse, ws, ws_bytes, flags, s);
                   }));
   std::printf("\n");
-  // (Sessions 4-5 timed v5b, v6, the v6 opt-ins and each v7 option here: all in NOTES, no longer timed.)
-  // Session 6 (NOTES "v8"): session 5's default (v7b) and v8 (v7b + the lane append; the library runs it
-  // for k > 1), then both once more (drift). (Call 1 also timed the removed lane ranks / lane merge.)
-  constexpr unsigned V7B = k::kV4OptV7b;
-  row<V7B>("v7b (session 5)", shapes, ks, lp, id, lse, flags, s);
-  row<k::kV4OptDefault>("v8 default", shapes, ks, lp, id, lse, flags, s);
-  whole<V7B>("v7b (again)", shapes, ks, lp, id, lse, flags, s);
-  whole<k::kV4OptDefault>("v8 default (again)", shapes, ks, lp, id, lse, flags, s);
+  // (Sessions 4-6 timed v5b, v6, the v6 opt-ins, each v7 option, v7b and the v8 tries here: all in NOTES.)
+  // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
+  // merge) by stage, each v9 option alone on v8, then both once more (drift).
+  constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9;
+  row<V8>("v8 (session 6)", shapes, ks, lp, id, lse, flags, s);
+  row<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+  whole<V8 | k::kV4OptWarpAppend>("v8 + round append", shapes, ks, lp, id, lse, flags, s);
+  whole<V8 | k::kV4OptA2AMerge>("v8 + all-to-all merge", shapes, ks, lp, id, lse, flags, s);
+  whole<V8>("v8 (again)", shapes, ks, lp, id, lse, flags, s);
+  whole<V9>("v9 (again)", shapes, ks, lp, id, lse, flags, s);
 
   // Stage timeline of one call (trace build), after 4 untraced calls; slot deltas from mark 1 (after the
   // PDL wait) in ns at the clock the stamps measured.
@@ -244,10 +246,10 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
-  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], 16);
-  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[0], 64);
-  trace("v8 default", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 9>, shapes[1], 16);
-  trace("v7b", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7B, 9>, shapes[0], 16);
+  trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
+  trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 64);
+  trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[1], 16);
+  trace("v8", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V8, 9>, shapes[0], 16);
 
   int hflags = 0;
   CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));

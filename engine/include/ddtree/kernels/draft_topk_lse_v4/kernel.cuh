@@ -34,10 +34,16 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   pdl_launch_dependents();
   DDTREE_V4_SHARED(V4Smem<THREADS>, sm);
   constexpr int VN = 16 / int(sizeof(T));
-  if (ASYNC && blockIdx.x == 0 && threadIdx.x == 0) {
-    // Bytes CTA 0 receives: every other CTA's partial (8) and its min(k, n) items (8 each).
+  // v9 (kV4OptA2AMerge, k > 1; with the k = 1 warp path, so that every k reaching the general path is > 1 and
+  // `a2a` is a compile-time constant there: a runtime flag spilled 8 bytes, sm_90a): every CTA receives every
+  // other CTA's partial and items and ranks its own.
+  constexpr bool a2a = ASYNC && (OPT & kV4OptA2AMerge) != 0u && (OPT & kV4OptK1Warp) != 0u;
+  if (ASYNC && (blockIdx.x == 0 || (a2a && k > 1)) && threadIdx.x == 0) {
+    // Bytes this CTA receives (CTA 0 only, unless a2a): every other CTA's partial (8) and its min(k, n) items
+    // (8 each).
     unsigned bytes = 0;
-    for (int cc = 1; cc < cluster; ++cc) bytes += 8u + 8u * unsigned(min(k, min(pv * VN, vocab - cc * pv * VN)));
+    for (int cc = 0; cc < cluster; ++cc)
+      if (cc != int(blockIdx.x)) bytes += 8u + 8u * unsigned(min(k, min(pv * VN, vocab - cc * pv * VN)));
     v4_mbar_init_expect(&sm.mbar, bytes);
   }
   v4_cluster_arrive_relaxed();  // "every CTA of the cluster started": waited for before the first remote store
@@ -77,6 +83,9 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool FF = ASYNC && (OPT & kV4OptFloatFilter) != 0u;
   constexpr bool SS = FM && (OPT & kV4OptShortSearch) != 0u;
   constexpr bool LA = FF && (OPT & kV4OptLaneAppend) != 0u;  // v8 (with the float filter)
+  // v9 (with the lane append's condition); 16-byte-aligned rows only (VEC: with element-wise loads ptxas
+  // spilled 8 bytes, sm_90a).
+  constexpr bool WA = VEC && LA && (OPT & kV4OptWarpAppend) != 0u;
   // A store that never happens (logits are never this) keeps a truncated stage's work alive (STOP).
   auto sink = [&](float v) {
     if (v == 1.2345e-30f) lse[row] = v;
@@ -308,7 +317,14 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   if (!(RB && k > 1) && warp == WARPS - 1) {
     // This CTA's (reference, sum) into CTA 0's part[c] (truncated profiles keep it here).
     const float2 part = cta_partial();
-    if (lane == 0) {
+    if (a2a && STOP != 3 && STOP != 4) {
+      // v9: lane o sends the partial to CTA o (its own: a plain store). Lane 0's copy: cta_partial's sum is
+      // complete only in lanes < WARPS (4 at the emulator's 128 threads).
+      const float2 p0 = make_float2(__shfl_sync(0xffffffffu, part.x, 0), __shfl_sync(0xffffffffu, part.y, 0));
+      if (lane == c) sm.part[c] = p0;
+      else if (lane < cluster) v4_st_async(&sm.part[c], unsigned(lane), p0, &sm.mbar);
+      if (lane == 0) sm.bad = part.y != part.y;
+    } else if (lane == 0) {
       if (STOP == 3 || STOP == 4) sm.part[c] = part;
       else if (ASYNC && c != 0) v4_st_async(&sm.part[c], 0u, part, &sm.mbar);
       else *v4_map_rank(&sm.part[c], 0u) = part;
@@ -386,7 +402,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
           // visit, behind the previous visit's shared atomic: one L2 latency per vector, 6.4 µs at 8x15 K = 16).
           const bool want = tkey >= thr;
           for (int r = 0; r < rounds; ++r) {
-            uint4 v[kV4Vecs];
+            // v9 (A2A): reloaded into raw (dead here: a k > 1 pass over two or more rounds): a separate array
+            // spilled 8 bytes beside the all-to-all merge (sm_90a).
+            uint4 vloc[kV4Vecs];
+            uint4(&v)[kV4Vecs] = (OPT & kV4OptA2AMerge) != 0u ? raw : vloc;
 #pragma unroll
             for (int j = 0; j < kV4Vecs; ++j) {
               const int lv = (r * kV4Vecs + j) * THREADS + tid;
@@ -407,7 +426,25 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         }
       };
       // v8 (LA): a bound above -inf's key is a finite logit (thr_f > -inf): no id limit, -inf never passes.
-      if (LA && thr > kV4KeyNegInf) {
+      if (WA && (rounds == 1 || fast) && thr > kV4KeyNegInf) {
+        // v9: a round at a time, one atomic per lane with hits per round; later rounds are reloaded into raw
+        // (a separate array spilled, sm_90a), a round's loads issued together; with two or more rounds only
+        // where every vector lies inside the row (16-byte loads; the element-wise fallback spilled).
+        if (rounds == 1) {
+          v4_append_warp_round<T, THREADS>(sm, raw, tid, v0, thr_f);
+        } else {
+          const bool want = tkey >= thr;
+          for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              raw[j] = v4_neg_inf_vec<T>();
+              if (want && lv < nv_cta) raw[j] = __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv));
+            }
+            v4_append_warp_round<T, THREADS>(sm, raw, r * kV4Vecs * THREADS + tid, v0, thr_f);
+          }
+        }
+      } else if (LA && thr > kV4KeyNegInf) {
         pass([&](const uint4& v, int lv) { v4_append_lane<T, THREADS>(sm, v, lv, v0, thr_f); });
       } else {
         const unsigned lt = (1u << lane) - 1u;
@@ -424,8 +461,18 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     }
     uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
     auto put = [&](int r, uint64_t it) {
-      if (ASYNC && c != 0) v4_st_async(&sm.slot[c][r], 0u, it, &sm.mbar);
-      else slot[r] = it;
+      if (a2a) {
+        // v9: into every CTA's slot for this CTA, swizzled (item r at r ^ c); its own by a plain store.
+        const int at = r ^ c;
+        for (int o = 0; o < cluster; ++o) {
+          if (o == c) sm.slot[c][at] = it;
+          else v4_st_async(&sm.slot[c][at], unsigned(o), it, &sm.mbar);
+        }
+      } else if (ASYNC && c != 0) {
+        v4_st_async(&sm.slot[c][r], 0u, it, &sm.mbar);
+      } else {
+        slot[r] = it;
+      }
     };
     if (k == 1) {  // one exact candidate whatever the ties: never overflows
       if (tid == 0) put(0, sm.best);
@@ -459,14 +506,21 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         if (rank < kc) put(rank, it);
       }
     }
-  } else if (ASYNC && c != 0) {
-    // NaN/+inf slice: CTA 0 still counts this CTA's item bytes.
-    for (int r = tid; r < kc; r += THREADS) v4_st_async(&sm.slot[c][r], 0u, 0ull, &sm.mbar);
+  } else if (ASYNC && (c != 0 || a2a)) {
+    // NaN/+inf slice: CTA 0 (a2a: every other CTA, CTA 0's slice included) still counts this CTA's item bytes.
+    for (int r = tid; r < kc; r += THREADS) {
+      if (a2a) {
+        for (int o = 0; o < cluster; ++o)
+          if (o != c) v4_st_async(&sm.slot[c][r ^ c], unsigned(o), 0ull, &sm.mbar);
+      } else {
+        v4_st_async(&sm.slot[c][r], 0u, 0ull, &sm.mbar);
+      }
+    }
   }
   if (ASYNC) {
     DDTREE_V4_MARK(6);
-    if (c != 0) return;  // st.async needs nothing more from the sender
-    __syncthreads();     // CTA 0's own partial and items (plain stores) are in
+    if (c != 0 && !a2a) return;  // st.async needs nothing more from the sender
+    __syncthreads();     // this CTA's own partial and items (plain stores) are in
     DDTREE_V4_MARK(7);
     v4_mbar_wait0(&sm.mbar);  // every warp reads the others' bytes
     DDTREE_V4_MARK(8);
@@ -490,6 +544,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const int ml = v4_lane_again();
   const float2 p = ml < cluster ? sm.part[ml] : make_float2(0.f, 0.f);
   if (__any_sync(0xffffffffu, p.y != p.y)) {  // NaN or +inf in the row
+    if (c != 0) return;  // a2a: CTA 0 writes the NaN row
     const float qnan = __int_as_float(0x7fc00000);
     for (int r = tid; r < k; r += THREADS) {
       lp_out[r] = qnan;
@@ -541,7 +596,32 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       }
     }
   }
-  if (FM && !SPLIT) {
+  if (a2a) {
+    // v9: this CTA's own items only, one lane per (item, list) pair.
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    using I16 = std::integral_constant<int, 16>;
+    using I32 = std::integral_constant<int, 32>;
+    using I64 = std::integral_constant<int, 64>;
+    auto rank_own = [&](auto maxn_tag, auto lists_tag) {
+      v4_rank_own_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS>(sm, n_of, c, cluster, ksel,
+                                                                                      lse_d, lp_out, id_out);
+    };
+    if (cluster <= 4) {
+      if (k <= 16) rank_own(I16{}, I4{});
+      else if (k <= 32) rank_own(I32{}, I4{});
+      else rank_own(I64{}, I4{});
+    } else {
+      if (k <= 16) rank_own(I16{}, I8{});
+      else if (k <= 32) rank_own(I32{}, I8{});
+      else rank_own(I64{}, I8{});
+    }
+    if (c != 0) {
+      DDTREE_V4_MARK(9);
+      return;
+    }
+  }
+  if (FM && !SPLIT && !a2a) {
     // v7: items numbered densely (item t = slot cc = t / k, index r = t % k), so at k = 16 four warps hold
     // all 128 of them; each item's row rank is the sum over ALL lists (its own included: r items of its own
     // list beat it) of a branch-free binary search, the lists searched step by step together (eight
@@ -574,7 +654,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       rank_items(I64{}, I8{});
     }
   }
-  for (int t = SPLIT || FM ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
+  for (int t = SPLIT || FM || a2a ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
     const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
     if (r >= n_of(cc)) continue;
     const uint64_t it = sm.slot[cc][r];

@@ -152,6 +152,73 @@ __device__ __forceinline__ void v4_append_lane(V4Smem<THREADS>& sm, const uint4&
   }
 }
 
+// v9 (kV4OptWarpAppend) k > 1 pass over one round of this thread's vectors (v[j] = local vector lv0 + j *
+// THREADS), for a bound that is a finite logit's float (thr_f > -inf; the lane append's condition): the
+// round's masks first, then ONE shared atomic per lane with hits for all of them, then the lane stores its
+// candidates in a loop over the set bits (usually none or one), the element picked by selects. (A warp-wide
+// shuffle scan with one atomic per warp spilled beside the all-to-all merge, sm_90a.)
+template <typename T, int THREADS>
+__device__ __forceinline__ void v4_append_warp_round(V4Smem<THREADS>& sm, const uint4 (&v)[kV4Vecs], int lv0,
+                                                     const int& v0, const float& thr_f) {
+  constexpr int VN = 16 / int(sizeof(T));
+  // The round's masks packed into one 64-bit word (VN bits per vector): five separate masks, or masks built
+  // again in the store loop (ptxas then kept the unpacked logits alive), spilled (sm_90a, 64 registers).
+  static_assert(kV4Vecs * VN <= 64, "one 64-bit mask per round");
+  uint64_t mm = 0ull;
+#pragma unroll
+  for (int j = 0; j < kV4Vecs; ++j) {
+    unsigned mj = 0u;
+#pragma unroll
+    for (int q = 0; q < VN; ++q) mj |= unsigned(v4_elem<T>(v[j], q) >= thr_f) << q;
+    mm |= uint64_t(mj) << (j * VN);
+  }
+  if (mm == 0ull) return;
+  int pos = v4_atomic_add_shared(&sm.cnt, __popcll(mm));
+#pragma unroll
+  for (int j = 0; j < kV4Vecs; ++j) {
+    unsigned mj = unsigned(mm >> (j * VN)) & ((1u << VN) - 1u);
+    const int id_base = (v0 + lv0 + j * THREADS) * VN;
+    while (mj != 0u) {
+      const int q = __ffs(int(mj)) - 1;
+      mj &= mj - 1u;
+      if (pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v[j], q)), id_base + q);
+      ++pos;
+    }
+  }
+}
+
+// v9 (kV4OptA2AMerge): CTA c's own items (its sorted list, n_of(c) of them) ranked in the row: one lane per
+// (item, list) pair, LISTS consecutive lanes per item (LISTS >= cluster, a power of 2 <= 8), each a
+// branch-free binary search of MAXN >= every list's length steps in its list (the item's own list gives its
+// index), then a shuffle sum; ranks < ksel are written. Lists are stored swizzled: item r of list o at
+// index r ^ o (the lanes of one item search different lists at the same positions: distinct banks).
+template <int MAXN, int LISTS, int THREADS, typename NOf>
+__device__ __forceinline__ void v4_rank_own_items(const V4Smem<THREADS>& sm, const NOf& n_of, int c, int cluster,
+                                                  int ksel, double lse_d, float* lp_out, int32_t* id_out) {
+  const int tid = int(threadIdx.x), lane = v4_lane_again();
+  const int pairs = n_of(c) * LISTS;
+  for (int t0 = tid - lane; t0 < pairs; t0 += THREADS) {  // warp-uniform bounds (the shuffles)
+    const int t = t0 + lane;
+    const int item = t / LISTS, o = t - item * LISTS;
+    const bool valid = t < pairs;
+    const uint64_t it = valid ? sm.slot[c][item ^ c] : ~0ull;
+    const int n = valid && o < cluster ? n_of(o) : 0;
+    int pos = 0;
+#pragma unroll
+    for (int st = MAXN; st > 0; st >>= 1) {
+      const uint64_t x = pos + st <= n ? sm.slot[o][(pos + st - 1) ^ o] : 0ull;
+      pos += x > it ? st : 0;
+    }
+#pragma unroll
+    for (int d = 1; d < LISTS; d <<= 1) pos += __shfl_xor_sync(0xffffffffu, pos, d);
+    if (valid && o == 0 && pos < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[pos] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[pos] = item_id(it);
+    }
+  }
+}
+
 // The selection item of logit f (id) when it is a candidate against the bound (thr, id_lim), else 0.
 __device__ __forceinline__ uint64_t v4_item_of(float f, int id, const uint32_t& thr, const int& id_lim) {
   const uint32_t key = v4_key(f);
