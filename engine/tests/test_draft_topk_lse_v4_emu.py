@@ -244,14 +244,15 @@ def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
 
 @pytest.fixture(scope="module")
 def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Session 7's option set (kV4OptV9 = v8 + the per-round lane append + the all-to-all merge), built as the
+    # Session 7's option set (kV4OptV9 = v8 + the round append + the all-to-all merge), built as the
     # st.async instantiations' options: what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1.
     return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", ("DDTREE_TOPK_V4_EMU_OPT=32643",))
 
 
 @pytest.mark.parametrize("k", [2, 16, 17, 33, 64])
 def test_v9_emulated_round_append_and_all_to_all_merge(emu_binary_v9: Path, k: int) -> None:
-    # v9: each lane appends a round's candidates with one atomic (a loop over its set bits), every CTA sends its
+    # v9: a round's vectors whose maximum reaches the bound are masked and appended (one atomic, a loop over the
+    # set bits), every CTA sends its
     # partial and sorted items to every CTA of the cluster (swizzled slots) and ranks its own items, one lane per
     # (item, list). Clusters of 8, 5 (lists past the cluster are empty), 4 and 3 CTAs (4 lists), one and two
     # register rounds, crowded top logits (lanes with many set bits), a whole -inf slice and a slice with fewer
@@ -298,3 +299,25 @@ def test_v9_emulated_ties_nan_and_edges(emu_binary_v9: Path, k: int) -> None:
     x = torch.full((1, 2, 5000), -INF)
     x[0, 1, 4321] = 0.5
     compare(b, x, k, 128, async_xchg=True)
+
+
+@pytest.mark.parametrize("k", [2, 17, 64])
+def test_v9_emulated_vector_prefilter(emu_binary_v9: Path, k: int) -> None:
+    # The round append masks and appends a vector only when its maximum reaches the bound: crowded top logits
+    # (many set bits per lane and vector), spread ones (one per vector of many lanes), two rounds, 5- and 4-CTA
+    # clusters, -inf slices beside lane-append slices, fp32, and the tie-heavy radix fallback.
+    b = emu_binary_v9
+    x = logits((1, 1, 163840), "normal", torch.bfloat16, seed=980 + k)
+    assert compare(b, x, k, async_xchg=True, max_cluster=4)["cluster"] == 4  # two rounds
+    g = torch.Generator().manual_seed(990 + k)
+    y = torch.randn(1, 3, 36000, generator=g) * 4
+    y[0, 1, 8000:8064] = 20.0 + torch.arange(64).float() / 8
+    y[0, 0, ::97] += 12.0
+    y[0, 2, 7200:14400] = -INF
+    y[0, 2, 14400:21600] = -INF
+    y[0, 2, 14400 + 3] = 5.0
+    assert compare(b, y.to(torch.bfloat16), k, async_xchg=True)["cluster"] == 5
+    assert compare(b, y.to(torch.bfloat16), k, async_xchg=True, max_cluster=4)["cluster"] == 4
+    compare(b, y, k, async_xchg=True)  # fp32
+    events = compare(b, logits((2, 1, 9000), "ties", torch.float32, seed=995 + k), k, async_xchg=True)
+    assert events.get("cta_radix", 0) > 0

@@ -36,6 +36,12 @@
 // v8 (NOTES, "v8 (session 6)"): k > 1 with a bound above -inf's key appends candidates per lane (float compares
 // into a bit mask, one shared atomic per lane with hits) instead of per (warp, vector) with eight ballots
 // (1x15 x 163,840 K = 16 / 32 / 64: 8.9 / 10.4 / 12.9 -> 8.6 / 9.4 / 11.3 µs; 8x15 K = 64: 36.9 -> 33.8).
+// v9 (NOTES "v9 (session 7)"): k > 1 candidates a register round at a time, each vector's maximum tested
+// before its mask, one atomic and a set-bit store loop per vector with a hit; every CTA sends its partial and
+// sorted items to every CTA of the cluster and ranks its own items, one lane per (item, list) pair (1x15 x
+// 163,840 K = 16 / 32 / 64: 8.6 / 9.6 / 11.4 -> 7.5 / 8.5 / 9.4 µs; 8x15: 27.4 / 29.5 / 33.4 -> 24.0 / 26.0 / 28.3;
+// separate processes of the Python bench, session 6's final run and session 7's call 2).
+// The library runs it for V > 1024 (src/draft_topk_lse.cu).
 #pragma once
 
 // Parts: draft_topk_lse_v4/helpers.cuh (configuration, cluster primitives, shared-memory layout, helpers),

@@ -80,14 +80,14 @@ constexpr unsigned kV4OptShortSearch = 2048u;
 // and were removed.
 constexpr unsigned kV4OptLaneAppend = 4096u;
 // v9 (session 7, NOTES "v9 (session 7)"), k > 1, st.async instantiations only. kV4OptWarpAppend (with the lane
-// append): while the bound is a finite logit, a round's vectors are masked first, the warp reserves all of
-// its lanes' candidates of the round with ONE shared atomic (an inclusive shuffle scan of the lanes' counts),
-// and each lane stores its candidates in a loop over its set bits. v8 reserved per (lane, vector) and stored
-// behind eight predicated branches per vector with a hit (the SASS: ~120 instructions per vector with a hit).
-// kV4OptA2AMerge: every CTA sends its partial and its sorted items to EVERY CTA of the cluster (st.async
-// against each receiver's own mbarrier), and each CTA ranks only its own items against all lists, one lane
-// per (item, list) pair (lists stored XOR-swizzled by list index, so the lanes of one item read distinct
-// banks), then a shuffle sum. v8's CTA 0 alone ranked every CTA's items (a ~400-instruction chain per item).
+// append's condition, 16-byte-aligned rows): the candidate pass takes a register round at a time, tests each
+// vector's maximum first and only for a vector that reaches the bound builds its element mask, reserves its
+// slots with one shared atomic and stores its candidates in a loop over the set bits. (v8 built every
+// vector's mask, and ptxas compiled each vector with a hit to an aggregated atomic and eight guarded store
+// blocks: ~120 instructions.) kV4OptA2AMerge: every CTA sends its partial and its sorted items to EVERY CTA of
+// the cluster (st.async against each receiver's own mbarrier), and each CTA ranks only its own items against
+// all lists, one lane per (item, list) pair (lists stored XOR-swizzled by list index, so the lanes of one
+// item read distinct banks), then a shuffle sum. v8's CTA 0 alone ranked every CTA's items.
 constexpr unsigned kV4OptWarpAppend = 8192u;
 constexpr unsigned kV4OptA2AMerge = 16384u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
@@ -99,8 +99,11 @@ constexpr unsigned kV4OptV7 = kV4OptV7b & ~kV4OptShortSearch;  // session 5's ca
 // The library's default for k > 1 (k = 1 runs the kV4OptV7b instantiation: same k = 1 path, and it measured
 // 0.1 µs faster there at 1x15; NOTES "v8").
 constexpr unsigned kV4OptV8 = kV4OptV7b | kV4OptLaneAppend;  // session 6's default (DDTREE_TOPK_V4_OPT=v8)
+// The kernel template's default options (the emulator's base build). The library picks per call (run_v4_async
+// in src/draft_topk_lse.cu): v9 for k > 1 where it measured faster than v8 on the H200 (V > 1024), v8 for
+// smaller rows, kV4OptV7b for k = 1.
 constexpr unsigned kV4OptDefault = kV4OptV8;
-// The session-7 candidate (DDTREE_TOPK_V4_OPT=v9 until measured).
+// Session 7 (NOTES "v9 (session 7)"): v8 + the round append + the all-to-all merge (DDTREE_TOPK_V4_OPT=v9).
 constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
 
 #ifndef DDTREE_V4_EMULATED

@@ -427,11 +427,12 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       };
       // v8 (LA): a bound above -inf's key is a finite logit (thr_f > -inf): no id limit, -inf never passes.
       if (WA && (rounds == 1 || fast) && thr > kV4KeyNegInf) {
-        // v9: a round at a time, one atomic per lane with hits per round; later rounds are reloaded into raw
-        // (a separate array spilled, sm_90a), a round's loads issued together; with two or more rounds only
-        // where every vector lies inside the row (16-byte loads; the element-wise fallback spilled).
+        // v9: a round at a time (v4_append_round); later rounds are reloaded into raw (a separate array
+        // spilled, sm_90a), a round's loads issued together; with two or more rounds only where every vector
+        // lies inside the row (16-byte loads; the element-wise fallback spilled).
+        auto append = [&](int lv0) { v4_append_round<T, THREADS>(sm, raw, lv0, v0, thr_f); };
         if (rounds == 1) {
-          v4_append_warp_round<T, THREADS>(sm, raw, tid, v0, thr_f);
+          append(tid);
         } else {
           const bool want = tkey >= thr;
           for (int r = 0; r < rounds; ++r) {
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
               raw[j] = v4_neg_inf_vec<T>();
               if (want && lv < nv_cta) raw[j] = __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv));
             }
-            v4_append_warp_round<T, THREADS>(sm, raw, r * kV4Vecs * THREADS + tid, v0, thr_f);
+            append(r * kV4Vecs * THREADS + tid);
           }
         }
       } else if (LA && thr > kV4KeyNegInf) {

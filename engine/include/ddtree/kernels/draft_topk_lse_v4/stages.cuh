@@ -153,36 +153,30 @@ __device__ __forceinline__ void v4_append_lane(V4Smem<THREADS>& sm, const uint4&
 }
 
 // v9 (kV4OptWarpAppend) k > 1 pass over one round of this thread's vectors (v[j] = local vector lv0 + j *
-// THREADS), for a bound that is a finite logit's float (thr_f > -inf; the lane append's condition): the
-// round's masks first, then ONE shared atomic per lane with hits for all of them, then the lane stores its
-// candidates in a loop over the set bits (usually none or one), the element picked by selects. (A warp-wide
-// shuffle scan with one atomic per warp spilled beside the all-to-all merge, sm_90a.)
+// THREADS), for a bound that is a finite logit's float (thr_f > -inf; the lane append's condition): each
+// vector's maximum is tested first (a divergent branch per vector); a vector whose maximum reaches the bound
+// gets its 32-bit element mask, one shared atomic for its count and the stores in a loop over the set bits
+// (usually one). v8 built every vector's mask and ran eight guarded store blocks per vector with a hit; the
+// first v9 build (one 64-bit mask per round and one atomic per lane and round) compiled the mask to an
+// IMAD.WIDE per element (NOTES "v9").
 template <typename T, int THREADS>
-__device__ __forceinline__ void v4_append_warp_round(V4Smem<THREADS>& sm, const uint4 (&v)[kV4Vecs], int lv0,
-                                                     const int& v0, const float& thr_f) {
+__device__ __forceinline__ void v4_append_round(V4Smem<THREADS>& sm, const uint4 (&v)[kV4Vecs], int lv0,
+                                                const int& v0, const float& thr_f) {
   constexpr int VN = 16 / int(sizeof(T));
-  // The round's masks packed into one 64-bit word (VN bits per vector): five separate masks, or masks built
-  // again in the store loop (ptxas then kept the unpacked logits alive), spilled (sm_90a, 64 registers).
-  static_assert(kV4Vecs * VN <= 64, "one 64-bit mask per round");
-  uint64_t mm = 0ull;
 #pragma unroll
   for (int j = 0; j < kV4Vecs; ++j) {
-    unsigned mj = 0u;
+    if (v4_vec_max<T>(v[j]) >= thr_f) {
+      unsigned mj = 0u;
 #pragma unroll
-    for (int q = 0; q < VN; ++q) mj |= unsigned(v4_elem<T>(v[j], q) >= thr_f) << q;
-    mm |= uint64_t(mj) << (j * VN);
-  }
-  if (mm == 0ull) return;
-  int pos = v4_atomic_add_shared(&sm.cnt, __popcll(mm));
-#pragma unroll
-  for (int j = 0; j < kV4Vecs; ++j) {
-    unsigned mj = unsigned(mm >> (j * VN)) & ((1u << VN) - 1u);
-    const int id_base = (v0 + lv0 + j * THREADS) * VN;
-    while (mj != 0u) {
-      const int q = __ffs(int(mj)) - 1;
-      mj &= mj - 1u;
-      if (pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v[j], q)), id_base + q);
-      ++pos;
+      for (int q = 0; q < VN; ++q) mj |= v4_elem<T>(v[j], q) >= thr_f ? (1u << q) : 0u;
+      int pos = v4_atomic_add_shared(&sm.cnt, __popc(mj));
+      const int id_base = (v0 + lv0 + j * THREADS) * VN;
+      while (mj != 0u) {
+        const int q = __ffs(int(mj)) - 1;
+        mj &= mj - 1u;
+        if (pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(v[j], q)), id_base + q);
+        ++pos;
+      }
     }
   }
 }
