@@ -6,7 +6,7 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// v4's kernel options (kV4Opt*): for k > 1 v9 (session 7) or v8 (session 6) by shape (run_v4_async), the
+// v4's kernel options (kV4Opt*): for k > 1 v9 (session 7) or v8 (session 6) by cluster size (run_v4_async), the
 // kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9 forces an option set (see env_v4_opt).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
@@ -130,7 +130,7 @@ V4Config v4_config() {
 // DDTREE_TOPK_V4_OPT (read once per process) picks the st.async kernel's options for k > 1, for A/B runs:
 // "v7b" session 5's (kV4OptV7b, then for every k), "v8" session 6's (v7b + the lane append), "v9" session 7's
 // (v8 + the round append + the all-to-all merge; NOTES "v9 (session 7)"); unset or anything else: the default
-// (v9 or v8 by shape, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
+// (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
 enum class V4Opt { kDefault, kV7b, kV8, kV9 };
 V4Opt env_v4_opt() {
@@ -199,16 +199,20 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
 }
 
-// v4 at 512 threads with the st.async exchange (the default shape): the instantiation by k, the row length and
+// v4 at 512 threads with the st.async exchange (the default shape): the instantiation by k, the cluster size and
 // DDTREE_TOPK_V4_OPT. Default for k > 1 (H200, session 7, v8 and v9 in one process; NOTES "v9 (session 7)"): v9
-// for V > kSmallMaxV (at 163,840: 1x15 K = 16/32/64 8.5/9.9/11.9 -> 7.4/8.5/10.1 µs, 8x15 27.4/27.9/34.6 ->
-// 23.5/24.1/30.1), v8 for rows up to kSmallMaxV (one CTA per row; V = 320: within +-0.1 µs of v8).
+// where a row gets a cluster of 4 or more CTAs, the sizes it measured faster at (163,840 with 8 and 4 CTAs per
+// row: 1x15 K = 16/32/64 8.5/9.9/11.9 -> 7.4/8.5/10.1 µs, 8x15 27.4/27.9/34.6 -> 23.5/24.1/30.1); v8 for
+// shorter rows (one CTA per row, V = 320: v9 within +0.1 µs of v8; 2-3 CTAs not measured).
 template <typename T>
 ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32_t vocab, int64_t batch_stride,
                              int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id, float* lse,
                              int32_t* error_flags, cudaStream_t stream) {
   V4Opt opt = env_v4_opt();
-  if (opt == V4Opt::kDefault && k > 1) opt = vocab > k::kSmallMaxV ? V4Opt::kV9 : V4Opt::kV8;
+  if (opt == V4Opt::kDefault && k > 1) {
+    const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
+    opt = cluster >= 4 ? V4Opt::kV9 : V4Opt::kV8;
+  }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                                lse, error_flags, stream);

@@ -41,7 +41,7 @@
 // sorted items to every CTA of the cluster and ranks its own items, one lane per (item, list) pair (1x15 x
 // 163,840 K = 16 / 32 / 64: 8.6 / 9.6 / 11.4 -> 7.5 / 8.5 / 9.4 µs; 8x15: 27.4 / 29.5 / 33.4 -> 24.0 / 26.0 / 28.3;
 // separate processes of the Python bench, session 6's final run and session 7's call 2).
-// The library runs it for V > 1024 (src/draft_topk_lse.cu).
+// The library runs it where a row gets 4 or more CTAs (bf16 V > 24,576; src/draft_topk_lse.cu).
 #pragma once
 
 // Parts: draft_topk_lse_v4/helpers.cuh (configuration, cluster primitives, shared-memory layout, helpers),
