@@ -68,7 +68,7 @@ int main() {
     p.impl = s == "v7" ? bt::kImplV7 : s == "v6dp" ? bt::kImplV6Dp : s == "auto" ? bt::kImplAuto
              : s == "v8" ? bt::kImplV8 : s == "v8p8" ? bt::kImplV8P8 : s == "v8auto" ? bt::kImplV8Auto
              : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : s == "v9s6" ? bt::kImplV9S6
-             : s == "v10" ? bt::kImplV10 : bt::kImplV6;
+             : s == "v10" ? bt::kImplV10 : s == "v11" ? bt::kImplV11 : bt::kImplV6;
   }
   g_fallback.assign(B, -1);
   if (bt::warp_heap_applies(p.impl, n_max, L)) {  // as the launcher: the warp-heap kernel (never falls back)
@@ -80,6 +80,7 @@ int main() {
   } else {
     if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto || p.impl == bt::kImplV9S6) p.impl = bt::kImplV8Auto;
     if (p.impl == bt::kImplV10) emu_launch(B, bt::kThreads, [&p] { bt::build_tree_v10_kernel(p); });
+    else if (p.impl == bt::kImplV11) emu_launch(B, bt::kThreads, [&p] { bt::build_tree_v11_kernel(p); });
     else emu_launch(B, bt::kThreads, [&p] { bt::build_tree_kernel(p); });
   }
   for (int b = 0; b < B; ++b) {

@@ -40,6 +40,7 @@
 #include "ddtree/kernels/build_tree/enumerate.cuh"
 #include "ddtree/kernels/build_tree/v8.cuh"
 #include "ddtree/kernels/build_tree/v10.cuh"
+#include "ddtree/kernels/build_tree/v11.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -356,7 +357,8 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
 // build_tree_v10_kernel, so the default kernel's code (registers, stack frame) stays as without it: the
 // H200 calls that measured v10 inside the one kernel had the default ~0.7-1.0 us slower than the session-5
 // figures at M >= 256 (not A/B'd in one process; the separate kernel removes the question).
-template <bool kWithV10>
+// kWithV11: likewise for v11 (v11.cuh, opt-in through DDTREE_BUILD_TREE_IMPL=v11), in build_tree_v11_kernel.
+template <bool kWithV10, bool kWithV11 = false>
 __device__ __forceinline__ void build_tree_block(const Params& p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& S = *reinterpret_cast<Smem*>(smem_raw);
@@ -384,10 +386,15 @@ __device__ __forceinline__ void build_tree_block(const Params& p) {
     // v8 (v8.cuh) for small budgets; it hands anything it cannot decide exactly to the older paths.
     n = -1;
     // v10 (v10.cuh, opt-in) for M > 64; below that, and for whatever v10 hands back, the v8auto choice.
-    const int impl0 = kWithV10 && p.impl == kImplV10 ? kImplV8Auto : p.impl;
+    const int impl0 = (kWithV10 && p.impl == kImplV10) || (kWithV11 && p.impl == kImplV11) ? kImplV8Auto : p.impl;
     if (kWithV10 && p.impl == kImplV10 && M >= kV10MinM && L <= kV10MaxL) {
       n = v10_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max);
       lists = n >= 0;
+    }
+    // v11 (v11.cuh, opt-in) for every request with L <= 16; what it hands back takes the v8auto choice.
+    if (kWithV11 && p.impl == kImplV11 && L <= kV11MaxL) {
+      n = v11_select(S, N, lp, L, K, M);
+      __syncthreads();  // v11's node arrays are complete; the older paths below reuse the shared memory
     }
     const bool v8 = impl0 == kImplV8 || impl0 == kImplV8P8 || impl0 == kImplV8Auto;
     const int v8_max_m = impl0 == kImplV8Auto ? kV8AutoMaxM : kV8MaxM;
@@ -492,6 +499,8 @@ __device__ __forceinline__ void build_tree_block(const Params& p) {
 __global__ void __launch_bounds__(kThreads, 1) build_tree_kernel(Params p) { build_tree_block<false>(p); }
 // The launcher runs this one for DDTREE_BUILD_TREE_IMPL=v10 only.
 __global__ void __launch_bounds__(kThreads, 1) build_tree_v10_kernel(Params p) { build_tree_block<true>(p); }
+// The launcher runs this one for DDTREE_BUILD_TREE_IMPL=v11 only.
+__global__ void __launch_bounds__(kThreads, 1) build_tree_v11_kernel(Params p) { build_tree_block<false, true>(p); }
 
 }  // namespace build_tree_k
 }  // namespace ddtree
