@@ -15,7 +15,9 @@ n_max <= 65 and L <= 16, else v8auto = v8 where M <= 32, else auto). --targets a
 1024, issue #6's M = K = 16 and 64, M = 16 with K = 64; B = 1 and 8) under v8auto (the session-5
 default), v9, v9s6 (session 6's warp heap) and the default, and with --dump-lp saves the B = 8 batches'
 log-probs (for the CPU emulator). --large times issue #3's M = 256 and
-1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default.
+1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default. --v11 times every
+standard row (M = 64 / 256 / 1024, K = min(M, 64) and 1024, B = 1 and 8, and B = 64) under v11
+(build_tree/v11.cuh, opt-in) and v8auto next to the default, with the heap ratios and v11's B = 64 / B = 1 ratio.
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def draft_lp(bsz: int, k: int, sharp: float, seed: int) -> torch.Tensor:
 IMPLS = ["auto", "v8", "v8p8", "default"]
 SMALL_IMPLS = ["v8auto", "v9", "v9s6", "default"]  # v9s6: session 6's warp heap, the A/B peer of v9
 LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
+V11_IMPLS = ["v11", "v8auto", "default"]
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -94,6 +97,7 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
     depth_max = int(got.node_depth.max())
     return {"M": m, "K": k, "B": bsz, "sharp": sharp, "kernel_us": t_call * 1e6, "kernel_1launch_us": t_one * 1e6,
             **{f"{i}_us": times[i][0] * 1e6 for i in IMPLS if i != "default"},
+            **{f"{i}_1launch_us": times[i][1] * 1e6 for i in IMPLS if i != "default"},
             "heap_ms": t_heap * 1e3, "ratio": t_heap / t_call,
             "ratio_1launch": t_heap / t_one, "max_depth": depth_max, "v8_per_request_us": per_request}
 
@@ -118,6 +122,24 @@ def print_small(rows: list[dict]) -> None:
                   + " ".join(f"{t:.1f}" for t in r["v8_per_request_us"]) + " us")
 
 
+def print_v11(rows: list[dict]) -> None:
+    """The --v11 table: v11 against the library default in the same process, the heap ratios, and v11's
+    batch-64 time over its one-request time on the same shape."""
+    print("\n| M | K | B | sharp | default us | v8auto us | v11 us | default / v11 | v11 1-launch us | heap us | "
+          "heap / default | heap / v11 |")
+    print("|---" * 12 + "|")
+    for r in rows:
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['kernel_us']:.2f} | {r['v8auto_us']:.2f} | "
+              f"{r['v11_us']:.2f} | {r['kernel_us'] / r['v11_us']:.2f}x | {r['v11_1launch_us']:.2f} | "
+              f"{r['heap_ms'] * 1e3:.0f} | {r['ratio']:.0f}x | {r['heap_ms'] * 1e3 / r['v11_us']:.0f}x |")
+    one = {(r["M"], r["K"], r["sharp"]): r for r in rows if r["B"] == 1}
+    for r in rows:
+        if r["B"] == 64 and (r["M"], r["K"], r["sharp"]) in one:
+            o = one[(r["M"], r["K"], r["sharp"])]
+            print(f"B=64 / B=1 at M={r['M']} K={r['K']} sharp={r['sharp']:g}: v11 {r['v11_us'] / o['v11_us']:.2f}x, "
+                  f"default {r['kernel_us'] / o['kernel_us']:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
@@ -128,6 +150,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="M <= 64 rows only, v8auto / v9 / v9s6")
     ap.add_argument("--large", action="store_true",
                     help="issue #3's M = 256 and 1024 rows (B = 1, 8, 64) and M = 512, under auto and v10 only")
+    ap.add_argument("--v11", action="store_true", help="every standard row under v11, v8auto and the default")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:
@@ -136,6 +159,8 @@ def main() -> None:
         IMPLS[:] = SMALL_IMPLS
     if args.large:
         IMPLS[:] = LARGE_IMPLS
+    if args.v11:
+        IMPLS[:] = V11_IMPLS
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
     configs = []
@@ -164,6 +189,11 @@ def main() -> None:
             print(f"  done M={m} K={k} B={bsz} sharp={sharp}: {r['kernel_us']:.2f} us", flush=True)
     if args.dump_lp:
         torch.save(DUMPS, args.dump_lp)
+    if args.v11:
+        print_v11(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows}, indent=1))
+        return
     if args.small:
         print_small(rows)
         if args.json:

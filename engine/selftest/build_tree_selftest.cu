@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <queue>
 #include <string>
 #include <vector>
@@ -417,6 +418,60 @@ DDTREE_SELFTEST(build_tree_warp_heap_edges) {
       expect_batch_matches_host(reqs, L, K, 65, "warp heap", /*no_invariants=*/6);  // 6: unsorted rows
     }
   }
+}
+
+// v11 (build_tree/v11.cuh, opt-in: DDTREE_BUILD_TREE_IMPL=v11, set here for the case and restored): the
+// bench's shapes (M = 64 / 256 / 1024, K = 64 / 1024, sharpness 1 / 4 / 8), sibling ties (duplicate
+// log-probs) and ties across branches (1/64-quantized rows), -inf padding, K < M, budgets 0..M in one launch,
+// and unsorted / positive rows (handed back to the v8auto choice in the same launch).
+DDTREE_SELFTEST(build_tree_v11) {
+  const char* before = std::getenv("DDTREE_BUILD_TREE_IMPL");
+  const std::string saved = before ? before : "";
+  setenv("DDTREE_BUILD_TREE_IMPL", "v11", 1);
+  const int L = 15;
+  st::Rng rng(1111);
+  for (int K : {64, 1024}) {
+    std::vector<Request> reqs;
+    const float sharp[] = {1.f, 4.f, 8.f, 4.f, 4.f, 3.f, 6.f, 4.f};
+    const int budgets[] = {256, 256, 256, 200, 200, 130, 0, 64};
+    for (int b = 0; b < 8; ++b) {
+      std::vector<float> lp(size_t(L) * K);
+      for (int d = 0; d < L; ++d) {
+        const std::vector<float> row = draft_row(rng, K, sharp[b], 2048);
+        for (int k = 0; k < K; ++k)  // b = 4 quantized: exact ties across branches
+          lp[size_t(d) * K + k] = b == 4 ? std::round(row[size_t(k)] * 64.f) / 64.f : row[size_t(k)];
+        if (b == 3) for (int k = 3; k < 9; ++k) lp[size_t(d) * K + k] = lp[size_t(d) * K + 3];  // sibling ties
+        if (b == 5) for (int k = K / 3; k < K; ++k) lp[size_t(d) * K + k] = -INFINITY;  // -inf padding
+        sort_row_desc(lp, d, K);
+      }
+      if (b == 7) lp[size_t(2) * K] = 0.25f;  // positive: handed back
+      reqs.push_back(random_request(rng, L, K, lp, budgets[b]));
+    }
+    expect_batch_matches_host(reqs, L, K, 257, "v11", /*no_invariants=*/7);
+  }
+  for (int K : {64, 1024}) {
+    std::vector<Request> reqs;
+    for (int b = 0; b < 2; ++b) {
+      std::vector<float> lp(size_t(L) * K);
+      for (int d = 0; d < L; ++d) {
+        const std::vector<float> row = draft_row(rng, K, b == 0 ? 4.f : 8.f, 2048);
+        std::copy(row.begin(), row.end(), lp.begin() + size_t(d) * K);
+      }
+      reqs.push_back(random_request(rng, L, K, lp, b == 0 ? 1024 : 700));
+    }
+    expect_batch_matches_host(reqs, L, K, 1025, "v11 M=1024");
+  }
+  std::vector<Request> reqs;  // budgets 0..64 in one launch, K = 16 < M
+  for (int b = 0; b <= 64; b += 4) {
+    std::vector<float> lp(size_t(L) * 16);
+    for (int d = 0; d < L; ++d) {
+      const std::vector<float> row = draft_row(rng, 16, 3.f, 512);
+      std::copy(row.begin(), row.end(), lp.begin() + size_t(d) * 16);
+    }
+    reqs.push_back(random_request(rng, L, 16, lp, b));
+  }
+  expect_batch_matches_host(reqs, L, 16, 65, "v11 budgets");
+  if (before) setenv("DDTREE_BUILD_TREE_IMPL", saved.c_str(), 1); else unsetenv("DDTREE_BUILD_TREE_IMPL");
 }
 
 // Inputs that the parallel path must hand to the exact serial fallback.

@@ -29,6 +29,9 @@ ddtree_status_t prepare() {
   DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_v10_kernel),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bt::kSmemBytes)));
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&bt::build_tree_v11_kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bt::kSmemBytes)));
   if (dev >= 0 && dev < 64) done[dev] = true;
   return DDTREE_STATUS_SUCCESS;
 }
@@ -41,7 +44,9 @@ ddtree_status_t prepare() {
 // others), v9auto (the warp heap for launches with n_max <= 65 and L <= 16, v8auto for the others), v9s6
 // (session 6's warp-heap kernel, build_tree/warp_heap_s6.cuh, where v9 applies: the A/B peer) or
 // v10 (build_tree/v10.cuh for requests with M > 64 and L <= 16, v8auto for the others; opt-in: slower
-// than auto at most measured shapes, bench/NOTES.md "### v10 measured"); unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 session 7 measured"
+// than auto at most measured shapes, bench/NOTES.md "### v10 measured"), v11 (build_tree/v11.cuh for
+// every request with L <= 16, the v8auto choice for what it hands back; opt-in: slower than the default at
+// every measured shape but one, bench/NOTES.md "### v11 measured (session 7"); unset or anything else: kDefaultImpl (v9auto; warp_heap.cuh and bench/NOTES.md "### v9 session 7 measured"
 // say why). Read on every call (a getenv, no sync) so that one process can A/B them; a captured graph
 // keeps the value it was captured with.
 constexpr int kDefaultImpl = bt::kImplV9Auto;
@@ -59,6 +64,7 @@ int impl_from_env() {
   if (std::strcmp(v, "v9auto") == 0) return bt::kImplV9Auto;
   if (std::strcmp(v, "v9s6") == 0) return bt::kImplV9S6;
   if (std::strcmp(v, "v10") == 0) return bt::kImplV10;
+  if (std::strcmp(v, "v11") == 0) return bt::kImplV11;
   return kDefaultImpl;
 }
 
@@ -120,6 +126,8 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   if (p.impl == bt::kImplV9 || p.impl == bt::kImplV9Auto || p.impl == bt::kImplV9S6) p.impl = bt::kImplV8Auto;
   if (p.impl == bt::kImplV10) {  // opt-in: the kernel with v10 compiled in
     bt::build_tree_v10_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  } else if (p.impl == bt::kImplV11) {  // opt-in: the kernel with v11 compiled in
+    bt::build_tree_v11_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   } else {
     bt::build_tree_kernel<<<batch, bt::kThreads, bt::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   }

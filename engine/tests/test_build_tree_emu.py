@@ -35,14 +35,15 @@ def compile_emu(tmp_path_factory: pytest.TempPathFactory, *defines: str) -> Path
     return out
 
 
-@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9s6", "v10"])
+@pytest.fixture(autouse=True, params=["v6", "v6dp", "v7", "v8", "v9", "v9s6", "v10", "v11"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs each selection (DDTREE_BUILD_TREE_IMPL, read by the emulator as by the launcher):
     v6 (chain bound + level pool), v6dp (counting bound + level pool), v7 (counting bound + deviation
     rounds + counting order), v8 (integer scores + warp threshold probes for M <= 64, else auto), v9 (the
     warp heap of build_tree/warp_heap.cuh for launches with n_max <= 65 and L <= 16, else v8auto; v9s6 the
     same range with session 6's warp-heap kernel, build_tree/warp_heap_s6.cuh), v10
-    (build_tree/v10.cuh for requests with M > 64, else v8auto; test_build_tree_v10_emu.py has its own)."""
+    (build_tree/v10.cuh for requests with M > 64, else v8auto; test_build_tree_v10_emu.py has its own), v11
+    (build_tree/v11.cuh for requests with L <= 16, else v8auto; test_build_tree_v11_emu.py has its own)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
@@ -203,6 +204,10 @@ def test_inexact_fp64_sums_fall_back(emu_binary: Path, impl: str) -> None:
         assert check(emu_binary, lp, budget=[12], events=ev) == [0]
         assert ev.get("v9") == 1 and "inexact" not in ev, ev
         return
+    if impl == "v11":  # v11 scores each entry from its heap parent as the heap does (runs are checked)
+        assert check(emu_binary, lp, budget=[12], events=ev) == [0]
+        assert ev.get("v11") == 1, ev
+        return
     assert check(emu_binary, lp, budget=[12], events=ev) == [1]
     assert ev.get("inexact") == 1
 
@@ -223,8 +228,10 @@ def test_deep_trees_use_the_serial_heap_beyond_the_code_width(emu_binary: Path) 
     assert check(emu_binary, lp, budget=[1024]) == [0]  # 2*22 + 2*10 = 64 bits: fits
 
 
-def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path) -> None:
+def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path, impl: str) -> None:
     emu_binary = emu_binary_chain_bound
+    if impl == "v11":
+        pytest.skip("the level pool's raises: v11 decides these rows without the pool")
     # Scores packed in [-3, 0] plus one far outlier per row: the first histogram over the whole range
     # puts nearly everything in one bucket, so the cutoff must be refined inside it.
     gen = torch.Generator().manual_seed(21)
@@ -280,6 +287,9 @@ def test_counting_bound_on_draft_rows(emu_binary: Path, impl: str, k: int, budge
     if impl == "v10":  # v10 for M > 64 where it decides; otherwise auto (counting bound where M > 256)
         assert "v10" not in ev or budget > 64, ev
         assert "v10" in ev or ("dp_bound" in ev) == (budget > 256), ev
+        return
+    if impl == "v11":  # v11 decides drafted rows itself
+        assert ev.get("v11") == 1 and "dp_bound" not in ev, ev
         return
     assert ev.get("dp_bound") == 1 and "chain_bound" not in ev, ev
     assert "raise" not in ev and "compact" not in ev, ev

@@ -25,7 +25,7 @@ from ddtree_engine.ops.build_tree import build_tree  # noqa: E402  (loads libddt
 DEV = torch.device("cuda")
 
 
-@pytest.fixture(autouse=True, params=["v9auto", "v9", "v9s6", "v8auto", "auto", "v6", "v6dp", "v7", "v8", "v10"])
+@pytest.fixture(autouse=True, params=["v9auto", "v9", "v9s6", "v8auto", "auto", "v6", "v6dp", "v7", "v8", "v10", "v11"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs on each selection the launcher can pick (DDTREE_BUILD_TREE_IMPL, read per call;
     v9auto is the library default): v6 (chain bound + level pool), v6dp (counting bound + level pool), v7
@@ -33,7 +33,8 @@ def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     scores + warp threshold probes where M <= 64, else auto), v8auto (v8 where M <= 32, else auto), v9 (one
     warp's exact heap for launches with n_max <= 65 and L <= 16, else v8auto), v9auto (the warp heap for
     launches with n_max <= 65, else v8auto), v9s6 (session 6's warp-heap kernel where v9 applies: the A/B
-    peer), v10 (build_tree/v10.cuh for requests with M > 64, else v8auto; opt-in)."""
+    peer), v10 (build_tree/v10.cuh for requests with M > 64, else v8auto; opt-in), v11 (build_tree/v11.cuh for
+    requests with L <= 16, what it hands back v8auto; opt-in)."""
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", request.param)
     return str(request.param)
 
