@@ -64,7 +64,7 @@ struct V11Smem {
   int16_t node[kV11ECap];  // entry -> node index (0: not a node)
   uint32_t hist[kV11Bins];
   int bstart[kV11MaxBands + 1];
-  int nb, qt, bad;
+  int nb, qt, bad, hand;  // bad: the rows check; hand: the search's hand-back reasons
   float lp[kV11Lps];
 };
 // V11Smem lives behind the Nodes (at the start of Smem::lex) that the output stage reads.
@@ -109,23 +109,27 @@ __device__ __noinline__ bool v11_tuple_less(const V11Smem& V, int a, int b) {
 
 __device__ __forceinline__ unsigned v11_lanes_below(int lane) { return (1u << lane) - 1u; }
 
-// The raise: a lower bound theta of the need-th best score among E[b0, qt) (entries >= tau), from a
-// histogram of [tau, hi]; returns tau when fewer than `need` entries are >= tau. Warp 0 only.
-__device__ double v11_raise(V11Smem& V, int b0, int qt, int need, double tau, double hi) {
+// One histogram pass of the raise (warp 0): entries of E[b0, qt) that are >= floor; `above` = those > top,
+// bins of width w below top (64 of them). Returns the first bin where above + the bins up to it reach
+// `need` (-1: none), with *cum the count before that bin.
+__device__ int v11_hist_pass(V11Smem& V, int b0, int qt, int need, double floor, double top, double w, unsigned* cum) {
   const int lane = threadIdx.x & 31;
   V.hist[lane] = 0u;
   V.hist[lane + 32] = 0u;
   __syncwarp();
-  const double w = (hi - tau) / kV11Bins;
-  const double scale = kV11Bins / (hi - tau);
+  const double scale = 1.0 / w;
+  unsigned above = 0u;
   for (int i = b0 + lane; i < qt; i += 32) {
     const double s = V.es[i];
-    if (s >= tau) {
-      int bin = static_cast<int>((hi - s) * scale);
-      bin = min(max(bin, 0), kV11Bins - 1);
-      atomicAdd(&V.hist[bin], 1u);
+    if (s > top) {
+      ++above;
+    } else if (s >= floor) {
+      const int bin = static_cast<int>((top - s) * scale);
+      if (bin < kV11Bins) atomicAdd(&V.hist[bin], 1u);
     }
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) above += __shfl_xor_sync(0xffffffffu, above, o);
   __syncwarp();
   const unsigned h0 = V.hist[2 * lane], h1 = V.hist[2 * lane + 1];
   unsigned inc = h0 + h1;
@@ -134,15 +138,31 @@ __device__ double v11_raise(V11Smem& V, int b0, int qt, int need, double tau, do
     const unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
     if (lane >= o) inc += y;
   }
+  inc += above;
   const unsigned excl = inc - h0 - h1;
   const unsigned ball = __ballot_sync(0xffffffffu, inc >= static_cast<unsigned>(need));
-  __syncwarp();  // every lane has read the bins before a later raise clears them
-  if (ball == 0u) return tau;
+  __syncwarp();  // every lane has read the bins before the next pass clears them
+  if (ball == 0u) return -1;
   const int src = __ffs(static_cast<int>(ball)) - 1;
-  const int bin_here = excl + h0 >= static_cast<unsigned>(need) ? 2 * lane : 2 * lane + 1;
-  const int bin = __shfl_sync(0xffffffffu, bin_here, src);
-  // The bin's lower edge, less a margin for the rounding of (hi - s) * scale.
-  const double theta = hi - (bin + 1) * w - w * 0x1p-20;
+  const bool first_half = excl + h0 >= static_cast<unsigned>(need);
+  const int bin = __shfl_sync(0xffffffffu, first_half ? 2 * lane : 2 * lane + 1, src);
+  *cum = __shfl_sync(0xffffffffu, first_half ? excl : excl + h0, src);
+  return bin;
+}
+
+// The raise: a lower bound theta of the need-th best score among E[b0, qt) (entries >= tau), from a 64-bin
+// histogram of [tau, hi] refined by a second one inside the crossing bin; returns tau when fewer than `need`
+// entries are >= tau. Every entry counted up to the chosen bin is >= its lower edge less a margin for the
+// rounding of (top - s) / w, so at least `need` entries are >= theta. Warp 0 only.
+__device__ double v11_raise(V11Smem& V, int b0, int qt, int need, double tau, double hi) {
+  unsigned cum = 0u;
+  const double w = (hi - tau) / kV11Bins;
+  const int bin = v11_hist_pass(V, b0, qt, need, tau, hi, w, &cum);
+  if (bin < 0) return tau;
+  double theta = hi - (bin + 1) * w - w * 0x1p-20;
+  const double w2 = w / kV11Bins, top2 = hi - bin * w;
+  const int bin2 = v11_hist_pass(V, b0, qt, need, theta, top2, w2, &cum);
+  if (bin2 >= 0) theta = fmax(theta, top2 - (bin2 + 1) * w2 - w2 * 0x1p-20);
   return theta > tau ? theta : tau;
 }
 
@@ -154,6 +174,7 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
   const int rs = min(R, kV11Lps / L);
   if (tid == 0) {
     V.bad = 0;
+    V.hand = 0;
     V.nb = 0;
     V.qt = 0;
   }
@@ -210,7 +231,12 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
     }
     __syncwarp();
     // Band schedule state (warp-uniform): the last two (tau, count) points, starting from (first, 1).
-    const double g0 = R > 1 ? fmax(first - static_cast<double>(X.at(0, 1)), 0x1p-10) : 1.0;
+    // tau_0: the cheapest one-rank deviation over the depths (at least 2^-10) below the first score.
+    double gap = lane < L && R > 1 ? static_cast<double>(X.at(lane, 0)) - static_cast<double>(X.at(lane, 1)) : 1.0;
+    if (!(gap >= 0x1p-10)) gap = 0x1p-10;  // also -inf - -inf (NaN) and -inf gaps
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) gap = fmin(gap, __shfl_xor_sync(0xffffffffu, gap, o));
+    const double g0 = gap;
     double tau = first - g0;
     double ta = first, ca = 1.0;   // previous band's point
     double band_hi = first;        // upper score bound of the current band
@@ -252,17 +278,29 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
           t = __dsub_rn(s, static_cast<double>(X.at(d - 1, r)));
           const int jcap = r + 1 + run_cap;
           int j = r + 1;
-          while (j < R) {
-            const float xj = X.at(d - 1, j);
-            if (xj == -__builtin_huge_valf()) break;
-            const double sj = __dadd_rn(t, static_cast<double>(xj));
-            if (!(sj >= tau) || j == jcap) {
-              cont = true;
-              cont_q = sj >= tau;
-              conts = sj;
-              break;
+          bool done = false;
+#pragma unroll 1
+          while (!done) {  // 4 ranks per step, their loads issued together
+            float xs[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) xs[u] = j + u < R ? X.at(d - 1, j + u) : -__builtin_huge_valf();
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              if (done) continue;
+              if (xs[u] == -__builtin_huge_valf()) {  // past R or a -inf rank: no further sibling
+                done = true;
+                continue;
+              }
+              const double sj = __dadd_rn(t, static_cast<double>(xs[u]));
+              if (!(sj >= tau) || j == jcap) {
+                cont = true;
+                cont_q = sj >= tau;
+                conts = sj;
+                done = true;
+                continue;
+              }
+              ++j;
             }
-            ++j;
           }
           c = j - r - 1;
           if (cont && !cont_q && raised) cont = false;  // below a valid bound of the M-th score: useless
@@ -304,16 +342,23 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
         }
         uint32_t hp = static_cast<uint32_t>(i);
 #pragma unroll 1
-        for (int k = 1; k <= c; ++k) {
-          const float xk = X.at(d - 1, r + k);
-          const double sk = __dadd_rn(t, static_cast<double>(xk));
-          // Its successor (the next member or the continuation) is scored from t: exact only if this holds.
-          if ((k < c || cont) && __dsub_rn(sk, static_cast<double>(xk)) != t) { bad = true; why |= 2u; }
-          V.es[eo] = sk;
-          V.em[eo] = static_cast<uint32_t>(r + k) | (static_cast<uint32_t>(d) << 11);
-          V.el[eo] = tp | (hp << 16);
-          hp = static_cast<uint32_t>(eo);
-          ++eo;
+        for (int k0 = 1; k0 <= c; k0 += 4) {  // 4 members per step, their loads issued together
+          float xk[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) xk[u] = k0 + u <= c ? X.at(d - 1, r + k0 + u) : 0.f;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int k = k0 + u;
+            if (k > c) continue;
+            const double sk = __dadd_rn(t, static_cast<double>(xk[u]));
+            // Its successor (the next member or the continuation) is scored from t: exact only if this holds.
+            if ((k < c || cont) && __dsub_rn(sk, static_cast<double>(xk[u])) != t) { bad = true; why |= 2u; }
+            V.es[eo] = sk;
+            V.em[eo] = static_cast<uint32_t>(r + k) | (static_cast<uint32_t>(d) << 11);
+            V.el[eo] = tp | (hp << 16);
+            hp = static_cast<uint32_t>(eo);
+            ++eo;
+          }
         }
         if (cont_q) {
           V.es[eo] = conts;
@@ -327,6 +372,7 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
         }
         qh = min(qh + 32, qt);
         if (lane == 0) DDTREE_BUILD_TREE_EVENT(v11_round);
+        DDTREE_BUILD_TREE_MARK(134);  // a round (the profile tool records thread 0 only)
         qt += tot_e;
         dn += tot_d;
         __syncwarp();  // the new entries are visible to every lane at the next round
@@ -335,7 +381,8 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
           if (lane == 0) DDTREE_BUILD_TREE_EVENT(v11_raise);
           raised = raised || theta > tau;
           tau = theta;
-          next_raise = qt + max(qt / 2, 32);
+          next_raise = qt + max(M / 4, 32);
+          DDTREE_BUILD_TREE_MARK(136);
         }
       }
       bad = __any_sync(0xffffffffu, bad);
@@ -351,7 +398,10 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
       for (int o = 16; o > 0; o >>= 1) dmax = fmax(dmax, __shfl_xor_sync(0xffffffffu, dmax, o));
       const double cb = static_cast<double>(qt), prev_step = ta - tau;
       const double target = cb >= 0.75 * M ? static_cast<double>(M) : 0.85 * M;
-      double step = prev_step;
+      // Steps within [0.25, 2] x the last one (no growth yet: 2x while fewer than M / 8 are popped). A
+      // wider clamp (4x / 8x while few are popped) overshot more in the emulator (bench rows: 11.5k / 8.7k
+      // entries over the 15 rows, two M = 1024 hand-backs at 8x) than this one (9.8k, none).
+      double step = cb * 8.0 < M ? 2.0 * prev_step : prev_step;
       if (cb > ca) {
         const double rate = log(cb / ca) / prev_step;
         step = fmin(fmax(log(target / cb) / rate, 0.25 * prev_step), 2.0 * prev_step);
@@ -402,6 +452,7 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
         __syncwarp();
       }
       dn = keep;
+      DDTREE_BUILD_TREE_MARK(135);  // a band change (fit + compaction)
       if (bad) break;
     }
     unsigned whyall = 0u;
@@ -411,41 +462,61 @@ __device__ int v11_select(Smem& S, Nodes& N, const float* lp, int L, int K, int 
       V.bstart[nb] = qt;
       V.nb = nb;
       V.qt = qt;
-      V.bad = bad ? static_cast<int>(whyall | 32u) : 0;
+      V.hand = bad ? static_cast<int>(whyall | 32u) : 0;
     }
   }
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(131);
-  if (V.bad) {
+  if (const int hand = V.hand) {
     if (tid == 0) {
       DDTREE_BUILD_TREE_EVENT(v11_handback);
-      if (V.bad & 1) DDTREE_BUILD_TREE_EVENT(v11_order);
-      if (V.bad & 2) DDTREE_BUILD_TREE_EVENT(v11_inexact);
-      if (V.bad & 4) DDTREE_BUILD_TREE_EVENT(v11_ecap);
-      if (V.bad & 8) DDTREE_BUILD_TREE_EVENT(v11_dcap);
-      if (V.bad & 16) DDTREE_BUILD_TREE_EVENT(v11_bands);
+      if (hand & 1) DDTREE_BUILD_TREE_EVENT(v11_order);
+      if (hand & 2) DDTREE_BUILD_TREE_EVENT(v11_inexact);
+      if (hand & 4) DDTREE_BUILD_TREE_EVENT(v11_ecap);
+      if (hand & 8) DDTREE_BUILD_TREE_EVENT(v11_dcap);
+      if (hand & 16) DDTREE_BUILD_TREE_EVENT(v11_bands);
     }
     return -1;
   }
   // ---- order: band by band, rank by counting inside a band; node index = 1 + position ----
-  const int qt = V.qt, nb = V.nb;
+  // G threads per entry (a power of two <= 32, G * entries <= 512 where possible), each a strided part of
+  // the band; the parts add up by shuffles. Exact ties (rare) walk the rank tuples in a second loop.
+  const int qt = V.qt;
+  int G = 1;
+  while (G < 32 && 2 * G * qt <= kThreads) G *= 2;
 #pragma unroll 1
-  for (int i = tid; i < qt; i += kThreads) {
-    int b = 0;
-    while (V.bstart[b + 1] <= i) ++b;
-    const int lo = V.bstart[b], hi = V.bstart[b + 1];
-    const double s = V.es[i];
-    int rank = 0;
-#pragma unroll 4
-    for (int j = lo; j < hi; ++j) {
-      const double sj = V.es[j];
-      rank += sj > s ? 1 : 0;
-      if (sj == s && j != i && v11_tuple_less(V, j, i)) ++rank;
+  for (int base = 0; base < qt * G; base += kThreads) {  // uniform trip count: whole warps shuffle
+    const int idx = base + tid, i = idx / G, part = idx - i * G;
+    const bool valid = i < qt;
+    int rank = 0, ties = 0, lo = 0, hi = 0;
+    double s = 0.0;
+    if (valid) {
+      int b = 0;
+      while (V.bstart[b + 1] <= i) ++b;
+      lo = V.bstart[b];
+      hi = V.bstart[b + 1];
+      s = V.es[i];
+#pragma unroll 8
+      for (int j = lo + part; j < hi; j += G) {
+        const double sj = V.es[j];
+        rank += sj > s ? 1 : 0;
+        ties += sj == s ? 1 : 0;
+      }
     }
-    const int pos = lo + rank;
-    V.node[i] = static_cast<int16_t>(pos < M ? pos + 1 : 0);
+    for (int o = 1; o < G; o <<= 1) {
+      rank += __shfl_xor_sync(0xffffffffu, rank, o);
+      ties += __shfl_xor_sync(0xffffffffu, ties, o);
+    }
+    if (valid && part == 0) {
+      if (ties > 1) {
+#pragma unroll 1
+        for (int j = lo; j < hi; ++j)
+          if (V.es[j] == s && j != i && v11_tuple_less(V, j, i)) ++rank;
+      }
+      const int pos = lo + rank;
+      V.node[i] = static_cast<int16_t>(pos < M ? pos + 1 : 0);
+    }
   }
-  (void)nb;
   __syncthreads();
   DDTREE_BUILD_TREE_MARK(132);
 #pragma unroll 1
