@@ -26,13 +26,13 @@ echo "selftest (v11) rc=$? $(grep -c PASS "$OUT/selftest_v11.log") PASS, $(grep 
 grep -h FAIL "$OUT/selftest.log" "$OUT/selftest_v11.log" | head -5
 
 stamp "pytest (background) + sanitizers"
-timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_v11_gpu.py \
+timeout ${PYTEST_TIMEOUT:-170} python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_v11_gpu.py \
   engine/tests/test_build_tree_gpu.py -k "v11" > "$OUT/pytest.log" 2>&1 &
 pytest_pid=$!
-timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" \
+timeout 70 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" \
   build_tree_v11 build_tree_golden > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
-timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" build_tree_v11 \
+timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" build_tree_v11 \
   > "$OUT/racecheck.log" 2>&1
 echo "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck.log")"
 wait $pytest_pid
@@ -40,20 +40,26 @@ echo "pytest rc=$?"
 grep -E "passed|failed|Error|assert" "$OUT/pytest.log" | head -20
 
 stamp bench
-timeout ${BENCH_TIMEOUT:-200} python3 engine/bench/bench_build_tree.py --v11 --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+timeout ${BENCH_TIMEOUT:-130} python3 engine/bench/bench_build_tree.py --v11 --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"
 grep -E "^\||^B=64" "$OUT/bench.log"
 stamp profile
-timeout 60 "$build/bt_profile" v11 > "$OUT/profile.log" 2>&1
+timeout 40 "$build/bt_profile" v11 > "$OUT/profile.log" 2>&1
 echo "profile rc=$?"
 grep -E "^\[|^  [0-9]|warp probe|empty" "$OUT/profile.log" | head -60
 if [ "${NCU:-1}" = 1 ]; then
   stamp ncu
   # First profile configuration of each kernel (M = 64 K = 64 sharpness 8 is cfg 0; skip to M = 256 K = 64
   # sharpness 4 with --launch-skip: 4 launches per kernel precede it).
-  timeout 120 ncu --clock-control none -k regex:"build_tree_(v11_)?kernel" --launch-skip 8 --launch-count 2 \
-    --section WarpStateStats --section SpeedOfLight "$build/bt_profile" v11 > "$OUT/ncu.log" 2>&1
+  st=smsp__average_warps_issue_stalled
+  m=smsp__inst_executed.sum,smsp__cycles_active.max
+  for r in barrier short_scoreboard long_scoreboard no_instruction wait branch_resolving math_pipe_throttle \
+           mio_throttle lg_throttle dispatch_stall not_selected selected drain sleeping membar misc; do
+    m=$m,${st}_${r}_per_issue_active.ratio
+  done
+  timeout 60 ncu --clock-control none -k regex:"build_tree_(v11_)?kernel" --launch-skip 8 --launch-count 2 \
+    --section WarpStateStats --metrics "$m" "$build/bt_profile" v11 > "$OUT/ncu.log" 2>&1
   echo "ncu rc=$?"
-  grep -E "build_tree|Warp Cycles Per Issued|Stall|stall|Duration|Issued Warp" "$OUT/ncu.log" | head -40
+  grep -E "build_tree_|Warp Cycles Per Issued|inst_executed|cycles_active|issue_stalled" "$OUT/ncu.log" | head -50
 fi
 stamp done

@@ -33,6 +33,8 @@
 // cannot decide exactly to auto; "v8auto" uses it for M <= 32 only (common.cuh). Launches with n_max <= 65
 // and L <= 16 do not reach this kernel under the library default (v9auto, since session 7): they run the
 // one-warp heap of build_tree/warp_heap.cuh; every other launch runs here with the v8auto choice.
+// build_tree_v11_kernel (DDTREE_BUILD_TREE_IMPL=v11, opt-in) puts build_tree/v11.cuh (one warp's banded
+// threshold search, exact final order) in front of that choice.
 #pragma once
 
 // Parts 1-4 (configuration and helpers, selection, sorting, the serial fallback) live in build_tree/;

@@ -1,7 +1,11 @@
 // build_tree, v11: one warp's batched threshold search with an exact final order, for requests with
 // L <= 16 (any M, any K). Compiled only into build_tree_v11_kernel (build_tree.cuh); anything it cannot
 // decide returns -1 and the request takes the v8auto choice in the same launch, as v10 does.
-// bench/NOTES.md "### v11 (session 7)" has the design, the cycle estimate and the measurements.
+// bench/NOTES.md "### v11 (session 7, s7tree)" has the design and the cycle estimate, "### v11 measured
+// (session 7" the H200 figures: correct everywhere, but slower than the default at every measured shape
+// except M = 256, K = 1024, sharpness 8 (1.09x), so it is opt-in (DDTREE_BUILD_TREE_IMPL=v11). A round of
+// the one-warp loop below costs ~2-2.8k cycles however few lanes work (issue-bound, as v9's pop), runs cost
+// ~150 cycles per member on one lane, and ranking by counting is issue-bound above ~300 entries.
 //
 // Why a threshold search gives the heap's order. Every candidate except (0,) has one heap parent (its
 // previous sibling if its rank is > 0, else its tree parent) and is scored from it exactly as the
