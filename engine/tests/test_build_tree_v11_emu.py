@@ -98,6 +98,14 @@ def test_v11_hands_back_rows_it_cannot_order(emu_binary: Path) -> None:
         ev: dict[str, int] = {}
         check(emu_binary, lp, budget=[100], events=ev)
         assert "v11" not in ev and ev.get("v11_rows") == 1, (edit, ev)
+    # Small budgets handed back (M <= 32: v8 first, which refuses such rows too, then auto's row check and the
+    # serial heap) after v11 has used the shared memory, next to a request v11 decides, in one launch.
+    lp = bench_rows(3, 64, 4.0, seed=14)
+    lp[0, 1, 0] = 0.5
+    lp[2, 2, 0] = 0.5
+    ev = {}
+    check(emu_binary, lp, budget=[16, 30, 32], events=ev)
+    assert ev.get("v11_rows") == 2 and ev.get("v11") == 1 and ev.get("invalid_rows") == 2, ev
 
 
 @pytest.mark.parametrize("seed", range(6))
