@@ -6,8 +6,9 @@
 #                kernel's GPU tests (tree_attention: the fa3 back end, the default), the end-to-end
 #                decoding GPU tests.
 #   STAGE=bench: benches (draft_topk_lse, build_tree, tree_attention fa3 vs SDPA and flex, end-to-end
-#                decoding on the small model, session 5's engine kernels ("s5") against the default in one
-#                process, and on a ~0.7B-parameter model).
+#                decoding on the small model, the previous session's round tail ("s6final") against the
+#                default in one process (E2E_VARIANTS picks others, bench_e2e.VARIANTS), and on a
+#                ~0.7B-parameter model).
 # Every step has its own timeout so one hang cannot eat the call. The device tool returns at most 8
 # files from $OUT: each stage writes at most 7 logs there plus one archive of the rest.
 # (Deploy through ddtreectl and `ddtreectl gpus` on the GPU are bench/device_deploy_check.sh and
@@ -52,7 +53,8 @@ if [ "$STAGE" = check ]; then
            "racecheck draft_topk_lse_sanitizer_sized" \
            "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3" \
            "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept" \
-           "memcheck round_finish_san" "racecheck round_finish_san"; do
+           "memcheck round_finish_san" "racecheck round_finish_san" \
+           "memcheck build_tree_v11" "racecheck build_tree_v11"; do  # the v11 case selects v11 itself
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
@@ -66,6 +68,7 @@ if [ "$STAGE" = check ]; then
   stamp "3. kernel GPU tests"
   timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -x \
     engine/tests/test_round_update.py engine/tests/test_build_tree_gpu.py engine/tests/test_build_tree_v10_gpu.py \
+    engine/tests/test_build_tree_v11_gpu.py \
     engine/tests/test_draft_topk_lse.py engine/tests/test_draft_topk_lse_small_gpu.py \
     engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_round_finish.py engine/tests/test_lib.py \
     > "$OUT/pytest_kernels.log" 2>&1
@@ -92,14 +95,14 @@ else
   tail -14 "$OUT/bench_tree_attention.log"
   stamp "bench end to end, small model (AR vs DDTree, CUDA graphs)"
   timeout 150 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 256 --kinds noisy \
-    --variants s5 default > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
+    --variants ${E2E_VARIANTS:-s6final default} > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
   tail -12 "$OUT/bench_e2e.log"
   stamp "bench end to end, ~0.7B model (16 layers, d_model 2048, head_dim 128)"
   timeout 120 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 96 --kinds noisy \
     --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$OUT/bench_e2e_large.log" 2>&1; echo "rc=$?"
   tail -8 "$OUT/bench_e2e_large.log"
   stamp "inside a round: CUPTI kernel breakdown (small model; ~0.7B model at batch 1, budget 16)"
-  timeout 120 python3 engine/bench/profile/e2e_round_profile.py --variants s5 default > "$SUB/e2e_round_profile.log" \
+  timeout 120 python3 engine/bench/profile/e2e_round_profile.py --variants ${E2E_VARIANTS:-s6final default} > "$SUB/e2e_round_profile.log" \
     2>&1; echo "rc=$?"
   timeout 90 python3 engine/bench/profile/e2e_round_profile.py --batch 1 --budgets 16 --reps 10 --d-model 2048 \
     --heads 16 --kv-heads 4 --head-dim 128 --layers 16 >> "$SUB/e2e_round_profile.log" 2>&1; echo "rc=$?"
