@@ -69,6 +69,17 @@ class RemoteCommandError(DdtreeError):
     exit_code = ExitCode.REMOTE
 
 
+class ServiceStartError(RemoteCommandError):
+    """`systemctl start` itself failed (nothing was queued); `enabled` says whether the unit had just
+    been enabled by the same step, so a caller can put that back."""
+
+    def __init__(self, message: str, *, enabled: bool, warnings: list[str] | None = None,
+                 hint: str | None = None, host: str | None = None) -> None:
+        super().__init__(message, hint=hint, host=host)
+        self.enabled = enabled
+        self.warnings = list(warnings or [])
+
+
 class PartialFailureError(DdtreeError):
     """Some hosts of a fan-out failed; the others succeeded."""
 

@@ -34,7 +34,7 @@ def mode(
     the service through the same preflight and health gate as `restore-service`, and clear the lease.
     A gate that fails after the start ends the lease too (the service is enabled and started: the
     host is production's); the error says so and names the next step. A refused preflight starts
-    nothing and keeps the lease.
+    nothing and keeps the lease; so does a failed `systemctl start` (the unit is disabled again).
 
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).

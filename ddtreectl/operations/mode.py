@@ -9,6 +9,7 @@ to dev:  drain (metrics) -> disable + stop the serving unit -> GPUs verified idl
 to prod: refuse while development processes hold GPUs -> restore through restore_host (the same
          preflight and phased health gate as `restore-service`) -> lease cleared (mode prod) once
          the unit was started, also when the gate then fails (exit 5, the state and next step said).
+         A `systemctl start` that fails (nothing started) disables the unit again and keeps the lease.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, LockHeldError, RemoteCommandError
+from ddtreectl.errors import GpusBusyError, LockHeldError, RemoteCommandError, ServiceStartError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
@@ -58,14 +59,29 @@ class SwitchResult:
     restore: RestoreResult | None = None
     forced: list[str] = field(default_factory=list)  # what --force overrode, in words
     warnings: list[str] = field(default_factory=list)
+    # `systemctl start` failed (nothing started): its error, the unit and what was put back.
+    start_failure: str | None = None
+    unit: str | None = None
+    put_back: str | None = None
+    lease_kept: bool = False  # `lease` is the development lease still in force, not one written
 
     @property
     def ok(self) -> bool:
-        return self.restore is None or self.restore.ok
+        return self.start_failure is None and (self.restore is None or self.restore.ok)
 
     def failure_error(self) -> RemoteCommandError | None:
         """The error a failed health gate ends the switch to prod with: what failed, the state the
         host is left in (production, the lease ended) and the next step."""
+        if self.start_failure is not None:
+            holder = self.lease.holder if self.lease else None
+            kept = f"the development lease of {holder} is kept" if holder else "the lease is unchanged"
+            return RemoteCommandError(
+                f"{self.start_failure}; nothing was started and the host stays in development mode "
+                f"({self.put_back}; {kept})",
+                hint=f"`ddtreectl logs {self.host}` and `systemctl status {self.unit}` on the host show why "
+                     f"(a drop-in or dependency that refuses the start); once fixed, `ddtreectl mode {self.host} "
+                     "prod` again",
+                host=self.host)
         restore = self.restore
         if restore is None or restore.failure is None:
             return None
@@ -305,7 +321,12 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
             # A refusal (no built release, drifted unit, ...) raises here: nothing was started and
             # the development lease stays, which is then still the truth.
             options = RestoreOptions(enable=True, force=force, respect_lease=False)  # the lease is ours here
-            result.restore = restore_host(transport, inventory, host, options, on_event=on_event)
+            u = shlex.quote(service.unit)
+            was_enabled = transport.run(f"systemctl is-enabled --quiet -- {u}", timeout=15).ok
+            try:
+                result.restore = restore_host(transport, inventory, host, options, on_event=on_event)
+            except ServiceStartError as err:
+                return _start_failed(transport, root, result, state, service.unit, err, was_enabled)
             result.warnings.extend(result.restore.warnings)
         # Past this point the unit is enabled and started, healthy or not: the host is production's
         # now (systemd may keep restarting a failing service on those GPUs), so the development lease
@@ -326,3 +347,29 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
     finally:
         remote_lock.release(transport, root, LOCK_NAME, owner=me)
 
+
+
+def _start_failed(transport: Transport, root: str, result: SwitchResult, state: HostMode, unit: str,
+                  err: ServiceStartError, was_enabled: bool) -> SwitchResult:
+    """`systemctl start` failed after the enable: nothing runs, so the host is still the development
+    holder's. The enable is put back (disabled, as `mode dev` left it): an enabled unit under a dev
+    lease would start production on the holder's GPUs at the next reboot. The lease stays."""
+    result.start_failure, result.unit = err.message, unit
+    result.warnings.extend(err.warnings)
+    u = shlex.quote(unit)
+    if err.enabled and not was_enabled:
+        undo = transport.run(f"systemctl disable --quiet -- {u}", timeout=60)
+        result.put_back = f"{unit} disabled again" if undo.ok else \
+            f"{unit} is left ENABLED: disabling it failed: {undo.stderr.strip()[-200:]}; run `systemctl disable {unit}`"
+    else:
+        result.put_back = f"{unit} {'enabled' if was_enabled else 'disabled'} as before"
+    active = transport.run(f"systemctl is-active -- {u}", timeout=15).stdout.strip()
+    result.put_back += f", {active or 'unknown'}"
+    result.lease, result.lease_kept = state.lease, True
+    not_audited = append_audit(
+        transport, root, "mode", to="prod", ok=False, previous=state.mode,
+        previous_holder=state.lease.holder if state.lease else None, failed_phase="start",
+        lease_kept=True, put_back=result.put_back, forced=result.forced or None)
+    if not_audited:
+        result.warnings.append(not_audited)
+    return result

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, InventoryError, LockHeldError, RemoteCommandError
+from ddtreectl.errors import GpusBusyError, InventoryError, LockHeldError, RemoteCommandError, ServiceStartError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
@@ -136,16 +136,21 @@ def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) 
     active, sub = props.get("ActiveState", ""), props.get("SubState", "")
     looping = sub == "auto-restart"
     running = active in ("active", "activating", "reloading") and not looping
-    commands = [f"systemctl enable --quiet -- {quoted}"] if enable else []
-    if not running:
-        commands += [f"systemctl reset-failed -- {quoted} 2>/dev/null || true",
-                     f"systemctl {'restart' if looping else 'start'} --no-block -- {quoted}"]
-    if commands:
-        result = transport.run(" && ".join(commands), timeout=60)
+    if enable:
+        result = transport.run(f"systemctl enable --quiet -- {quoted}", timeout=60)
         if not result.ok:
             raise RemoteCommandError(
-                f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
+                f"enabling {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
                 hint=f"ddtreectl logs {host.name}", host=host.name)
+    if not running:
+        # Apart from the enable: a failed start must say the unit was enabled by this step (mode prod
+        # puts that back, or a reboot would start production under the development lease).
+        result = transport.run(f"systemctl reset-failed -- {quoted} 2>/dev/null || true; "
+                               f"systemctl {'restart' if looping else 'start'} --no-block -- {quoted}", timeout=60)
+        if not result.ok:
+            raise ServiceStartError(
+                f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
+                enabled=enable, hint=f"ddtreectl logs {host.name}", host=host.name)
     return not running, since
 
 
@@ -166,7 +171,11 @@ def restore_host(
     assert service is not None
     result = RestoreResult(host=host.name, unit=rendered.unit)
     result.warnings = preflight(transport, host, rendered, options)
-    result.started, since = start_service(transport, host, rendered.unit, enable=options.enable)
+    try:
+        result.started, since = start_service(transport, host, rendered.unit, enable=options.enable)
+    except ServiceStartError as err:
+        err.warnings = result.warnings + err.warnings  # what --force let through, e.g. a drop-in
+        raise
     result.enabled = options.enable
 
     def record(event: PhaseEvent) -> None:

@@ -49,6 +49,10 @@ def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None
                 "phase": restore.failure.phase, "reason": restore.failure.reason,
                 "journal": restore.failure.journal}},
         "forced": result.forced, "warnings": result.warnings,
+        # A failed `systemctl start`: nothing started, the enable put back, `lease` the one kept.
+        "start_failure": None if result.start_failure is None else {
+            "error": result.start_failure, "unit": result.unit, "put_back": result.put_back},
+        "lease_kept": result.lease_kept,
     }
 
 
@@ -69,6 +73,10 @@ def show_switch(result: SwitchResult, now: int, *, as_json: bool, error: DdtreeE
                   f"{f.elapsed_s:.1f} s: {escape(f.reason)}[/red]")
         out.print("[dim]last journal lines:[/dim]")
         out.print(escape(f.journal.rstrip()))
+    if result.start_failure is not None:
+        out.print(f"[red]{escape(result.host)}: {escape(result.start_failure)}; nothing was started "
+                  f"({escape(result.put_back or '')})[/red]")
     if result.lease is not None:
+        kept = " (kept)" if result.lease_kept else ""
         out.print(f"[{'green' if result.ok else 'yellow'}]{escape(result.host)}: "
-                  f"{escape(result.lease.describe(now))}[/]")
+                  f"{escape(result.lease.describe(now))}{kept}[/]")

@@ -7,6 +7,9 @@ be completed, through the INSTALLED CLI, with the engine's reference server as t
   production's from then on, so the development lease ends (`run` is refused, `mode`/`status` say
   prod) and the error says so and names the next step. A refused preflight starts nothing and keeps
   the development lease.
+- `mode HOST prod` whose `systemctl start` itself fails (here: an operator's drop-in that refuses a
+  manual start, let through by --force) has started nothing: the enable is put back, the development
+  lease stays, and the output, --json, audit line and host all say so.
 
 The hosts have no GPU; `mr-gate` gets tests/e2e/test_mode.py's nvidia-smi stand-in (fixture output,
 listing the service's real MainPID), `mr-nosmi` has no nvidia-smi at all, as on a host whose driver
@@ -173,3 +176,53 @@ def test_restore_service_refuses_a_host_held_for_development(boot_hosts: Any, te
     assert unit_state(host) == ("active", "enabled") and lease(host)["mode"] == "prod"
     again = ddtreectl("-i", i, "restore-service", "mr-held")  # production again: verified, not refused
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_prod_whose_start_fails_puts_the_enable_back_and_keeps_the_dev_lease(hosts: Any) -> None:
+    by_name, i = hosts
+    host = by_name["mr-gate"]
+    dev = ddtreectl("-i", i, "mode", "mr-gate", "dev", "--reason", "bench")
+    assert dev.returncode == 0, dev.stdout + dev.stderr
+    assert lease(host)["mode"] == "dev" and unit_state(host) == ("inactive", "disabled")
+    dropin = f"/etc/systemd/system/{UNIT}.d"
+    host.sh(f"mkdir -p {dropin} && printf '[Unit]\\nRefuseManualStart=yes\\n' > {dropin}/hold.conf")
+    host.systemctl("daemon-reload")
+    try:
+        # Without --force the drop-in is drift and refused before anything changes.
+        drift = ddtreectl("-i", i, "mode", "mr-gate", "prod")
+        assert drift.returncode == 5 and "drop-in" in drift.stderr, drift.stdout + drift.stderr
+        assert unit_state(host) == ("inactive", "disabled") and lease(host)["mode"] == "dev"
+
+        # --force lets the drift through: enable succeeds, systemd refuses the start.
+        failed = ddtreectl("-i", i, "mode", "mr-gate", "prod", "--force")
+        assert failed.returncode == 5, failed.stdout + failed.stderr
+        assert f"starting {UNIT} failed" in failed.stderr, failed.stderr
+        assert "nothing was started and the host stays in development mode" in failed.stderr, failed.stderr
+        assert f"{UNIT} disabled again, inactive" in failed.stderr and "development lease of alice@" in failed.stderr
+        assert f"once fixed, `ddtreectl mode mr-gate prod` again" in failed.stderr, failed.stderr
+        assert "dev, held by alice@" in failed.stdout and "(kept)" in failed.stdout, failed.stdout
+        assert "production mode now" not in failed.stdout + failed.stderr
+        # The host agrees: not enabled (a reboot must not start production under the lease), not running.
+        assert unit_state(host) == ("inactive", "disabled")
+        record = lease(host)
+        assert record["mode"] == "dev" and record["holder"].startswith("alice@")
+        last = audit(host)[-1]
+        assert (last["action"], last["to"], last["ok"], last["failed_phase"]) == ("mode", "prod", False, "start")
+        assert last["lease_kept"] is True
+        # The holder may still run development work there; `mode` says dev.
+        assert ddtreectl("-i", i, "run", "mr-gate", "--", "true").returncode == 0
+        assert as_json(ddtreectl("-i", i, "mode", "mr-gate", "--json"))["mode"] == "dev"
+
+        doc = as_json(ddtreectl("-i", i, "mode", "mr-gate", "prod", "--force", "--json"))
+        assert (doc["ok"], doc["exit_code"], doc["lease"]["mode"], doc["lease_kept"]) == (False, 5, "dev", True)
+        assert doc["start_failure"]["put_back"] == f"{UNIT} disabled again, inactive", doc
+        assert "stays in development mode" in doc["error"]["message"] and doc["error"]["hint"], doc
+        assert any("drop-in" in w for w in doc["warnings"]), doc["warnings"]
+        assert unit_state(host) == ("inactive", "disabled")
+    finally:
+        host.sh(f"rm -rf {dropin}")
+        host.systemctl("daemon-reload")
+    # Fixed: the same command now gives the host back to production.
+    fixed = ddtreectl("-i", i, "mode", "mr-gate", "prod")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert lease(host)["mode"] == "prod" and unit_state(host) == ("active", "enabled")
