@@ -10,11 +10,12 @@ from typing import Callable
 
 from ddtreectl.errors import GpusBusyError, InventoryError, LockHeldError, RemoteCommandError, ServiceStartError
 from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations.activate import list_releases
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
 from ddtreectl.operations.units import drift, drift_hint, read_installed
 from ddtreectl.probes.gpu_holders import gpu_holders
-from ddtreectl.probes.mode_lease import lease_from_state_files
+from ddtreectl.probes.mode_lease import lease_from_state_files, utc
 from ddtreectl.probes.status import probe_status
 from ddtreectl.render.units import RenderedService, render_service
 from ddtreectl.transport.base import Transport
@@ -78,7 +79,7 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
         raise RemoteCommandError(
             f"no built release under {host.remote_root} (current: {release.current or 'none'}"
             f"{', no build stamp' if release.current else ''})",
-            hint=f"ddtreectl deploy --host {host.name}",
+            hint=_no_release_hint(transport, host, release.current),
             host=host.name,
         )
     installed = read_installed(transport, rendered)
@@ -117,6 +118,26 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
                                 "or --force", host=host.name)
         warnings.append(f"{message} (--force)")
     return warnings
+
+
+def _no_release_hint(transport: Transport, host: Host, current: str | None) -> str:
+    """Deploy, and, where an older release with a good stamp is still on the host, the rollback that
+    activates it without a build (the hint used to name deploy only: a build the operator may not
+    want, or cannot run, when a good release is one `current` switch away)."""
+    deploy = f"`ddtreectl deploy --host {host.name}` builds and activates the release of your sources"
+    try:
+        listing = list_releases(transport, host.remote_root)
+    except RemoteCommandError:  # the hint is best effort: the refusal itself stands
+        return deploy
+    good = sorted((r for r in listing.mtimes if r != current and listing.good(r)),
+                  key=lambda r: listing.mtimes[r], reverse=True)
+    if not good:
+        return deploy
+    newest = good[0]
+    others = f"; other good releases: {', '.join(good[1:])}" if len(good) > 1 else ""
+    return (f"{deploy}, or `ddtreectl rollback --host {host.name} --to {newest}` activates release {newest} "
+            f"(good build stamp, from {utc(int(listing.mtimes[newest]))}) without a build{others}; "
+            f"then `ddtreectl restore-service {host.name}`")
 
 
 def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> tuple[bool, str | None]:
