@@ -49,6 +49,12 @@ class TrustOutcome:
     gpu_uuids: tuple[str, ...]
     changed: bool  # whether the inventory file was rewritten
     warnings: tuple[str, ...] = ()
+    # GPU UUIDs recorded before that the host no longer lists / it lists that were not recorded
+    # (both empty unless the recorded set was replaced: a GPU swap accepted with --replace).
+    gpus_removed: tuple[str, ...] = ()
+    gpus_added: tuple[str, ...] = ()
+    key_replaced: str | None = None  # the fingerprint of the key that --replace unpinned
+    machine_id_replaced: str | None = None
 
 
 def parse_identity(stdout: str, host: str) -> tuple[str, tuple[str, ...]]:
@@ -152,11 +158,40 @@ def trust_host(
             f"`ddtreectl trust {name} --replace`",
             host=name,
         )
+    removed, added = gpu_change(host.gpu_uuids, uuids)
+    if (removed or added) and not replace:
+        # GPU UUIDs are identity, as the machine-id is (set-ip refuses a host whose GPUs differ): a
+        # swapped GPU, or another box with a cloned image, is the operator's decision, not a silent
+        # rewrite of the record that set-ip then trusts.
+        raise IdentityMismatchError(
+            f"GPU UUIDs differ from the recorded ones: {describe_gpu_change(removed, added)}; "
+            "nothing was recorded",
+            hint=f"if the GPUs were swapped (or the machine replaced) and you verified it, "
+            f"`ddtreectl trust {name} --replace` records the new UUIDs",
+            host=name,
+        )
     changed = (presented.line != (pinned.line if pinned else None) or machine_id != host.machine_id
                or uuids != host.gpu_uuids)
     if changed:
         _record(inventory, name, presented.line, machine_id, uuids)
-    return TrustOutcome(name, presented, machine_id, uuids, changed, tuple(warnings))
+    return TrustOutcome(name, presented, machine_id, uuids, changed, tuple(warnings), removed, added,
+                        key_replaced=pinned.fingerprint if pinned and decision == "replace" else None,
+                        machine_id_replaced=host.machine_id if host.machine_id and host.machine_id != machine_id
+                        else None)
+
+
+def gpu_change(recorded: tuple[str, ...], read: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(removed, added) between the recorded GPU UUIDs and the ones read; nothing recorded yet (first
+    contact) is no change. Order does not matter (nvidia-smi lists by bus id)."""
+    if not recorded:
+        return (), ()
+    return (tuple(u for u in recorded if u not in read), tuple(u for u in read if u not in recorded))
+
+
+def describe_gpu_change(removed: tuple[str, ...], added: tuple[str, ...]) -> str:
+    parts = ([f"{len(removed)} recorded no longer present ({', '.join(removed)})"] if removed else []) + \
+        ([f"{len(added)} new ({', '.join(added)})"] if added else [])
+    return "; ".join(parts)
 
 
 def _reopen_jump(jump_host: Host | None, inventory: Inventory) -> "SshTransport | None":

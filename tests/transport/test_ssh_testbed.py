@@ -315,3 +315,53 @@ def test_trust_records_gpu_uuids(testbed: Any, boot_hosts: Boot, tmp_path: Path)
     assert "2 GPU UUID(s)" in out.stdout
     host = load(path).host("tr-gpu")
     assert host.gpu_uuids == GPU_UUIDS and host.machine_id == h.machine_id
+
+
+def test_trust_refuses_changed_gpu_uuids_unless_replace_and_says_what_it_replaced(
+        testbed: Any, boot_hosts: Boot, tmp_path: Path) -> None:
+    """A GPU swap (same machine-id, same key, other GPU UUIDs) was recorded silently by a plain
+    `trust`: the record set-ip checks identity against changed with no word. GPU UUIDs are identity
+    like the machine-id (ops notes: they "catch a swapped box"), so it is refused the same way (exit
+    4) and --replace records it, saying what it replaced, in text and --json."""
+    import json
+
+    (h,) = boot_hosts(["tr-swap"], gpus_stub={"tr-swap": NVIDIA_SMI_STUB})
+    old = "GPU-00c0ffee-1111-4222-8333-944445555666"
+    path = testbed.inventory([h], tmp_path / "hosts.yaml",
+                             host_overrides={"tr-swap": {"gpus": 2, "gpu_uuids": [GPU_UUIDS[0], old]}})
+    before = path.read_text()
+    cli = ["ddtreectl"] if _installed() else [sys.executable, "-m", "ddtreectl.cli.main"]
+
+    def trust(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cli + ["-i", str(path), "trust", "tr-swap", *args], capture_output=True, text=True,
+                              timeout=60)
+
+    refused = trust("-y")
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert "GPU UUIDs differ from the recorded ones" in refused.stderr, refused.stderr
+    assert f"1 recorded no longer present ({old}); 1 new ({GPU_UUIDS[1]})" in refused.stderr, refused.stderr
+    assert "`ddtreectl trust tr-swap --replace`" in refused.stderr
+    assert path.read_text() == before
+    doc = json.loads(trust("-y", "--json").stdout)
+    assert (doc["schema"], doc["ok"], doc["exit_code"], doc["host"]) == ("ddtreectl.trust/1", False, 4, "tr-swap")
+    assert GPU_UUIDS[1] in doc["error"]["message"] and "--replace" in doc["error"]["hint"], doc
+    assert path.read_text() == before
+
+    replaced = trust("-y", "--replace", "--json")
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    doc = json.loads(replaced.stdout)
+    assert (doc["ok"], doc["changed"], doc["gpu_uuids"]) == (True, True, list(GPU_UUIDS)), doc
+    assert doc["replaced"] == {"key_fingerprint": None, "machine_id": None,
+                               "gpu_uuids": {"removed": [old], "added": [GPU_UUIDS[1]]}}, doc
+    assert load(path).host("tr-swap").gpu_uuids == GPU_UUIDS
+    # Now recorded: a plain trust agrees and replaces nothing.
+    again = trust("-y")
+    assert again.returncode == 0 and "already trusted" in again.stdout and "REPLACED" not in again.stderr, again
+
+    # The text form of a --replace says it loudly on stderr.
+    path.write_text(before)
+    text = trust("-y", "--replace")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert f"tr-swap: REPLACED GPU UUIDs: 1 recorded no longer present ({old}); 1 new ({GPU_UUIDS[1]})" \
+        in text.stderr, text.stderr
+    assert "2 GPU UUID(s)" in text.stdout
