@@ -22,7 +22,7 @@ export DDTREE_LIB=$B/libddtree.so
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 if has stages; then
   stamp stages
-  timeout 90 "$B/topk_stages" > "$OUT/stages.log" 2>&1
+  timeout 90 "$B/topk_stages" ${STAGES_MODE:-} > "$OUT/stages.log" 2>&1  # STAGES_MODE: quick | v10 (NOTES)
   echo "stages rc=$?"; cat "$OUT/stages.log"
 fi
 if has selftest; then

@@ -132,7 +132,7 @@ V4Config v4_config() {
 // (v8 + the round append + the all-to-all merge; NOTES "v9 (session 7)"); unset or anything else: the default
 // (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
-enum class V4Opt { kDefault, kV7b, kV8, kV9 };
+enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10 };
 V4Opt env_v4_opt() {
   static const V4Opt v = [] {
     const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
@@ -140,6 +140,7 @@ V4Opt env_v4_opt() {
     if (std::strcmp(e, "v7b") == 0) return V4Opt::kV7b;
     if (std::strcmp(e, "v8") == 0) return V4Opt::kV8;
     if (std::strcmp(e, "v9") == 0) return V4Opt::kV9;
+    if (std::strcmp(e, "v10") == 0) return V4Opt::kV10;  // opt-in: v9 + the spread puts (NOTES "v10")
     return V4Opt::kDefault;
   }();
   return v;
@@ -215,6 +216,9 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
   }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                               lse, error_flags, stream);
+  if (opt == V4Opt::kV10)
+    return run_v4<T, 512, true, k::kV4OptV10>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                                lse, error_flags, stream);
   if (opt == V4Opt::kV9)
     return run_v4<T, 512, true, k::kV4OptV9>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,

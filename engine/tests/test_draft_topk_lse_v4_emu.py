@@ -242,11 +242,13 @@ def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
     compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs
 
 
-@pytest.fixture(scope="module")
-def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Session 7's option set (kV4OptV9 = v8 + the round append + the all-to-all merge), built as the
-    # st.async instantiations' options: what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1.
-    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", ("DDTREE_TOPK_V4_EMU_OPT=32643",))
+@pytest.fixture(scope="module", params=[32643, 65411], ids=["v9", "v10"])
+def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    # Session 7's option sets, built as the st.async instantiations' options: kV4OptV9 (v8 + the round append +
+    # the all-to-all merge; what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1) and kV4OptV10 (v9 + eight
+    # lanes per candidate's rank and puts; DDTREE_TOPK_V4_OPT=v10). Every v9 test runs on both.
+    opt = f"DDTREE_TOPK_V4_EMU_OPT={request.param}"
+    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", (opt,))
 
 
 @pytest.mark.parametrize("k", [2, 16, 17, 33, 64])

@@ -183,8 +183,18 @@ int main(int argc, char** argv) {
   // (Sessions 4-6 timed v5b, v6, the v6 opt-ins, each v7 option, v7b and the v8 tries here: all in NOTES.)
   // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
   // merge) by stage, each v9 option alone on v8, then both once more (drift).
-  constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9;
-  if (argc > 1 && std::string(argv[1]) == "quick") {
+  constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10;
+  const bool v10 = argc > 1 && std::string(argv[1]) == "v10";
+  if (v10) {
+    // Session 7, s7topk2 (NOTES "v10"): v9 (the default for these clusters) against v10 (v9 + the spread puts),
+    // whole kernel, alternating three times, then both by stage.
+    for (int rep = 0; rep < 3; ++rep) {
+      whole<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+      whole<V10>("v10", shapes, ks, lp, id, lse, flags, s);
+    }
+    row<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+    row<V10>("v10", shapes, ks, lp, id, lse, flags, s);
+  } else if (argc > 1 && std::string(argv[1]) == "quick") {
     // v8 and v9 whole, twice, then v9's stages and one trace (session 7's second call also timed the first
     // v9 build there: NOTES).
     for (int rep = 0; rep < 2; ++rep) {
@@ -256,6 +266,16 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
+  if (v10) {
+    trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
+    trace("v10", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V10, 9>, shapes[0], 16);
+    trace("v10", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V10, 9>, shapes[0], 64);
+    int hflags = 0;
+    CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
+    CK(cudaGetLastError());
+    std::printf("flags %d (0 expected)\n", hflags);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "quick") {
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
     std::printf("flags (not read in quick mode)\n");

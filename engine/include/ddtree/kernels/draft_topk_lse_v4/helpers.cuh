@@ -90,6 +90,11 @@ constexpr unsigned kV4OptLaneAppend = 4096u;
 // item read distinct banks), then a shuffle sum. v8's CTA 0 alone ranked every CTA's items.
 constexpr unsigned kV4OptWarpAppend = 8192u;
 constexpr unsigned kV4OptA2AMerge = 16384u;
+// v10 (session 7, s7topk2, NOTES "v10 (session 7"), with kV4OptA2AMerge: the per-CTA ranks and the all-to-all puts
+// with eight lanes per candidate (lane s of the candidate's group counts the candidates s, s + 8, ..., a
+// three-step shuffle sum gives the rank, and lane s sends the item to CTA s). v9 ranked each candidate with one
+// thread over all of them, which then issued the seven st.async in a row (~1.2 µs of the 1x15 K = 16 trace).
+constexpr unsigned kV4OptSpreadPut = 32768u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
 // runs it in the library.
@@ -105,6 +110,8 @@ constexpr unsigned kV4OptV8 = kV4OptV7b | kV4OptLaneAppend;  // session 6's defa
 constexpr unsigned kV4OptDefault = kV4OptV8;
 // Session 7 (NOTES "v9 (session 7)"): v8 + the round append + the all-to-all merge (DDTREE_TOPK_V4_OPT=v9).
 constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
+// v9 + the spread puts (DDTREE_TOPK_V4_OPT=v10; opt-in until measured on the H200).
+constexpr unsigned kV4OptV10 = kV4OptV9 | kV4OptSpreadPut;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).

@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   // `a2a` is a compile-time constant there: a runtime flag spilled 8 bytes, sm_90a): every CTA receives every
   // other CTA's partial and items and ranks its own.
   constexpr bool a2a = ASYNC && (OPT & kV4OptA2AMerge) != 0u && (OPT & kV4OptK1Warp) != 0u;
+  constexpr bool SP = a2a && (OPT & kV4OptSpreadPut) != 0u;  // v10: eight lanes per candidate rank and put
+  static_assert(!SP || kV4MaxCluster == 8, "one lane of a candidate's group per destination CTA");
   if (ASYNC && (blockIdx.x == 0 || (a2a && k > 1)) && threadIdx.x == 0) {
     // Bytes this CTA receives (CTA 0 only, unless a2a): every other CTA's partial (8) and its min(k, n) items
     // (8 each).
@@ -501,10 +503,40 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         n = kc;
       }
       // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
-      for (int p = tid; p < n; p += THREADS) {
-        const uint64_t it = sm.cbuf[p];
-        const int rank = v4_count_greater(sm.cbuf, n, it);
-        if (rank < kc) put(rank, it);
+      if (SP) {
+        // v10: pair t = 8 p + s (candidate p, lane s of its group; the groups are lane-aligned, the loop bound
+        // warp-uniform for the shuffles). Lane s counts candidates s, s + 8, ...: the 8 lanes of a group read 8
+        // consecutive items (16 banks) and every group of the warp the same ones (broadcast); session 6's lane
+        // ranks read contiguous slices, 64 bytes apart, and measured slower. Lane s then sends to CTA s.
+        for (int t = tid; (t & ~31) < n * 8; t += THREADS) {
+          const int p = t >> 3, s = t & 7;
+          const bool valid = p < n;
+          const uint64_t it = valid ? sm.cbuf[p] : 0ull;
+          int r0 = 0, r1 = 0;
+          if (valid) {
+            int q = s;
+            for (; q + 8 < n; q += 16) {
+              r0 += int(sm.cbuf[q] > it);
+              r1 += int(sm.cbuf[q + 8] > it);
+            }
+            if (q < n) r0 += int(sm.cbuf[q] > it);
+          }
+          int rank = r0 + r1;
+          rank += __shfl_xor_sync(0xffffffffu, rank, 1);
+          rank += __shfl_xor_sync(0xffffffffu, rank, 2);
+          rank += __shfl_xor_sync(0xffffffffu, rank, 4);
+          if (valid && rank < kc && s < cluster) {
+            const int at = rank ^ c;
+            if (s == c) sm.slot[c][at] = it;
+            else v4_st_async(&sm.slot[c][at], unsigned(s), it, &sm.mbar);
+          }
+        }
+      } else {
+        for (int p = tid; p < n; p += THREADS) {
+          const uint64_t it = sm.cbuf[p];
+          const int rank = v4_count_greater(sm.cbuf, n, it);
+          if (rank < kc) put(rank, it);
+        }
       }
     }
   } else if (ASYNC && (c != 0 || a2a)) {
