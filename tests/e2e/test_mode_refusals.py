@@ -24,10 +24,7 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units
 from tests.e2e.test_mode import SERVICES, UNIT, as_json, audit, ddtreectl, lay_out_release, lease, nvidia_smi_stand_in
 
 pytestmark = pytest.mark.testbed
@@ -42,13 +39,9 @@ def hosts(testbed: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = testbed.inventory(booted, tmp_path_factory.mktemp("mode-refusals") / "hosts.yaml", services=SERVICES,
                              host_overrides={h.name: {"service": "ref", "role": "prod", "gpus": 1} for h in booted})
     shutil.copytree(REPO / "templates", path.parent / "templates")
-    inventory = load(path)
     for host in booted:
         lay_out_release(host)
-        rendered = render_service(inventory, inventory.host(host.name))
-        assert rendered is not None
-        with connect(inventory.host(host.name), inventory) as transport:
-            install_units(transport, rendered)
+        install_service_units(path, host.name)
     yield {h.name: h for h in booted}, str(path)
     for host in booted:
         testbed.shutdown(host)
@@ -151,11 +144,7 @@ def test_restore_service_refuses_a_host_held_for_development(boot_hosts: Any, te
                             host_overrides={"mr-held": {"service": "ref", "role": "prod", "gpus": 1}})
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     lay_out_release(host)
-    inventory = load(inv)
-    rendered = render_service(inventory, inventory.host("mr-held"))
-    assert rendered is not None
-    with connect(inventory.host("mr-held"), inventory) as transport:
-        install_units(transport, rendered)
+    install_service_units(inv, "mr-held")
     i = str(inv)
     dev = ddtreectl("-i", i, "mode", "mr-held", "dev", "--reason", "bench tree attention")
     assert dev.returncode == 0, dev.stdout + dev.stderr

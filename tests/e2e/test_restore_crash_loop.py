@@ -18,10 +18,7 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units
 from tests.e2e.test_mode import HEALTH, ddtreectl, lay_out_release
 
 pytestmark = pytest.mark.testbed
@@ -48,11 +45,7 @@ def test_restore_service_restarts_a_crash_looping_unit_now(boot_hosts: Any, test
                             host_overrides={"rs-loop": {"service": "loop", "role": "prod"}})
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     lay_out_release(host)
-    inventory = load(inv)
-    rendered = render_service(inventory, inventory.host("rs-loop"))
-    assert rendered is not None
-    with connect(inventory.host("rs-loop"), inventory) as transport:
-        install_units(transport, rendered)
+    install_service_units(inv, "rs-loop")
 
     # The release cannot serve (its Python package is aside): started, the unit crashes and loops.
     package = host.root / "opt/ddtree/releases/r1/python"
