@@ -24,10 +24,7 @@ from typing import Any
 
 import pytest
 
-from ddtreectl.inventory.loader import load
-from ddtreectl.operations.units import install_units
-from ddtreectl.render.units import render_service
-from ddtreectl.transport import connect
+from tests.e2e.host_setup import install_service_units
 from tests.probes.fixtures import fixture
 
 pytestmark = pytest.mark.testbed
@@ -97,13 +94,9 @@ def hosts(testbed: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = testbed.inventory(booted, tmp_path_factory.mktemp("mode") / "hosts.yaml", services=SERVICES,
                              host_overrides={n: {"service": "ref", "role": "prod", "gpus": 1} for n in names})
     shutil.copytree(REPO / "templates", path.parent / "templates")
-    inventory = load(path)
     for host in booted:
         lay_out_release(host)
-        rendered = render_service(inventory, inventory.host(host.name))
-        assert rendered is not None
-        with connect(inventory.host(host.name), inventory) as transport:
-            install_units(transport, rendered)
+        install_service_units(path, host.name)
     yield {h.name: h for h in booted}, path
     for host in booted:
         testbed.shutdown(host)
