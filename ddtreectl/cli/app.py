@@ -17,6 +17,9 @@ app = typer.Typer(
     # Plain Click help: Typer's Rich help formatter imports rich.markdown, rich.traceback and
     # Pygments (~90 ms, half of `ddtreectl --help`) to draw boxes around the same text.
     rich_markup_mode=None,
+    epilog="Exit codes: 0 ok, 1 internal, 2 usage, 3 inventory invalid, 4 connection or host key refused, "
+           "5 remote command failed, 6 some hosts failed, 7 GPUs busy or unknown, 8 lock held, 130 interrupted; "
+           "killed by SIGPIPE (shell: 141), silently, when the reader of the output has gone (`| head -1`).",
 )
 
 

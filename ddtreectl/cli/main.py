@@ -26,8 +26,28 @@ from ddtreectl.cli import deploy, lock, rollback  # noqa: F401,E402
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and exits with) the exit code."""
     _interrupt_on_termination()
-    code = run(argv)
+    try:
+        code = run(argv)
+        sys.stdout.flush()  # block-buffered into a pipe: a reader that left shows here, not at exit
+    except BaseException as exc:
+        _end_on_lost_reader(exc)
+        raise
     sys.exit(code)
+
+
+def _end_on_lost_reader(exc: BaseException) -> None:
+    """`ddtreectl ... | head -1`: end as SIGPIPE (git's and coreutils' way, cli/pipes.py) when the
+    EPIPE is our own output's; an EPIPE from anywhere else (an SSH socket, rsync's pipe) is a real
+    failure and is re-raised as itself, not as the silent exit 1 Click makes of every EPIPE."""
+    from ddtreectl.cli import pipes
+
+    epipe = pipes.epipe_of(exc)
+    if epipe is None:
+        return
+    if pipes.output_closed():
+        pipes.die_of_sigpipe()
+    if epipe is not exc:
+        raise epipe from None
 
 
 def _interrupt_on_termination() -> None:

@@ -92,11 +92,10 @@ def status(
 
         json_doc.emit(report_to_json(report, inventory_path()))
     else:
-        from rich.console import Console
-
+        from ddtreectl.ui.console import stdout
         from ddtreectl.ui.status_table import render_status
 
-        render_status(report, Console())
+        render_status(report, stdout())
     if OPTIONS.debug:
         for host_status in report.hosts:
             if host_status.exception is not None:
