@@ -95,7 +95,8 @@ def deploy_command(
     host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to deploy to (repeatable)."),
     group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to deploy to (repeatable)."),
     plan: bool = typer.Option(False, "--plan", help="Show what would change on each host; change nothing."),
-    restart: bool = typer.Option(False, "--restart", help="Restart a running service on the new release."),
+    restart: bool = typer.Option(False, "--restart", help="Restart the service on the new release if it runs or "
+                                 "crash-loops, then verify it through restore-service's health gate."),
     lock_wait: float = typer.Option(0.0, "--lock-wait", metavar="SECONDS",
                                     help="Wait up to this long for another deploy's lock."),
     engine: Optional[Path] = typer.Option(None, "--engine", help="Engine source tree (default: engine/ beside "
@@ -108,8 +109,11 @@ def deploy_command(
 
     A release already built on the host (same content hash) is not rebuilt. A failed build or
     self-test leaves `current` untouched (exit 5). A running service keeps its release until
-    restarted (--restart does it). Exit codes: 0 ok, 5 build/self-test/remote failure, 8 lock held,
-    6 some hosts failed, 4 unreachable, 130 interrupted.
+    restarted: --restart restarts it (also one crash-looping between Restart= attempts; a stopped
+    unit stays stopped) and verifies it through restore-service's health gate (unit active, port,
+    /health, readiness, model, /server_info); a failed phase is exit 5 with this start's journal
+    lines and the rollback command. Exit codes: 0 ok, 5 build/self-test/remote failure or the
+    restarted service unhealthy, 8 lock held, 6 some hosts failed, 4 unreachable, 130 interrupted.
     """
     from ddtreectl.operations.deploy import DeployOptions, deploy_host
     from ddtreectl.operations.plan import plan_host

@@ -19,20 +19,26 @@ def rollback_command(
     group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to roll back (repeatable)."),
     to: Optional[str] = typer.Option(None, "--to", metavar="ID", help="The release to switch to (default: the "
                                      "previous one)."),
-    restart: bool = typer.Option(False, "--restart", help="Restart a running service on that release."),
+    restart: bool = typer.Option(False, "--restart", help="Restart the service on that release if it runs or "
+                                 "crash-loops, then verify it through restore-service's health gate."),
     lock_wait: float = typer.Option(0.0, "--lock-wait", metavar="SECONDS", help="Wait for another deploy's lock."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable results on stdout."),
 ) -> None:
     """Switch `current` back to the previous good release (or --to ID, which must have a good build
     stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt.
 
-    Exit codes: 0 switched; 5 no earlier good release (or --to ID is not one), or switched but the
-    --restart failed; 8 deploy lock held;
+    --restart restarts the service if it runs or crash-loops between Restart= attempts (a stopped unit
+    is left stopped: restore-service starts it), then gates it like restore-service: unit active,
+    port open, /health, readiness, model listed, /server_info; a failed phase is exit 5 with this
+    start's journal lines.
+
+    Exit codes: 0 switched (and with --restart, verified healthy); 5 no earlier good release, or
+    switched but the --restart or its health gate failed; 8 deploy lock held;
     4 unreachable; 6 some hosts failed; 3 inventory invalid or unknown host/group.
     """
     from ddtreectl.operations.plan import rollback_host
     from ddtreectl.transport import connect
-    from ddtreectl.ui import deploy_view
+    from ddtreectl.ui import deploy_view, units_view
 
     if json_out:
         from ddtreectl.ui import json_doc
@@ -43,9 +49,13 @@ def rollback_command(
 
     def one(h: Host, cancel: threading.Event) -> object:
         with connect(h, inventory) as transport:
-            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart)
+            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart,
+                                 on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
-    outcome = fan_out(hosts, one, 600.0 + lock_wait)
+    # The health gate after --restart may take as long as the slowest profile's total timeout.
+    gate_s = max((s.health.total_timeout for h in hosts if (s := inventory.service_of(h)) is not None),
+                 default=0.0) if restart else 0.0
+    outcome = fan_out(hosts, one, 600.0 + lock_wait + gate_s)
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
     code = exit_code_of([e for _, e in errors], len(hosts))
     deploy_view.show_rollbacks([r.value for r in outcome.ok], errors, as_json=json_out,  # type: ignore[misc]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import threading
 import time
@@ -25,6 +24,7 @@ from ddtreectl.operations import activate, remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
 from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
+from ddtreectl.operations.restart import restart_and_verify, restart_error
 from ddtreectl.operations.sync import copy_local, explain_failed_copy, rsync_argv, run_rsync, shipped_kib, sources_for
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.status import probe_status
@@ -72,6 +72,8 @@ class DeployResult:
     units_changed: tuple[str, ...] = ()
     daemon_reloaded: bool = False
     restarted: bool = False
+    restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
+    restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
     pruned: tuple[str, ...] = ()
     lock_took_over: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -265,16 +267,17 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
         result.previous = activate.switch_current(transport, root, rid)
         if result.action == "noop":
             result.action = "activated"
-    service = facts.service
     failed_restart: RemoteCommandError | None = None
-    if options.restart and rendered is not None and service is not None and service.active_state == "active":
-        res = transport.run(f"systemctl restart {shlex.quote(rendered.unit)}", timeout=host.command_timeout)
-        if res.ok:
-            result.restarted = True
-        else:
-            failed_restart = RemoteCommandError(
-                f"systemctl restart {rendered.unit} failed: {res.stderr.strip()[-300:]}",
-                host=host.name, hint=f"`current` is {rid}; see `ddtreectl logs {host.name}`")
+    if options.restart and rendered is not None:
+        emit(DeployEvent(host.name, "restart"))
+        outcome = restart_and_verify(transport, inventory, host, on_event=lambda e: emit(
+            DeployEvent(host.name, "verify", detail=f"{e.phase}: {e.detail}" if e.detail else e.phase)))
+        result.restarted, result.restart_verified = outcome.restarted, outcome.verified
+        result.restart_note = outcome.left
+        if not outcome.ok:
+            failed_restart = restart_error(outcome, host, rendered.unit, rid,
+                                           result.previous or facts.release.running or None,
+                                           switched=f"`current` is {rid}")
     result.timings["activate"] = time.monotonic() - t
     # The audit line comes before a failed restart is raised: `current` has moved either way, and
     # the host's record must say so (it used to be skipped, leaving the switch unrecorded).

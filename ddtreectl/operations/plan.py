@@ -8,9 +8,9 @@ switches `current` to a release whose build stamp is good.
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ddtreectl.errors import RemoteCommandError, UsageError
 from ddtreectl.inventory.models import Host, Inventory
@@ -25,6 +25,8 @@ from ddtreectl.operations.deploy import (
     target_release,
 )
 from ddtreectl.operations.release import stamp_good
+from ddtreectl.operations.restart import restart_and_verify, restart_error
+from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.sync import FileChanges, parse_itemize, rsync_argv, run_rsync, sources_for
 from ddtreectl.probes.facts import GpuState
 from ddtreectl.transport.base import Transport
@@ -96,10 +98,12 @@ class RollbackResult:
     release: str
     previous: str | None
     restarted: bool
+    restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
+    restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
 
 
 def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to: str | None, lock_wait_s: float,
-                  restart: bool) -> RollbackResult:
+                  restart: bool, on_event: Callable[[PhaseEvent], None] = lambda event: None) -> RollbackResult:
     """Switch `current` back to the recorded previous release (or `to`); it must have a good stamp."""
     root = host.remote_root
     take_lock(transport, root, f"rollback (ddtreectl pid {os.getpid()})", wait_s=lock_wait_s, ttl_s=600)
@@ -121,30 +125,18 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
                                          if listing.current else "no release is deployed: deploy one first")
             target = candidates[0]
         old = activate.switch_current(transport, root, target)
-        restarted, failure = False, ""
-        service = inventory.service_of(host)
-        if restart and service is not None:
-            restarted, failure = _restart_if_running(transport, service.unit, host.command_timeout)
+        outcome = restart_and_verify(transport, inventory, host, on_event=on_event) if restart else None
+        restarted = outcome is not None and outcome.restarted
+        failure = outcome.failure if outcome is not None else ""
         append_audit(transport, root, "rollback", release=target, previous=old, restarted=restarted,
                      restart_failed=failure or None)
-        if failure:
-            raise RemoteCommandError(f"rolled back to {target} (was {old or 'none'}), but restarting "
-                                     f"{service.unit if service else 'the service'} failed: {failure}",
-                                     host=host.name, hint=f"`current` is {target}; see `ddtreectl logs {host.name}`, "
-                                     f"then `ddtreectl restore-service {host.name}`")
-        return RollbackResult(host.name, target, old, restarted)
+        if outcome is not None and failure:
+            service = inventory.service_of(host)
+            raise restart_error(outcome, host, service.unit if service else "the service", target, old,
+                                switched=f"rolled back to {target} (was {old or 'none'})")
+        return RollbackResult(host.name, target, old, restarted,
+                              restart_verified=outcome is not None and outcome.verified,
+                              restart_note=outcome.left if outcome is not None else "")
     finally:
         release_lock_quietly(transport, root)
-
-
-def _restart_if_running(transport: Transport, unit: str, timeout: float) -> tuple[bool, str]:
-    """(restarted, why the restart failed or ""): a running unit is restarted, a stopped one is left
-    stopped (as deploy --restart does). `systemctl try-restart` was used before: it exits 0 for a
-    stopped unit (reported as restarted) and its failure was not reported at all."""
-    q = shlex.quote(unit)
-    res = transport.run(f"if systemctl is-active --quiet {q}; then systemctl restart {q} || exit 1; "
-                        f"echo RESTARTED; else echo NOT-RUNNING; fi", timeout=timeout)
-    if res.ok:
-        return "RESTARTED" in res.stdout, ""
-    return False, (res.stderr.strip()[-300:] or f"systemctl restart exited {res.exit_code}")
 

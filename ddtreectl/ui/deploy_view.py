@@ -98,7 +98,9 @@ def describe(r: DeployResult) -> str:
     parts.append("units " + (", ".join(p.rsplit("/", 1)[-1] for p in r.units_changed) + " installed"
                              if r.units_changed else "unchanged"))
     if r.restarted:
-        parts.append("service restarted")
+        parts.append("service restarted and verified healthy" if r.restart_verified else "service restarted")
+    if r.restart_note:
+        parts.append(r.restart_note)
     if r.pruned:
         parts.append("pruned " + ", ".join(r.pruned))
     parts.append(f"{r.timings.get('total', 0):.1f} s")
@@ -184,5 +186,8 @@ def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str
         json_doc.emit(fan_out_json("ddtreectl.rollback/1", RollbackResult, targets, results, errors, exit_code))
         return
     for r in results:
-        console.stdout().print(f"{escape(r.host)}: current -> {r.release} (was {r.previous or 'none'})"
-                               + (", service restarted" if r.restarted else ""))
+        restarted = (", service restarted and verified healthy" if r.restart_verified else ", service restarted") \
+            if r.restarted else ""
+        note = f" ({r.restart_note})" if r.restart_note else ""
+        console.stdout().print(escape(f"{r.host}: current -> {r.release} (was {r.previous or 'none'})"
+                                      f"{restarted}{note}"))

@@ -42,3 +42,20 @@ def install_service_units(inventory: Path, host_name: str) -> None:
     assert rendered is not None
     with connect(inv.host(host_name), inv) as transport:
         install_units(transport, rendered)
+
+
+def reference_service(unit_name: str, served_model_name: str, *,
+                      pythonpath: str = str(REPO / "engine/python")) -> dict[str, Any]:
+    """A service profile that runs the engine's reference server (seeded random weights, CPU): a real
+    HTTP server that passes restore-service's gate, which `deploy --restart` and `rollback --restart`
+    run too (a `/bin/sleep infinity` unit never opens its port). By default it runs this checkout's
+    engine/python, which the hosts see through their overlay root, for releases laid out without a
+    Python package; `pythonpath="/opt/ddtree/current/python"` runs the deployed release's."""
+    import sys
+
+    return {"template": "sglang-ddtree.service.j2", "python": sys.executable, "module": "ddtree_engine.serve",
+            "unit_name": unit_name, "port": 30000, "model_path": f"/models/{served_model_name}",
+            "extra_args": ["--allow-random-weights"], "served_model_name": served_model_name, "tp_size": 1,
+            "environment": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"},
+            "health": {"unit_active_timeout": 30, "port_open_timeout": 120, "liveness_timeout": 60,
+                       "readiness_timeout": 120, "total_timeout": 300}}

@@ -21,12 +21,14 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.e2e.host_setup import reference_service
+
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "ddtree-dp.service"
-SERVICES = {"dp": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/dp",
-                   "served_model_name": "dp", "unit_name": "ddtree-dp", "exec_start": "/bin/sleep infinity"}}
+# The deployed release's own reference server: `deploy --restart` gates it like restore-service.
+SERVICES = {"dp": reference_service("ddtree-dp", "dp", pythonpath="/opt/ddtree/current/python")}
 BUILD = {"cuda_archs": ["90"], "cmake_args": ["-DDDTREE_OPS=draft_topk_lse", "-DDDTREE_BUILD_BENCH=OFF"]}
 OP_SOURCE = "src/draft_topk_lse.cu"
 
@@ -229,6 +231,7 @@ def test_status_shows_restart_pending_until_restart(inv: Path, hosts: Any) -> No
     code, doc, err = deploy_json(inv, "--host", "dp-main", "--restart")
     assert code == 0, err
     assert doc["hosts"][0]["restarted"] is True and doc["hosts"][0]["action"] == "noop"
+    assert doc["hosts"][0]["restart_verified"] is True
     code, out, err = run(inv, "status", "dp-main", "--json")
     rel = json.loads(out)["hosts"][0]["release"]
     assert (rel["running"], rel["restart_pending"]) == (STATE["r2"], False)

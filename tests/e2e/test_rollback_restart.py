@@ -3,8 +3,8 @@
 It used `systemctl try-restart` and took its exit status as "restarted": a stopped service was
 reported "service restarted" (try-restart does nothing and exits 0), and a running service whose
 restart failed left production down behind exit 0 and no error. Now a running service is
-restarted and a failure is exit 5 naming the unit; a stopped one stays stopped and is not said
-to be restarted.
+restarted, verified through restore-service's health gate, and a failure is exit 5 naming the unit;
+a stopped one stays stopped and is not said to be restarted.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.host_setup import install_service_units, lay_out_built
+from tests.e2e.host_setup import install_service_units, lay_out_built, reference_service
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "ddtree-rb.service"
-SERVICES = {"rb": {"template": "sglang-ddtree.service.j2", "port": 30000, "model_path": "/models/rb",
-                   "served_model_name": "rb", "unit_name": "ddtree-rb", "exec_start": "/bin/sleep infinity"}}
+SERVICES = {"rb": reference_service("ddtree-rb", "rb")}
 OLD, NEW = "a0a0a0a0a0a0", "b1b1b1b1b1b1"
 
 
@@ -61,12 +60,13 @@ def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boo
     assert doc["hosts"][0]["release"] == OLD and doc["hosts"][0]["restarted"] is False, doc
     assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
 
-    # 2. running: restarted (a new main PID)
+    # 2. running: restarted (a new main PID) and verified through the health gate
     host.systemctl("start", UNIT)
     pid = host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip()
     code, doc, err = rollback(inventory, host.name)  # back to NEW (the previous release now)
     assert code == 0, err
     assert doc["hosts"][0]["release"] == NEW and doc["hosts"][0]["restarted"] is True, doc
+    assert doc["hosts"][0]["restart_verified"] is True, doc
     assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "active"
     assert host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip() != pid
 
@@ -79,7 +79,7 @@ def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boo
     assert (entry["ok"], entry["release"], entry["error"]["exit_code"]) == (False, None, 5)
     (error,) = doc["errors"]
     assert error["exit_code"] == 5 and f"rolled back to {OLD}" in error["error"], error
-    assert f"restarting {UNIT} failed" in error["error"], error
+    assert f"systemctl restart {UNIT} failed" in error["error"], error
     assert f"ddtreectl logs {host.name}" in error["hint"], error
     assert current_of(host) == OLD
     audit = (host.root / "opt/ddtree/state/audit.log").read_text().splitlines()
