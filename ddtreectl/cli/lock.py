@@ -9,6 +9,27 @@ import typer
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
 
+# The locks ddtreectl takes. Any other name used to be accepted (a valid path component) and read as
+# "free": `lock status HOST --name mdoe` said "mdoe lock free", exit 0, while the mode lock was held.
+LOCKS = {"deploy": "deploy and rollback", "mode": "mode switches"}
+
+
+def _known_lock(name: str) -> str:
+    """`name` if ddtreectl takes a lock of that name, else UsageError (exit 2) with the closest one."""
+    import difflib
+
+    from ddtreectl.errors import UsageError
+    from ddtreectl.operations.remote_lock import check_name
+
+    check_name(name)  # the path-safety message first: it says why such a name can never be a lock
+    if name not in LOCKS:
+        close = difflib.get_close_matches(name, list(LOCKS), n=1)
+        raise UsageError(f"{name!r} is not a lock name ddtreectl takes"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""),
+                         hint="; ".join(f"--name {k}: the lock of {v}" for k, v in LOCKS.items()))
+    return name
+
+
 lock_app = typer.Typer(help="Show or release a host's lock (deploy, or mode with --name mode).",
                        no_args_is_help=True)
 app.add_typer(lock_app, name="lock")
@@ -21,12 +42,14 @@ def lock_status_command(
 ) -> None:
     """Who holds the lock, why and since when; whether an automatic lock has expired.
 
-    Exit codes: 0 free; 8 held; 4 unreachable; 2 not a lock name; 3 inventory invalid or unknown host.
+    Exit codes: 0 free; 8 held; 4 unreachable; 2 not a lock name (deploy, mode); 3 inventory invalid or
+    unknown host.
     """
     from ddtreectl.operations import remote_lock
     from ddtreectl.transport import connect
     from ddtreectl.ui.console import stdout
 
+    name = _known_lock(name)
     inventory = load_inventory()
     target = inventory.host(host)
     with connect(target, inventory) as transport:
@@ -47,13 +70,15 @@ def lock_release_command(
     """Release the lock (yours; someone else's only with --force, recorded in the host's audit log).
 
     Exit codes: 0 released (or was not held); 8 someone else holds it (see --force); 4 unreachable;
-    2 not a lock name; 3 inventory invalid or unknown host.
+    2 not a lock name (deploy, mode); 3 inventory invalid or unknown host.
     """
     from ddtreectl.operations import remote_lock
     from ddtreectl.operations.audit import append_audit
     from ddtreectl.transport import connect
     from ddtreectl.ui.console import stdout
 
+    name = _known_lock(name)
+    name = _known_lock(name)
     inventory = load_inventory()
     target = inventory.host(host)
     with connect(target, inventory) as transport:

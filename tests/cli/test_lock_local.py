@@ -39,3 +39,21 @@ def test_mode_and_deploy_locks_are_accepted(box: tuple[Path, Path], capsys: pyte
     for name in ("deploy", "mode"):
         assert run(["-i", str(inventory), "lock", "status", "box", "--name", name]) == 0
         assert f"{name} lock free" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "suggestion"), [("mdoe", "mode"), ("depoly", "deploy"), ("build", None)])
+def test_a_name_ddtreectl_never_locks_is_refused_not_reported_free(
+        box: tuple[Path, Path], capsys: pytest.CaptureFixture[str], name: str, suggestion: str | None) -> None:
+    """A typo of a lock name used to read as a free lock (exit 0) while the real lock was held."""
+    inventory, root = box
+    held = root / "state" / "locks" / "mode.lock"
+    held.mkdir(parents=True)
+    (held / "owner.json").write_text('{"owner": "dave@ops", "reason": "switch", "kind": "auto", "ttl_s": 600}')
+    for command in (["status"], ["release", "--force"]):
+        assert run(["-i", str(inventory), "lock", *command, "box", "--name", name]) == 2
+        err = capsys.readouterr().err
+        assert f"'{name}' is not a lock name ddtreectl takes" in err, err
+        assert (f"did you mean '{suggestion}'?" in err) if suggestion else ("did you mean" not in err), err
+        assert "--name deploy" in err and "--name mode" in err, err
+    assert (held / "owner.json").exists()
+    assert run(["-i", str(inventory), "lock", "status", "box", "--name", "mode"]) == 8
