@@ -26,8 +26,7 @@ def resolve_targets(inventory: Inventory, targets: list[str] | None, hosts: list
     """Positional targets, --host and --group together; at least one must be named (never an implicit all)."""
     names = [*(targets or []), *(hosts or []), *(groups or [])]
     if not names:
-        every = "`all`" if targets is not None or verb == "deploy" else "`--host all`"
-        raise UsageError(f"name what to {verb}: --host HOST, --group GROUP or {every}",
+        raise UsageError(f"name what to {verb}: HOST, GROUP or `all` (or --host HOST, --group GROUP)",
                          hint="hosts: " + ", ".join(sorted(inventory.hosts)))
     for g in groups or []:
         if g not in inventory.groups:

@@ -1,4 +1,4 @@
-"""`ddtreectl rollback --host H [--to ID]`: switch `current` back to an earlier good release."""
+"""`ddtreectl rollback H... [--to ID]`: switch `current` back to an earlier good release."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from ddtreectl.inventory.models import Host
 
 @app.command("rollback")
 def rollback_command(
+    targets: Optional[List[str]] = typer.Argument(None, metavar="[TARGET]...", help="Hosts, groups or `all` (as "
+                                                  "for deploy; --host/--group work too)."),
     host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to roll back (repeatable)."),
     group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to roll back (repeatable)."),
     to: Optional[str] = typer.Option(None, "--to", metavar="ID", help="The release to switch to (default: the "
@@ -33,7 +35,8 @@ def rollback_command(
     start's journal lines.
 
     Exit codes: 0 switched (and with --restart, verified healthy); 5 no earlier good release, or
-    switched but the --restart or its health gate failed; 8 deploy lock held;
+    switched but the --restart or its health gate failed; 2 --to ID does not exist on the host, has
+    no good build stamp or is already current (the hint lists the good releases); 8 deploy lock held;
     4 unreachable; 6 some hosts failed; 3 inventory invalid or unknown host/group.
     """
     from ddtreectl.operations.plan import rollback_host
@@ -45,7 +48,7 @@ def rollback_command(
 
         json_doc.expect("ddtreectl.rollback/1", fan_out=True)
     inventory = load_inventory()
-    hosts = resolve_targets(inventory, None, host, group, verb="roll back")
+    hosts = resolve_targets(inventory, targets, host, group, verb="roll back")
 
     def one(h: Host, cancel: threading.Event) -> object:
         with connect(h, inventory) as transport:

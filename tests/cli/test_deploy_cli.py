@@ -31,8 +31,10 @@ def test_unknown_targets_are_inventory_errors(inv: Path, capsys: pytest.CaptureF
     assert run(["-i", str(inv), "deploy", "--group", "nosuch"]) == 2
     assert "no group named 'nosuch'" in capsys.readouterr().err
     assert run(["-i", str(inv), "rollback"]) == 2
-    err = capsys.readouterr().err  # rollback takes no positional target: `all` goes through --host
-    assert "name what to roll back" in err and "`--host all`" in err and "deploy" not in err
+    err = capsys.readouterr().err  # targets as for deploy: positional, --host or --group
+    assert "name what to roll back" in err and "`all`" in err and "deploy" not in err
+    assert run(["-i", str(inv), "rollback", "nosuch"]) == 3
+    assert "'nosuch' is neither a host nor a group" in capsys.readouterr().err
 
 
 def test_engine_dir_must_be_an_engine(inv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
