@@ -118,3 +118,15 @@ def test_a_command_that_fails_before_any_host_still_prints_its_document(
     exit_code, doc = document(world, *args)
     assert (exit_code, doc["schema"], doc["hosts"], doc["ok"]) == (3, f"ddtreectl.{schema}/1", [], False)
     assert "'nosuchhost' is neither a host nor a group" in doc["error"]["message"] and doc["error"]["hint"]
+
+
+def test_render_json_without_diff_is_refused_not_answered_with_a_unit_file(
+        world: tuple[str, dict[str, str]]) -> None:
+    """`render HOST --json` printed the unit text on stdout and exited 0: a script that asked for JSON
+    got a systemd unit. Only `render --diff` has a document; without --diff, --json is a usage error."""
+    inventory, env = world
+    run = ddtreectl(env, "-i", inventory, "render", "dead", "--json")
+    assert (run.returncode, run.stdout) == (2, ""), (run.returncode, run.stdout, run.stderr)
+    assert "--json goes with --diff" in run.stderr and "ddtreectl render dead --diff --json" in run.stderr
+    run = ddtreectl(env, "-i", inventory, "render", "dead")  # the text form is unchanged
+    assert run.returncode == 0 and "[Service]" in run.stdout, run.stderr
