@@ -74,6 +74,7 @@ class DeployResult:
     restarted: bool = False
     restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
     restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
+    still_running: str | None = None  # without --restart: the older release the running service still runs
     pruned: tuple[str, ...] = ()
     lock_took_over: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -278,6 +279,10 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
             failed_restart = restart_error(outcome, host, rendered.unit, rid,
                                            result.previous or facts.release.running or None,
                                            switched=f"`current` is {rid}")
+    elif rendered is not None and facts.service is not None and facts.service.active_state == "active" \
+            and facts.release.running and facts.release.running != rid:
+        # Said here, not only by a later `status`: the operator who just deployed is the one to act.
+        result.still_running = facts.release.running
     result.timings["activate"] = time.monotonic() - t
     # The audit line comes before a failed restart is raised: `current` has moved either way, and
     # the host's record must say so (it used to be skipped, leaving the switch unrecorded).

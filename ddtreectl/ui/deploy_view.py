@@ -101,6 +101,9 @@ def describe(r: DeployResult) -> str:
         parts.append("service restarted and verified healthy" if r.restart_verified else "service restarted")
     if r.restart_note:
         parts.append(r.restart_note)
+    if r.still_running:
+        parts.append(f"restart pending: the service still runs {r.still_running} "
+                     f"(`ddtreectl deploy {r.host} --restart` restarts and verifies it)")
     if r.pruned:
         parts.append("pruned " + ", ".join(r.pruned))
     parts.append(f"{r.timings.get('total', 0):.1f} s")

@@ -77,6 +77,12 @@ def test_restart_is_verified_and_rollback_restarts_a_crash_looping_service(
 
     # A release whose server exits at once: the restart must not pass as a success.
     bad = workspace_release(tmp_path, host, broken=True)
+    # Without --restart the deploy itself says the running service is still on the old release.
+    run = ddtreectl("-i", inv, "deploy", "rv-main", "--json")
+    assert run.returncode == 0, run.stderr
+    assert (doc(run)["action"], doc(run)["still_running"], doc(run)["restarted"]) == ("activated", good, False)
+    run = ddtreectl("-i", inv, "deploy", "rv-main")
+    assert f"restart pending: the service still runs {good} (`ddtreectl deploy rv-main --restart`" in run.stdout
     run = ddtreectl("-i", inv, "deploy", "rv-main", "--restart", "--json")
     entry = doc(run)
     assert run.returncode == 5, (run.stdout, run.stderr)
