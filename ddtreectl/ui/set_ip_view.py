@@ -27,7 +27,11 @@ def summary(result: SetIpResult) -> str:
         files = len({ref.path for ref in r.project_refs})
         parts.append(f"{len(r.project_refs)} stale reference(s) in {files} project file(s) to fix")
     if r.rerender_hosts:
-        parts.append("re-render units on " + ", ".join(r.rerender_hosts))
+        # Name the command: "re-render" alone is no ddtreectl verb. deploy installs drifted units even
+        # when the release is already built (no rebuild), and --plan shows the unit diff first.
+        names = " ".join(r.rerender_hosts)
+        parts.append(f"re-render units on {', '.join(r.rerender_hosts)}: `ddtreectl deploy {names} --plan` "
+                     f"shows the unit diff, `ddtreectl deploy {names}` installs them")
     if r.unswept_hosts:
         parts.append("NOT swept: " + ", ".join(s.host for s in r.unswept_hosts))
     if not (r.project_refs or r.rerender_hosts or r.unswept_hosts):

@@ -186,6 +186,9 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path: Path, capsys: pyt
     assert "stale: templates/peer.service.j2:2:" in out
     assert "hosts.yaml:5" not in out  # the inventory is swept as it would be after the edit
     assert out.rstrip().splitlines()[-1].endswith("dry run: nothing written")
+    # the units to re-render come with the command that does it (there is no `re-render` command)
+    assert "re-render units on here: `ddtreectl deploy here --plan` shows the unit diff, " \
+           "`ddtreectl deploy here` installs them" in out, out
     assert (root / "hosts.yaml").read_bytes() == before
     assert not (tmp_path / "here-root" / "state").exists()  # no audit line in a dry run
 
