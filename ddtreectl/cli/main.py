@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import traceback
 from types import FrameType
 
@@ -57,20 +58,37 @@ def _interrupt_on_termination() -> None:
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
+        _INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    def ctrl_c(signum: int, frame: FrameType | None) -> None:
+        _INTERRUPTED.set()
         raise KeyboardInterrupt
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) == signal.SIG_DFL:  # keep an ignored SIGHUP (nohup) ignored
             signal.signal(signum, interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
+        signal.signal(signal.SIGINT, ctrl_c)
+
+
+# Set by the handlers above. Typer catches a KeyboardInterrupt itself and hands back a bare 130, the
+# same as a command's own Exit(130) (`run` passes its CMD's status through): without this mark Ctrl-C
+# ended every command but deploy without a word and, with --json, without its document.
+_INTERRUPTED = threading.Event()
 
 
 def run(argv: list[str] | None = None) -> int:
     from ddtreectl.ui import json_doc  # json and dataclasses only: nothing heavy at start-up
 
     json_doc.reset()
+    _INTERRUPTED.clear()
     try:
         result = app(args=argv, standalone_mode=False, prog_name="ddtreectl")
-        return int(result) if isinstance(result, int) else 0
+        code = int(result) if isinstance(result, int) else 0
+        if code == ExitCode.INTERRUPTED and _INTERRUPTED.is_set():
+            return _interrupted(KeyboardInterrupt())
+        return code
     except DdtreeError as err:
         if OPTIONS.debug:
             traceback.print_exc()
@@ -92,9 +110,15 @@ def run(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
         return int(err.exit_code)
     except KeyboardInterrupt as err:
-        print("interrupted", file=sys.stderr)
-        json_doc.emit_failure(err, int(ExitCode.INTERRUPTED))
-        return int(ExitCode.INTERRUPTED)
+        return _interrupted(err)
+
+
+def _interrupted(err: KeyboardInterrupt) -> int:
+    from ddtreectl.ui import json_doc
+
+    print("interrupted", file=sys.stderr)
+    json_doc.emit_failure(err, int(ExitCode.INTERRUPTED))
+    return int(ExitCode.INTERRUPTED)
 
 
 if __name__ == "__main__":

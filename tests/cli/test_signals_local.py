@@ -9,6 +9,7 @@ Driven through the INSTALLED console script on a `transport: local` host whose G
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -53,3 +54,37 @@ def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path,
     again = subprocess.run([installed_ddtreectl(), "-i", str(inventory), "lock", "status", "box", "--name", "mode"],
                            capture_output=True, text=True, timeout=60, env=env)
     assert again.returncode == 0 and "free" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+def test_ctrl_c_says_interrupted_and_json_still_prints_its_document(
+        busy_box: tuple[Path, Path, dict[str, str]], json_out: bool) -> None:
+    """Typer turns KeyboardInterrupt into a silent Exit(130): Ctrl-C ended every command but deploy
+    without a word, and `--json` without the one document README promises on failure."""
+    inventory, root, env = busy_box
+    lock_dir = root / "state" / "locks" / "mode.lock"
+    proc = subprocess.Popen([installed_ddtreectl(), "-i", str(inventory), "mode", "box", "dev", "--reason", "profile",
+                             "--idle-timeout", "300", *(["--json"] if json_out else [])],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not lock_dir.exists():
+            assert proc.poll() is None, f"mode exited early ({proc.returncode}): {proc.communicate()}"
+            assert time.monotonic() < deadline, "mode never took its lock"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the idle wait
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err
+    if json_out:
+        doc = json.loads(out)
+        assert (doc["schema"], doc["exit_code"], doc["ok"], doc["host"]) == ("ddtreectl.mode/1", 130, False, "box")
+        assert doc["error"]["message"].startswith("interrupted") and doc["error"]["exit_code"] == 130, doc
+    else:
+        assert out == "", out
+    assert not lock_dir.exists(), "the mode lock outlived the command"
