@@ -19,7 +19,14 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, LockHeldError, RemoteCommandError, ServiceStartError
+from ddtreectl.errors import (
+    DdtreeError,
+    GpusBusyError,
+    InterruptedByOperatorError,
+    LockHeldError,
+    RemoteCommandError,
+    ServiceStartError,
+)
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
@@ -192,6 +199,24 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
         host=host.name)
 
 
+def _interrupted_after_stop(transport: Transport, host: Host, touched: str, reason: str,
+                            result: SwitchResult) -> InterruptedByOperatorError:
+    """Ctrl-C once production was disabled/stopped but before the lease: the host is out of production
+    and nobody holds it. It used to end with no word at all (exit 130), and `status` then showed a
+    stopped, disabled service in "mode prod". Say so, audit it, and name both ways out."""
+    try:
+        append_audit(transport, host.remote_root, "mode", to="dev", ok=False, interrupted=True, reason=reason,
+                     stopped=result.stopped, drain=result.drain.to_json() if result.drain else None)
+    except (DdtreeError, KeyboardInterrupt):  # best effort: a second Ctrl-C or a dead link must not hide the state
+        pass
+    return InterruptedByOperatorError(
+        f"interrupted after {touched} (disabled: a reboot will not start it), before the development lease "
+        "was written: the host is out of production and nobody holds it",
+        hint=f"`ddtreectl mode {host.name} prod` brings production back; `ddtreectl mode {host.name} dev "
+             "--reason '…'` takes the host",
+        host=host.name)
+
+
 def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, reason: str, ttl_s: int,
                   drain_timeout_s: float, idle_timeout_s: float, force: bool = False,
                   sample: SampleOptions = SampleOptions(),
@@ -233,14 +258,21 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
                 if not result.drain.drained:
                     result.warnings.append(f"drain: {result.drain.note}; stopped anyway")
             result.stopped = active not in ("inactive", "failed", "unknown")
-            if result.stopped:
-                on_step(f"stopping {service.unit}")
-                _stop_service(transport, service.unit, service.stop_timeout)
-            else:  # already down (or never installed): only make sure a reboot does not start it
-                transport.run(f"systemctl disable --quiet -- {shlex.quote(service.unit)} 2>/dev/null || true",
-                              timeout=60)
-        on_step("verifying the GPUs went idle")
-        check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
+            touched = f"{service.unit} was disabled and stopped" if result.stopped else f"{service.unit} was disabled"
+            try:
+                if result.stopped:
+                    on_step(f"stopping {service.unit}")
+                    _stop_service(transport, service.unit, service.stop_timeout)
+                else:  # already down (or never installed): only make sure a reboot does not start it
+                    transport.run(f"systemctl disable --quiet -- {shlex.quote(service.unit)} 2>/dev/null || true",
+                                  timeout=60)
+                on_step("verifying the GPUs went idle")
+                check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
+            except KeyboardInterrupt:
+                raise _interrupted_after_stop(transport, host, touched, reason, result) from None
+        else:
+            on_step("verifying the GPUs went idle")
+            check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
         result.verdict = check.verdict
         if not check.verdict.idle:
             words = f"GPUs {check.verdict.verdict} after {check.waited_s:.0f} s: " + "; ".join(check.verdict.reasons)
