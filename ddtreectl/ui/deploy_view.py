@@ -88,11 +88,19 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _archs(archs: str, source: str) -> str:
+    """"archs 90 (the host's GPUs)"; no archs chosen reads "archs: the engine's default", not the
+    "archs engine default (engine default)" it printed before."""
+    if not archs:
+        return "archs: the engine's default"
+    return f"archs {archs} ({source})" if source else f"archs {archs}"
+
+
 def describe(r: DeployResult) -> str:
     """One line per host: what happened, release ids in full (never cut), build, self-test, units, time."""
     parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
     if r.built:
-        parts.append(f"{r.ninja_steps} ninja steps, archs {r.archs or 'engine default'} ({r.archs_source})")
+        parts.append(f"{r.ninja_steps} ninja steps, {_archs(r.archs, r.archs_source)}")
     if r.selftest:
         parts.append(f"self-test {r.selftest}")
     parts.append("units " + (", ".join(p.rsplit("/", 1)[-1] for p in r.units_changed) + " installed"
@@ -166,7 +174,7 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
     out = console.stdout()
     for p in plans:
         out.print(f"[bold]{escape(p.host)}[/bold]: release {p.release} (current {p.current or 'none'})")
-        build = f"build needed (archs {p.archs or 'engine default'}, {p.archs_source})" if p.build_needed \
+        build = f"build needed ({_archs(p.archs, p.archs_source)})" if p.build_needed \
             else "already built"
         out.print(f"  {build}; {'switch current' if p.switch_needed else 'current stays'}")
         f = p.files

@@ -99,6 +99,7 @@ SINGLE = [
     (["mode", "box", "dev"], "mode", "box", 2),  # no --reason: refused before anything runs
     (["render", "dead", "--diff"], "render-diff", "dead", 4),
     (["set-ip", "dead", "127.0.0.9"], "set-ip", "dead", 4),
+    (["trust", "dead", "--yes"], "trust", "dead", 4),
 ]
 
 

@@ -46,3 +46,15 @@ def test_detail_words() -> None:
         == "[6/6] linking libddtree.so"
     assert deploy_view.progress_detail(DeployEvent("h", "build", 0, None, "archs 90")) == "archs 90"
     assert deploy_view.progress_detail(DeployEvent("h", "sync", 0, 100)) == "0%"
+
+
+def test_the_summary_names_the_archs_once() -> None:
+    """A build with no archs chosen read "archs engine default (engine default)"."""
+    from ddtreectl.operations.deploy import DeployResult
+
+    line = deploy_view.describe(DeployResult(host="h", release="r1", action="deployed", built=True, ninja_steps=4,
+                                             archs="", archs_source="engine default"))
+    assert "4 ninja steps, archs: the engine's default ·" in line and "(engine default)" not in line, line
+    line = deploy_view.describe(DeployResult(host="h", release="r1", action="deployed", built=True, ninja_steps=4,
+                                             archs="90;120", archs_source="inventory"))
+    assert "4 ninja steps, archs 90;120 (inventory) ·" in line, line
