@@ -9,15 +9,18 @@
 
 #include "common.h"
 
-#include "ddtree/kernels/tree_attention.cuh"
-
 // Phase-trace build (-DDDTREE_TA_FA3_TRACE_BUILD; for bench/profile/fa3_trace.py, never the default
 // build): the fa3 kernel records %globaltimer and clock64 per CTA at its DDTREE_TA_FA3_TRACE marks into
-// g_fa3_trace, and ddtree_debug_fa3_trace() (end of this file) copies the table out and clears it.
+// g_fa3_trace, and ddtree_debug_fa3_trace() (end of this file) copies the table out and clears it; the merge
+// kernel its DDTREE_TA_MERGE_TRACE marks into g_merge_trace (ddtree_debug_merge_trace). Defined before the
+// kernel headers, which default both macros to no-ops.
 #ifdef DDTREE_TA_FA3_TRACE_BUILD
 namespace ddtree {
 namespace tree_attn {
-constexpr int kFa3TraceCtas = 2048, kFa3TraceTags = 8;
+constexpr int kFa3TraceCtas = 2048, kFa3TraceTags = 16;
+// The merge kernel (session 8): per CTA, %globaltimer at entry, after its PDL wait, and at its end.
+constexpr int kMergeTraceCtas = 4096, kMergeTraceTags = 3;
+__device__ unsigned long long g_merge_trace[kMergeTraceCtas][kMergeTraceTags];
 __device__ unsigned long long g_fa3_trace[kFa3TraceCtas][2 * kFa3TraceTags];
 }  // namespace tree_attn
 }  // namespace ddtree
@@ -31,8 +34,16 @@ __device__ unsigned long long g_fa3_trace[kFa3TraceCtas][2 * kFa3TraceTags];
       g_fa3_trace[cta_][kFa3TraceTags + (tag)] = static_cast<unsigned long long>(clock64()); \
     }                                                                                         \
   } while (0)
+#define DDTREE_TA_MERGE_TRACE(tag)                                                            \
+  do {                                                                                        \
+    unsigned long long gt_;                                                                   \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_));                                  \
+    const unsigned cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);     \
+    if (threadIdx.x == 0 && cta_ < kMergeTraceCtas) g_merge_trace[cta_][tag] = gt_;           \
+  } while (0)
 #endif
 
+#include "ddtree/kernels/tree_attention.cuh"
 #include "ddtree/kernels/tree_attention_fa3.cuh"
 #include "ddtree/tree_attention.h"
 #include "tree_attention/plan.h"
@@ -298,8 +309,8 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
 }  // extern "C"
 
 #ifdef DDTREE_TA_FA3_TRACE_BUILD
-// Copies the phase-trace table ([2048 CTAs][8 globaltimer ns, 8 clock64]) to `host` (room for
-// 2048 * 16 u64) and clears it on the device. Synchronous; a debugging aid of the trace build only.
+// Copies the phase-trace table ([2048 CTAs][16 globaltimer ns, 16 clock64]) to `host` (room for
+// 2048 * 32 u64) and clears it on the device. Synchronous; a debugging aid of the trace build only.
 extern "C" DDTREE_API int ddtree_debug_fa3_trace(unsigned long long* host) {
   if (cudaMemcpyFromSymbol(host, ddtree::tree_attn::g_fa3_trace, sizeof(ddtree::tree_attn::g_fa3_trace)) != cudaSuccess)
     return -1;
@@ -307,5 +318,15 @@ extern "C" DDTREE_API int ddtree_debug_fa3_trace(unsigned long long* host) {
   if (cudaGetSymbolAddress(&dev, ddtree::tree_attn::g_fa3_trace) != cudaSuccess) return -1;
   if (cudaMemset(dev, 0, sizeof(ddtree::tree_attn::g_fa3_trace)) != cudaSuccess) return -1;
   return ddtree::tree_attn::kFa3TraceCtas;
+}
+// The merge kernel's table ([4096 CTAs][3 globaltimer ns]: entry, after the PDL wait, end), same protocol.
+extern "C" DDTREE_API int ddtree_debug_merge_trace(unsigned long long* host) {
+  if (cudaMemcpyFromSymbol(host, ddtree::tree_attn::g_merge_trace, sizeof(ddtree::tree_attn::g_merge_trace)) !=
+      cudaSuccess)
+    return -1;
+  void* dev = nullptr;
+  if (cudaGetSymbolAddress(&dev, ddtree::tree_attn::g_merge_trace) != cudaSuccess) return -1;
+  if (cudaMemset(dev, 0, sizeof(ddtree::tree_attn::g_merge_trace)) != cudaSuccess) return -1;
+  return ddtree::tree_attn::kMergeTraceCtas;
 }
 #endif

@@ -12,9 +12,11 @@
 #include "ddtree/kernels/tree_attention/fa3_producer.cuh"
 
 // Phase trace (bench/profile/fa3_trace.py): a build with -DDDTREE_TA_FA3_TRACE_BUILD defines this in
-// src/tree_attention.cu to record %globaltimer and clock64 per CTA at the marks below (tid 0: entry,
-// lengths loaded, prologue published, producer done; tid 128, the first consumer warpgroup: Q landed,
-// first S + softmax, main loop done, epilogue stores issued). A no-op otherwise.
+// src/tree_attention.cu to record %globaltimer and clock64 per CTA at the marks below (tid 0: entry 0,
+// lengths loaded 1, chunk planned 14, first rows in shared memory 8, prologue published 2, producer done 7;
+// tid 128, the first consumer warpgroup: Q copies issued 9, mask part published 10, registers raised 11,
+// Q landed 3, K_0 landed 12, S_0 done 13, first softmax 4, main loop done 5, epilogue stores issued 6).
+// A no-op otherwise (the default build's SASS is the same with or without the marks).
 #ifndef DDTREE_TA_FA3_TRACE
 #define DDTREE_TA_FA3_TRACE(tag) ((void)0)
 #endif
@@ -83,6 +85,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
   if (p.balance_w > 0 && nact > 1) fa3_balanced_chunk(kv_len, ctx, nact, split, p.balance_w, c_begin, c_end);
   const int tb0 = (ctx / BN) * BN;
+  if (tid == 0) DDTREE_TA_FA3_TRACE(14);
   const int* bt = p.block_table + static_cast<int64_t>(b) * p.max_pages;
   const uint32_t* anc_b = p.anc ? p.anc + static_cast<int64_t>(b) * p.n_max * p.words : nullptr;
 
@@ -137,6 +140,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   if (wg == 0 && first_is_ctx) {  // steps 0 (K_0) and, with a second context tile, 1 (K_1, then V_0)
     s_rows[rows_slot] = cache_row(c_begin + tid, page0);
     if (second_is_ctx) s_rows[BN + rows_slot] = cache_row(c_begin + BN + tid, page1);
+    if (tid == 0) DDTREE_TA_FA3_TRACE(8);
     named_sync(5, 128);
     issue(k_ring, k_src0, 0, kv_len - c_begin - cp_g);
     cp_async_mbar_arrive(full_k);
@@ -183,6 +187,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
         }
       }
       cp_async_commit();
+      if (tid == 128) DDTREE_TA_FA3_TRACE(9);
     }
     if (r < rows_b) {
       const int node = r / G;
@@ -226,6 +231,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     if ((tid & 31) == 0 && lo) atomicOr(mask32, lo);
     if ((tid & 31) == 0 && hi) atomicOr(mask32 + 1, hi);
     mbar_arrive(mask_bar);  // release: this thread's row flags and (lane 0) its warp's mask bits
+    if (tid == 128) DDTREE_TA_FA3_TRACE(10);
   }
   // v10: the tile mask is published through mask_bar instead of a __syncthreads. Only the skipping of
   // tree tiles (the first key >= ctx that next_tile meets) and the epilogue's row flags read it, so
@@ -307,6 +313,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   } else {
     // =================================== consumers ==================================================
     regs_alloc<C::CONSUMER_REGS>();
+    if (tid == 128) DDTREE_TA_FA3_TRACE(11);
     const int c = wg - 1;  // consumer index: rows c*64 .. c*64+63 of the tile
     const int wtid = tid & 127, lane = tid & 31, warp = wtid >> 5;
     const int g4 = lane >> 2, t4 = lane & 3;
@@ -370,6 +377,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       int kn = next_tile(kt + BN);
       // ---- tile 0: S only ----
       mbar_wait(full_k, 0u);
+      if (tid == 128) DDTREE_TA_FA3_TRACE(12);
       fence_proxy_async();  // the stage was written through the generic proxy (cp.async)
       named_sync(1 + c, 256);
       pin(s);
@@ -380,6 +388,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       load_vis(kt);
       wg_wait0();
       pin(s);
+      if (tid == 128) DDTREE_TA_FA3_TRACE(13);
       release(empty_k);  // S_0 no longer reads K_0
       softmax(kt);
       if (tid == 128) DDTREE_TA_FA3_TRACE(4);

@@ -4,6 +4,12 @@
 
 #include "ddtree/kernels/tree_attention/common.cuh"
 
+// Phase trace of the merge kernel (the trace build of src/tree_attention.cu defines it: per CTA, entry,
+// the PDL wait's return and the end; bench/profile/fa3_trace.py). A no-op otherwise.
+#ifndef DDTREE_TA_MERGE_TRACE
+#define DDTREE_TA_MERGE_TRACE(tag) ((void)0)
+#endif
+
 namespace ddtree {
 namespace tree_attn {
 
@@ -15,6 +21,7 @@ __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params 
   const int lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);  // row within (b, h)
+  DDTREE_TA_MERGE_TRACE(0);
   const int t0 = p.qo_indptr[b];
   const int n_b = max(0, min(min(p.qo_indptr[b + 1], p.num_tokens) - t0, p.n_max));
   const int G = p.group;
@@ -45,6 +52,7 @@ __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params 
   // Launched with programmatic dependent launch after the fa3 kernel (a no-op otherwise): the partials
   // are that kernel's output, so wait for its completion and memory before reading them.
   ddtree::kernels::pdl_wait();
+  DDTREE_TA_MERGE_TRACE(1);
   const int64_t slot0 = ((static_cast<int64_t>(b) * p.hkv + h) * p.row_tiles + rt) * p.num_splits;
   const float* ml = p.part_ml + slot0 * BM * 2 + lr * 2;
   const float* po = p.part_o + slot0 * BM * D + lr * D;
@@ -127,6 +135,7 @@ __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params 
     *reinterpret_cast<uint2*>(p.o + qrow * D + col4 * 4) = packed;
   }
   if (p.lse && lane == 0) p.lse[qrow] = valid ? (mx + log2f(lsum)) * 0.69314718055994531f : -INFINITY;
+  DDTREE_TA_MERGE_TRACE(2);
 }
 
 }  // namespace tree_attn
