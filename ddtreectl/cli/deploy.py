@@ -111,8 +111,11 @@ def deploy_command(
     restarted: --restart restarts it (also one crash-looping between Restart= attempts; a stopped
     unit stays stopped) and verifies it through restore-service's health gate (unit active, port,
     /health, readiness, model, /server_info); a failed phase is exit 5 with this start's journal
-    lines and the rollback command. Exit codes: 0 ok, 5 build/self-test/remote failure or the
-    restarted service unhealthy, 8 lock held, 6 some hosts failed, 4 unreachable, 130 interrupted.
+    lines and the rollback command. A host another operator holds for development (`mode HOST dev`)
+    is refused before anything is built or switched (exit 8, naming the holder; the holder's own
+    deploy goes through; --plan says so). Exit codes: 0 ok, 5 build/self-test/remote failure or the
+    restarted service unhealthy, 8 lock held or held for development, 6 some hosts failed,
+    4 unreachable, 130 interrupted.
     """
     from ddtreectl.operations.deploy import DeployOptions, deploy_host
     from ddtreectl.operations.plan import plan_host

@@ -27,7 +27,8 @@ def rollback_command(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable results on stdout."),
 ) -> None:
     """Switch `current` back to the previous good release (or --to ID, which must have a good build
-    stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt.
+    stamp), atomically, under the deploy lock, with an audit line. Nothing is rebuilt. A host another
+    operator holds for development (`mode HOST dev`) is refused (exit 8, naming the holder).
 
     --restart restarts the service if it runs or crash-loops between Restart= attempts (a stopped unit
     is left stopped: restore-service starts it), then gates it like restore-service: unit active,
@@ -36,7 +37,8 @@ def rollback_command(
 
     Exit codes: 0 switched (and with --restart, verified healthy); 5 no earlier good release, or
     switched but the --restart or its health gate failed; 2 --to ID does not exist on the host, has
-    no good build stamp or is already current (the hint lists the good releases); 8 deploy lock held;
+    no good build stamp or is already current (the hint lists the good releases); 8 deploy lock held,
+    or held for development by someone else;
     4 unreachable; 6 some hosts failed; 3 inventory invalid or unknown host/group.
     """
     from ddtreectl.operations.plan import rollback_host

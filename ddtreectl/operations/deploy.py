@@ -22,11 +22,13 @@ from ddtreectl.errors import InterruptedByOperatorError, LockHeldError, RemoteCo
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import activate, remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
+from ddtreectl.operations.dev_hold import refuse_if_held_for_dev
 from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
 from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
 from ddtreectl.operations.restart import restart_and_verify, restart_error
 from ddtreectl.operations.sync import copy_local, explain_failed_copy, rsync_argv, run_rsync, shipped_kib, sources_for
 from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.mode_lease import lease_from_state_files
 from ddtreectl.probes.status import probe_status
 from ddtreectl.transport.base import Transport
 
@@ -161,6 +163,7 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
     try:
         emit(DeployEvent(host.name, "probe"))
         facts = probe(transport, inventory, host)
+        refuse_if_held_for_dev(lease_from_state_files(facts.state_files), host.name, "deploy")  # before a build
         rid, archs, source = target_release(facts, host, options.files)
         result = DeployResult(host.name, rid, archs=archs, archs_source=source)
         result.lock_took_over = got.took_over.describe() if got.took_over else None

@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import RemoteCommandError, UsageError
+from ddtreectl.errors import LockHeldError, RemoteCommandError, UsageError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import activate, remote_lock
 from ddtreectl.operations.audit import append_audit
+from ddtreectl.operations.dev_hold import read_lease, refuse_if_held_for_dev
 from ddtreectl.operations.deploy import (
     LOCK_NAME,
     DeployOptions,
@@ -29,6 +30,7 @@ from ddtreectl.operations.restart import restart_and_verify, restart_error
 from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.sync import FileChanges, parse_itemize, rsync_argv, run_rsync, sources_for
 from ddtreectl.probes.facts import GpuState
+from ddtreectl.probes.mode_lease import lease_from_state_files
 from ddtreectl.transport.base import Transport
 
 
@@ -46,6 +48,7 @@ class PlanResult:
     unit_diffs: list[str] = field(default_factory=list)
     lock: str | None = None  # holder description
     gpus: str = ""
+    refused: str | None = None  # why the deploy itself would be refused (exit 8: held for development)
 
 
 def gpu_summary(gpus: GpuState) -> str:
@@ -89,6 +92,10 @@ def plan_host(transport: Transport, inventory: Inventory, host: Host, options: D
                 plan.unit_diffs.append(d.diff)
     holder = remote_lock.status(transport, root, LOCK_NAME)
     plan.lock = holder.describe(int(time.time())) if holder else None
+    try:
+        refuse_if_held_for_dev(lease_from_state_files(facts.state_files), host.name, "deploy")
+    except LockHeldError as held:
+        plan.refused = f"{held.message} (exit {int(held.exit_code)}); hint: {held.hint}"
     return plan
 
 
@@ -108,6 +115,7 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
     root = host.remote_root
     take_lock(transport, root, f"rollback (ddtreectl pid {os.getpid()})", wait_s=lock_wait_s, ttl_s=600)
     try:
+        refuse_if_held_for_dev(read_lease(transport, root), host.name, "rollback")
         listing = activate.list_releases(transport, root)
         target = to or listing.previous
         if target is None or target == listing.current or not listing.good(target):

@@ -189,6 +189,8 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
             out.print(escape(diff), end="" if diff.endswith("\n") else "\n")
         out.print(f"  lock: {escape(p.lock) if p.lock else 'free'}")
         out.print(f"  GPUs: {escape(p.gpus)}")
+        if p.refused:
+            out.print(f"  [red]deploy would be refused: {escape(p.refused)}[/red]")
 
 
 def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str, BaseException]] = (), *,
