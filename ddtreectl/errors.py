@@ -69,6 +69,11 @@ class RemoteCommandError(DdtreeError):
     exit_code = ExitCode.REMOTE
 
 
+class CommandTimeoutError(RemoteCommandError):
+    """A remote command ran past its timeout and was stopped. What it did before that stays done: a
+    `systemctl start` may well have queued its job, so a caller that must know looks at the host."""
+
+
 class ServiceStartError(RemoteCommandError):
     """`systemctl start` itself failed (nothing was queued); `enabled` says whether the unit had just
     been enabled by the same step, so a caller can put that back."""

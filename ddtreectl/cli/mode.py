@@ -34,7 +34,9 @@ def mode(
     the service through the same preflight and health gate as `restore-service`, and clear the lease.
     A gate that fails after the start ends the lease too (the service is enabled and started: the
     host is production's); the error says so and names the next step. A refused preflight starts
-    nothing and keeps the lease; so does a failed `systemctl start` (the unit is disabled again).
+    nothing and keeps the lease; so does a failed `systemctl start` (the unit is disabled again). A
+    `systemctl start` that runs past the host's command_timeout is judged by the unit's state after it:
+    running, starting or with its job queued, the start took (gate, lease ended); else it failed.
 
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).

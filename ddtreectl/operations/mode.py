@@ -9,7 +9,8 @@ to dev:  drain (metrics) -> disable + stop the serving unit -> GPUs verified idl
 to prod: refuse while development processes hold GPUs -> restore through restore_host (the same
          preflight and phased health gate as `restore-service`) -> lease cleared (mode prod) once
          the unit was started, also when the gate then fails (exit 5, the state and next step said).
-         A `systemctl start` that fails (nothing started) disables the unit again and keeps the lease.
+         A `systemctl start` that fails (nothing started) disables the unit again and keeps the lease;
+         one that timed out is first judged by the unit's real state (restore.start_service).
 """
 
 from __future__ import annotations

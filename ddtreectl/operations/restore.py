@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import GpusBusyError, InventoryError, LockHeldError, RemoteCommandError, ServiceStartError
+from ddtreectl.errors import (CommandTimeoutError, GpusBusyError, InventoryError, LockHeldError, RemoteCommandError,
+                              ServiceStartError)
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations.activate import list_releases
 from ddtreectl.operations.audit import append_audit
@@ -140,9 +141,11 @@ def _no_release_hint(transport: Transport, host: Host, current: str | None) -> s
             f"then `ddtreectl restore-service {host.name}`")
 
 
-def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) -> tuple[bool, str | None]:
+def start_service(transport: Transport, host: Host, unit: str, *,
+                  enable: bool) -> tuple[bool, str | None, list[str]]:
     """Enable (optional) and start the unit unless it already runs; returns whether it was started
-    and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal.
+    and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal, and
+    notes for the operator (a start that timed out but took).
 
     A unit crash-looping under Restart=on-failure sits in activating/auto-restart between attempts.
     That is not running: `systemctl start` would only wait for the restart timer (systemd queues a
@@ -163,16 +166,53 @@ def start_service(transport: Transport, host: Host, unit: str, *, enable: bool) 
             raise RemoteCommandError(
                 f"enabling {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
                 hint=f"ddtreectl logs {host.name}", host=host.name)
+    notes: list[str] = []
     if not running:
         # Apart from the enable: a failed start must say the unit was enabled by this step (mode prod
         # puts that back, or a reboot would start production under the development lease).
-        result = transport.run(f"systemctl reset-failed -- {quoted} 2>/dev/null || true; "
-                               f"systemctl {'restart' if looping else 'start'} --no-block -- {quoted}", timeout=60)
-        if not result.ok:
-            raise ServiceStartError(
-                f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
-                enabled=enable, hint=f"ddtreectl logs {host.name}", host=host.name)
-    return not running, since
+        try:
+            result = transport.run(f"systemctl reset-failed -- {quoted} 2>/dev/null || true; "
+                                   f"systemctl {'restart' if looping else 'start'} --no-block -- {quoted}",
+                                   timeout=host.command_timeout)
+        except CommandTimeoutError as timed_out:
+            notes.append(_after_start_timeout(transport, host, unit, timed_out, enabled=enable))
+        else:
+            if not result.ok:
+                raise ServiceStartError(
+                    f"starting {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
+                    enabled=enable, hint=f"ddtreectl logs {host.name}", host=host.name)
+    return not running, since, notes
+
+
+def _after_start_timeout(transport: Transport, host: Host, unit: str, timed_out: CommandTimeoutError, *,
+                         enabled: bool) -> str:
+    """`systemctl start --no-block` ran past its timeout (systemd or D-Bus slow to answer) and was
+    killed: the job may have been queued all the same, and the unit then runs whatever we concluded.
+    The unit's real state decides. Running, starting or with a job queued: the start took (returns
+    the note to show; the gate judges the rest). Stopped with no job: nothing was started
+    (ServiceStartError, as for a failed start). Unreadable too: unknown, said as such (no guess)."""
+    quoted = shlex.quote(unit)
+    try:
+        out = transport.run(f"systemctl show -p ActiveState -p SubState -p Job -- {quoted}",
+                            timeout=host.command_timeout)
+    except RemoteCommandError as unread:
+        raise RemoteCommandError(
+            f"starting {unit} timed out ({timed_out.message}) and its state could not be read afterwards "
+            f"({unread.message}): it may be starting or not; {unit} is {'enabled' if enabled else 'as it was'}",
+            hint=f"`ddtreectl status {host.name}` shows whether {unit} runs; then run the same command again "
+                 "(a running unit is verified, not started twice)",
+            host=host.name) from None
+    props = dict(line.strip().split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    active, sub, job = props.get("ActiveState", ""), props.get("SubState", ""), props.get("Job", "").strip()
+    queued = job not in ("", "0")
+    state = f"{active or 'unknown'}/{sub or 'unknown'}" + (f", job {job} queued" if queued else "")
+    if active in ("active", "activating", "reloading") or queued:
+        return (f"`systemctl start` of {unit} timed out and was stopped, but the start took: {unit} is "
+                f"{state}")
+    raise ServiceStartError(
+        f"starting {unit} timed out ({timed_out.message}) and nothing was started: {unit} is {state}, no job "
+        "queued", enabled=enabled,
+        hint=f"check systemd on the host (`systemctl list-jobs`; `ddtreectl logs {host.name}`)", host=host.name)
 
 
 def restore_host(
@@ -193,10 +233,11 @@ def restore_host(
     result = RestoreResult(host=host.name, unit=rendered.unit)
     result.warnings = preflight(transport, host, rendered, options)
     try:
-        result.started, since = start_service(transport, host, rendered.unit, enable=options.enable)
+        result.started, since, notes = start_service(transport, host, rendered.unit, enable=options.enable)
     except ServiceStartError as err:
         err.warnings = result.warnings + err.warnings  # what --force let through, e.g. a drop-in
         raise
+    result.warnings.extend(notes)
     result.enabled = options.enable
 
     def record(event: PhaseEvent) -> None:

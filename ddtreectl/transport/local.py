@@ -15,7 +15,7 @@ import threading
 import time
 from typing import IO, Callable
 
-from ddtreectl.errors import RemoteCommandError
+from ddtreectl.errors import CommandTimeoutError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
@@ -88,7 +88,7 @@ class LocalTransport:
         out, err = bytearray(), bytearray()
         lines = LineSplitter(on_line)
         deadline = started + limit
-        timed_out = RemoteCommandError(
+        timed_out = CommandTimeoutError(
             f"command timed out after {limit:g} s (process group killed): {_short(command)}",
             hint="raise the timeout (command_timeout in the inventory) or check the host",
             host=self.host_name,

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from ddtreectl.errors import InventoryError, RemoteCommandError
+from ddtreectl.errors import CommandTimeoutError, InventoryError
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.transport import control, openssh
 from ddtreectl.transport.base import HttpResponse, RunResult, Transport
@@ -151,7 +151,7 @@ class MuxTransport:
                            start_by, on_line, on_tick)
         if outcome.started:
             if outcome.timed_out:
-                raise RemoteCommandError(
+                raise CommandTimeoutError(
                     f"command timed out after {limit:g} s: {command[:117]}",
                     hint="raise the timeout (command_timeout in the inventory) or check the host",
                     host=self.host_name,

@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ddtreectl.errors import ConnectError, RemoteCommandError
+from ddtreectl.errors import CommandTimeoutError, ConnectError, RemoteCommandError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
@@ -331,7 +331,7 @@ class SshTransport:
                 timed_out = not chan.status_event.wait(max(0.0, deadline - time.monotonic()))
             if timed_out:
                 chan.close()  # the remote `timeout` wrapper kills the process group on its side
-                raise RemoteCommandError(
+                raise CommandTimeoutError(
                     f"command timed out after {limit:g} s: {command[:117]}",
                     hint="raise the timeout (command_timeout in the inventory) or check the host",
                     host=self.host_name,
