@@ -92,10 +92,10 @@ def status(
 
         json_doc.emit(report_to_json(report, inventory_path()))
     else:
-        from ddtreectl.ui.console import stdout
+        from ddtreectl.ui.console import stdout_plain
         from ddtreectl.ui.status_table import render_status
 
-        render_status(report, stdout())
+        render_status(report, stdout_plain())
     if OPTIONS.debug:
         for host_status in report.hosts:
             if host_status.exception is not None:

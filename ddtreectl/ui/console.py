@@ -28,5 +28,11 @@ def stdout() -> "Console":
 
 
 @lru_cache(maxsize=None)
+def stdout_plain() -> "Console":
+    """Rich's default options (soft wrap off): the status table, fitted cell by cell to the width."""
+    return _console()
+
+
+@lru_cache(maxsize=None)
 def stderr() -> "Console":
     return _console(stderr=True, highlight=False, soft_wrap=True)
