@@ -242,11 +242,12 @@ def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
     compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs
 
 
-@pytest.fixture(scope="module", params=[32643, 65411], ids=["v9", "v10"])
+@pytest.fixture(scope="module", params=[32643, 65411, 98179], ids=["v9", "v10", "v11"])
 def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     # Session 7's option sets, built as the st.async instantiations' options: kV4OptV9 (v8 + the round append +
     # the all-to-all merge; what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1) and kV4OptV10 (v9 + eight
-    # lanes per candidate's rank and puts; DDTREE_TOPK_V4_OPT=v10). Every v9 test runs on both.
+    # lanes per candidate's rank and puts; DDTREE_TOPK_V4_OPT=v10) and kV4OptV11 (v9 + the row bound before the
+    # candidate pass, session 8; DDTREE_TOPK_V4_OPT=v11). Every v9 test runs on all three.
     opt = f"DDTREE_TOPK_V4_EMU_OPT={request.param}"
     return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", (opt,))
 
@@ -323,3 +324,39 @@ def test_v9_emulated_vector_prefilter(emu_binary_v9: Path, k: int) -> None:
     compare(b, y, k, async_xchg=True)  # fp32
     events = compare(b, logits((2, 1, 9000), "ties", torch.float32, seed=995 + k), k, async_xchg=True)
     assert events.get("cta_radix", 0) > 0
+
+
+@pytest.fixture(scope="module")
+def emu_binary_v11(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # kV4OptV11 (DDTREE_TOPK_V4_OPT=v11): v9 + the row bound (session 8).
+    return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", ("DDTREE_TOPK_V4_EMU_OPT=98179",))
+
+
+@pytest.mark.parametrize("k", [2, 16, 33, 64])
+def test_v11_emulated_row_bound(emu_binary_v11: Path, k: int) -> None:
+    # v11: every CTA admits only logits >= max(its own bound, the row bound R = the smallest of the cluster's
+    # ceil(k / cluster)-th largest group maxima), so most CTAs hold fewer than kc candidates and send zeros for the
+    # rest of their slots. Checked: R is used (row_bound events) and short lists occur (row_short), on full rows
+    # (8 and 4 CTAs, one and two register rounds), all top-k logits in one CTA (every other CTA sends zeros only),
+    # the top-k spread one per CTA, a whole -inf slice (R is -inf's key: v9's bounds alone), a NaN slice (it sends
+    # R = 0), ties at the bound (dyadic logits), fp32.
+    b = emu_binary_v11
+    x = logits((1, 2, 163840), "normal", torch.bfloat16, seed=1100 + k)
+    ev = compare(b, x[:, :1], k, async_xchg=True)
+    assert ev["cluster"] == 8 and ev.get("row_bound", 0) == 8 and ev.get("row_short", 0) > 0
+    ev = compare(b, x, k, async_xchg=True, max_cluster=4)  # two rounds
+    assert ev["cluster"] == 4 and ev.get("row_bound", 0) == 8
+    g = torch.Generator().manual_seed(1110 + k)
+    y = torch.randn(1, 4, 36000, generator=g) * 4
+    y[0, 0, 8000:8064] = 20.0 + torch.arange(64).float() / 8  # the whole top-k in one CTA
+    y[0, 1, ::7200] = 30.0 - torch.arange(5).float()  # one top logit at the start of each CTA's slice
+    y[0, 2, 7200:14400] = -INF  # a whole -inf slice: R = -inf's key, no row bound in that row
+    ev = compare(b, y.to(torch.bfloat16), k, async_xchg=True)
+    assert ev["cluster"] == 5 and ev.get("row_bound", 0) == 15 and ev.get("row_short", 0) >= (4 if k >= 16 else 1)
+    compare(b, y, k, async_xchg=True, max_cluster=4)  # fp32, 4 CTAs
+    compare(b, logits((1, 2, 9000), "dyadic", torch.float32, seed=1120 + k), k, async_xchg=True)
+    z = logits((1, 2, 20000), "normal", torch.float32, seed=1130 + k)
+    z[0, 1, 12345] = float("nan")
+    lp, ids, lse, ev = run_emu(b, z, k, async_xchg=True)
+    assert ev["flags"] == 1 and torch.isnan(lse[0, 1]) and ids[0, 1].eq(-1).all()
+    compare(b, z[:, :1], k, async_xchg=True)

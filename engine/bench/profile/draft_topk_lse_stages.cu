@@ -59,6 +59,24 @@ __global__ void __launch_bounds__(512, 2) empty_kernel(const bf16*, int, int, in
   k::pdl_wait();
 }
 
+// Normal logits x 4 in bf16, as bench_draft_topk_lse.py draws them (torch.randn * 4): the v11 mode's inputs. (The
+// uniform fill's top bf16 value holds ~430 logits of a 163,840 row: every bound sits on that tie, which no row bound
+// can tighten.) Box-Muller on two 24-bit hashes.
+__global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    uint32_t g = h * 0x85EBCA6Bu ^ (seed * 0xC2B2AE35u + 0x27D4EB2Fu);
+    g ^= g >> 13;
+    g *= 0x2C1B3C6Du;
+    g ^= g >> 16;
+    const float u1 = (float(h & 0xFFFFFF) + 0.5f) / 16777216.f, u2 = float(g & 0xFFFFFF) / 16777216.f;
+    x[i] = __float2bfloat16(4.f * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
+  }
+}
+
 struct Shape {
   int B, L, V, max_cluster, sets;
   std::vector<bf16*> xs;
@@ -133,7 +151,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < sh.sets; ++i) {
       bf16* p;
       CK(cudaMalloc(&p, n * 2));
-      fill<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
+      if (argc > 1 && std::string(argv[1]) == "v11") fill_normal<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
+      else fill<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
       sh.xs.push_back(p);
     }
   }
@@ -147,7 +166,10 @@ int main(int argc, char** argv) {
   size_t ws_bytes = ddtree_draft_topk_lse_workspace_size(8, 15, 163840, 64);
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
-  for (int i = 0; i < 3000; ++i) fill<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);  // clocks up
+  for (int i = 0; i < 3000; ++i) {  // clocks up (rewrites the 1x15 inputs: the same distribution as their first fill)
+    if (argc > 1 && std::string(argv[1]) == "v11") fill_normal<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);
+    else fill<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);
+  }
   CK(cudaStreamSynchronize(s));
 
   if (argc > 2 && std::string(argv[1]) == "calls") {
@@ -183,9 +205,19 @@ int main(int argc, char** argv) {
   // (Sessions 4-6 timed v5b, v6, the v6 opt-ins, each v7 option, v7b and the v8 tries here: all in NOTES.)
   // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
   // merge) by stage, each v9 option alone on v8, then both once more (drift).
-  constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10;
+  constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10, V11 = k::kV4OptV11;
   const bool v10 = argc > 1 && std::string(argv[1]) == "v10";
-  if (v10) {
+  const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
+  if (v11) {
+    // Session 8, s8topk (NOTES "v11"): v9 (the default for these clusters) against v11 (v9 + the row bound), whole
+    // kernel, alternating three times, then both by stage.
+    for (int rep = 0; rep < 3; ++rep) {
+      whole<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+      whole<V11>("v11", shapes, ks, lp, id, lse, flags, s);
+    }
+    row<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+    row<V11>("v11", shapes, ks, lp, id, lse, flags, s);
+  } else if (v10) {
     // Session 7, s7topk2 (NOTES "v10"): v9 (the default for these clusters) against v10 (v9 + the spread puts),
     // whole kernel, alternating three times, then both by stage.
     for (int rep = 0; rep < 3; ++rep) {
@@ -217,8 +249,8 @@ int main(int argc, char** argv) {
   const size_t tr_n = size_t(8) * 15 * 8 * 16;
   CK(cudaMalloc(&d_trace, tr_n * 8));
   CK(cudaMemcpyToSymbol(g_trace, &d_trace, sizeof(d_trace)));
-  const char* names[10] = {"entry", "pdl_wait", "sums", "barrier1", "bound/k1:partial", "cands/k1:cwait",
-                           "ranks,put", "cta0 bar", "cta0 mbar", "end(cta0)"};
+  const char* names[11] = {"entry", "pdl_wait", "sums", "barrier1", "bound/k1:partial", "cands/k1:cwait",
+                           "ranks,put", "cta0 bar", "cta0 mbar", "end(cta0)", "v11 row bound in"};
   auto trace = [&](const char* label, auto kern, Shape& sh, int kk) {
     std::vector<unsigned long long> h(tr_n);
     for (int it = 0; it < 50; ++it) {
@@ -237,7 +269,7 @@ int main(int argc, char** argv) {
     for (int b = 0; b < ctas; ++b) {
       const unsigned long long* t = &h[size_t(b) * 16];
       unsigned long long last = 0;
-      for (int i = 1; i < 10; ++i) last = std::max(last, t[i]);
+      for (int i = 1; i < 11; ++i) last = std::max(last, t[i]);
       if (t[14] > t[15] && last > t[0]) {
         ghz_num += double(last - t[0]);
         ghz_den += double(t[14] - t[15]);
@@ -249,7 +281,7 @@ int main(int argc, char** argv) {
     std::printf("trace %-18s %dx%d K%-2d: clock %.2f GHz, first entry -> last mark %.2f us; per stage, us after "
                 "the PDL wait (mean / max over CTAs; cta0 = the merging CTAs):\n",
                 label, sh.B, sh.L, kk, ghz, double(g1 - g0) / 1000.0);
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < 11; ++i) {
       double sum[2] = {0, 0}, mx[2] = {0, 0};
       int n[2] = {0, 0};
       for (int b = 0; b < ctas; ++b) {
@@ -266,6 +298,17 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
+  if (v11) {
+    trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
+    trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 16);
+    trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 64);
+    trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 64);
+    int hflags = 0;
+    CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
+    CK(cudaGetLastError());
+    std::printf("flags %d (0 expected)\n", hflags);
+    return 0;
+  }
   if (v10) {
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
     trace("v10", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V10, 9>, shapes[0], 16);

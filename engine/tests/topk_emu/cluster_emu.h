@@ -181,6 +181,15 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
   return m;
 }
 
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+  emu4::slot(int(threadIdx.x & 31)) = v;
+  emu4::warp_sync();
+  unsigned m = ~0u;
+  for (int l = 0; l < 32; ++l) m = std::min(m, unsigned(emu4::slot(l)));
+  emu4::warp_sync();
+  return m;
+}
+
 inline unsigned __reduce_add_sync(unsigned, unsigned v) {
   emu4::slot(int(threadIdx.x & 31)) = v;
   emu4::warp_sync();
@@ -242,12 +251,22 @@ inline int __ffs(int v) { return __builtin_ffs(v); }
 // The opt-in asynchronous exchange (ASYNC): an mbarrier is a byte count that st.async decrements after its
 // store; CTA 0 waits for zero. (One arrival, armed at initialization, as the kernel uses it.)
 inline void v4_mbar_init_expect(uint64_t* mbar, unsigned bytes) { __atomic_store_n(mbar, uint64_t(bytes), __ATOMIC_SEQ_CST); }
+// v11's second mbarrier: initialized with its one arrival pending (2^40), armed later by that arrival with its bytes;
+// bytes that land first take the count below the pending value (unsigned wrap-around), as the tx-count goes negative.
+inline void v4_mbar_init(uint64_t* mbar) { __atomic_store_n(mbar, uint64_t(1) << 40, __ATOMIC_SEQ_CST); }
+inline void v4_mbar_arrive_expect(uint64_t* mbar, unsigned bytes) {
+  __atomic_fetch_add(mbar, uint64_t(bytes) - (uint64_t(1) << 40), __ATOMIC_SEQ_CST);
+}
 inline void v4_mbar_wait0(uint64_t* mbar) {
   while (__atomic_load_n(mbar, __ATOMIC_SEQ_CST) != 0) sched_yield();
 }
 inline void v4_st_async(uint64_t* p, unsigned rank, uint64_t v, uint64_t* mbar) {
   *v4_map_rank(p, rank) = v;
   __atomic_fetch_sub(v4_map_rank(mbar, rank), uint64_t(8), __ATOMIC_SEQ_CST);
+}
+inline void v4_st_async(uint32_t* p, unsigned rank, uint32_t v, uint64_t* mbar) {
+  *v4_map_rank(p, rank) = v;
+  __atomic_fetch_sub(v4_map_rank(mbar, rank), uint64_t(4), __ATOMIC_SEQ_CST);
 }
 inline void v4_st_async(float2* p, unsigned rank, float2 v, uint64_t* mbar) {
   *v4_map_rank(p, rank) = v;

@@ -95,6 +95,14 @@ constexpr unsigned kV4OptA2AMerge = 16384u;
 // three-step shuffle sum gives the rank, and lane s sends the item to CTA s). v9 ranked each candidate with one
 // thread over all of them, which then issued the seven st.async in a row (~1.2 µs of the 1x15 K = 16 trace).
 constexpr unsigned kV4OptSpreadPut = 32768u;
+// v11 (session 8, s8topk, NOTES "v11 (session 8"), with kV4OptA2AMerge: a ROW bound before the candidate pass. Each
+// warp also takes its largest group maximum with m = ceil(k / cluster) group maxima of its CTA at or above it (the same
+// count as for the k-th, a second redux) and sends it to every CTA of the cluster (st.async, 4 bytes, a second
+// mbarrier) before barrier 2; a CTA's value is the largest of its warps', and the row bound R the smallest of the
+// CTAs' values: the cluster's CTAs hold cluster * m >= k disjoint groups whose maxima are >= R, so the row's k-th item
+// is >= R, and every CTA admits only logits >= max(its own bound, R) (R finite; else v9's bound alone). A CTA then holds a few candidates instead of ~k-2k (1x15 x 163,840, randn x 4: ~4 instead of ~25 at
+// k = 16), and sends its ranked ones and zeros for the rest of its kc slots (zeros sort below every item).
+constexpr unsigned kV4OptRowBound = 65536u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
 // runs it in the library.
@@ -112,6 +120,8 @@ constexpr unsigned kV4OptDefault = kV4OptV8;
 constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
 // v9 + the spread puts (DDTREE_TOPK_V4_OPT=v10; opt-in only: H200, 1x15 K = 16 / 32 / 64 1.00 / 1.05 / 1.03x of v9).
 constexpr unsigned kV4OptV10 = kV4OptV9 | kV4OptSpreadPut;
+// v9 + the row bound (DDTREE_TOPK_V4_OPT=v11).
+constexpr unsigned kV4OptV11 = kV4OptV9 | kV4OptRowBound;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
@@ -164,6 +174,22 @@ __device__ __forceinline__ void v4_mbar_init_expect(uint64_t* mbar, unsigned byt
                : "memory");
 #endif
 }
+// v11: an mbarrier of one arrival, initialized at entry (visible to the cluster through the entry cluster barrier) and
+// armed later, by its one arrival, for `bytes` of transactions: bytes that land before it is armed leave its tx-count
+// below zero, and its phase cannot complete before that arrival. (Arming it at entry, beside the first mbarrier or in
+// another thread, made ptxas spill 8-20 bytes in the kernel, sm_90a: `cluster` alive from the entry.)
+__device__ __forceinline__ void v4_mbar_init(uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(v4_smem_u32(mbar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void v4_mbar_arrive_expect(uint64_t* mbar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(v4_smem_u32(mbar)), "r"(bytes)
+               : "memory");
+#endif
+}
 __device__ __forceinline__ void v4_mbar_wait0(uint64_t* mbar) {  // phase 0 completed
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
@@ -176,6 +202,13 @@ __device__ __forceinline__ void v4_st_async(uint64_t* p, unsigned rank, uint64_t
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
                ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "l"(v), "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void v4_st_async(uint32_t* p, unsigned rank, uint32_t v, uint64_t* mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+               ::"r"(v4_mapa_u32(v4_smem_u32(p), rank)), "r"(v), "r"(v4_mapa_u32(v4_smem_u32(mbar), rank))
                : "memory");
 #endif
 }
@@ -234,6 +267,11 @@ struct V4Smem {
   unsigned long long best;  // k = 1: the best item (atomicMax)
   int cnt, bad;
   uint64_t mbar;  // CTA 0, ASYNC only: completes when every other CTA's bytes landed
+  // v11 (kV4OptRowBound): the mbarrier of the other CTAs' 4-byte puts, their warps' values (rbw[cc][w]: warp w of
+  // CTA cc, its largest group maximum with m of the CTA's at or above it) and this CTA's bound (the last warp's).
+  uint64_t mbar2;
+  alignas(16) uint32_t rbw[kV4MaxCluster][THREADS / 32];
+  uint32_t thr_s;
 };
 
 // How a row is split (host and device agree): nvec 16-byte vectors per row, pv per CTA, `cluster` CTAs.

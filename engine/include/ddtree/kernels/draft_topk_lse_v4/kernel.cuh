@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool a2a = ASYNC && (OPT & kV4OptA2AMerge) != 0u && (OPT & kV4OptK1Warp) != 0u;
   constexpr bool SP = a2a && (OPT & kV4OptSpreadPut) != 0u;  // v10: eight lanes per candidate rank and put
   static_assert(!SP || kV4MaxCluster == 8, "one lane of a candidate's group per destination CTA");
+  constexpr bool RW = a2a && (OPT & kV4OptRowBound) != 0u;  // v11: the row bound
   if (ASYNC && (blockIdx.x == 0 || (a2a && k > 1)) && threadIdx.x == 0) {
     // Bytes this CTA receives (CTA 0 only, unless a2a): every other CTA's partial (8) and its min(k, n) items
     // (8 each).
@@ -48,6 +49,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       if (cc != int(blockIdx.x)) bytes += 8u + 8u * unsigned(min(k, min(pv * VN, vocab - cc * pv * VN)));
     v4_mbar_init_expect(&sm.mbar, bytes);
   }
+  // v11: the mbarrier of the other CTAs' m-th largest group maxima (armed after barrier 2: v4_mbar_init).
+  if (RW && threadIdx.x == 32) v4_mbar_init(&sm.mbar2);
   v4_cluster_arrive_relaxed();  // "every CTA of the cluster started": waited for before the first remote store
   constexpr int WARPS = THREADS / 32;
   constexpr int G = THREADS / kV4Groups;  // lanes per group
@@ -310,11 +313,24 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 #pragma unroll
       for (int o = 1; o < G; o <<= 1) ge += __shfl_xor_sync(0xffffffffu, ge, o);
       enough = ge >= k;
+      if (RW) {
+        // v11: this warp's largest group maximum with m = ceil(k / cluster) groups at or above it, to every CTA of the
+        // cluster (lane o to CTA o; its own by a plain store, read after barrier 2).
+        const uint32_t qm = __reduce_max_sync(0xffffffffu, ge >= (k + cluster - 1) / cluster ? mine : 0u);
+        const int ml = v4_lane_again();
+        if (ml == c) sm.rbw[c][warp] = qm;
+        else if (ml < cluster) v4_st_async(&sm.rbw[c][warp], unsigned(ml), qm, &sm.mbar2);
+      }
     }
     const uint32_t q = __reduce_max_sync(0xffffffffu, enough ? mine : 0u);
     if (lane == 0) sm.red_t[warp] = q;
   } else if (lane == 0) {
     sm.red_t[warp] = 0u;
+  }
+  if (RW && warp == WARPS - 1) {  // v11: the last warp (no count) sends 0
+    const int ml = v4_lane_again();
+    if (ml == c) sm.rbw[c][warp] = 0u;
+    else if (ml < cluster) v4_st_async(&sm.rbw[c][warp], unsigned(ml), 0u, &sm.mbar2);
   }
   if (!(RB && k > 1) && warp == WARPS - 1) {
     // This CTA's (reference, sum) into CTA 0's part[c] (truncated profiles keep it here).
@@ -345,7 +361,37 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 
   if (!bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
     uint32_t thr = RB && k > 1 ? thr_rb : 1u;  // key 0 = no logit; 1 admits every valid one
-    if (!(RB && k > 1) && kc < n_valid) {
+    if (RW) {
+      // v11: the last warp waits for every warp value of every other CTA (sent before barrier 2; a NaN/+inf CTA's
+      // values are sent too: its row is written as NaN whatever the bound) and forms this CTA's bound: v9's (the
+      // largest of the warps' red_t) raised to the row bound R = the smallest over the CTAs of the largest of their
+      // warps' values (lane l reads 4 values of CTA l / LPC, LPC lanes per CTA), when R is a finite logit. The others
+      // read it after one more block barrier (in every warp, beside v9's 16 loads of red_t, ptxas spilled 8-20 bytes).
+      if (warp == WARPS - 1) {
+        constexpr int LPC = WARPS / 4;
+        static_assert(!RW || (WARPS % 4 == 0 && LPC * kV4MaxCluster <= 32), "the row bound's values in one warp");
+        const int ml = v4_lane_again();
+        if (ml == 0) v4_mbar_arrive_expect(&sm.mbar2, 4u * unsigned(WARPS * (cluster - 1)));
+        v4_mbar_wait0(&sm.mbar2);
+        DDTREE_V4_MARK(10);
+        const int o = ml / LPC;
+        uint32_t mo = 0xFFFFFFFFu;
+        if (o < cluster) {
+          const uint4 w4 = reinterpret_cast<const uint4*>(&sm.rbw[o][0])[ml - o * LPC];
+          mo = max(max(w4.x, w4.y), max(w4.z, w4.w));
+        }
+#pragma unroll
+        for (int d = 1; d < LPC; d <<= 1) mo = max(mo, __shfl_xor_sync(0xffffffffu, mo, d));
+        const uint32_t rb = __reduce_min_sync(0xffffffffu, mo);
+        uint32_t t = 1u;
+        if (kc < n_valid) t = __reduce_max_sync(0xffffffffu, ml < WARPS ? sm.red_t[ml] : 0u);
+        if (rb > kV4KeyNegInf) t = max(t, rb);  // a finite logit: the lane append's condition holds
+        if (ml == 0) sm.thr_s = t;
+        if (ml == 0 && rb > kV4KeyNegInf) DDTREE_TOPK_V4_EVENT(row_bound);
+      }
+      __syncthreads();
+      thr = sm.thr_s;
+    } else if (!(RB && k > 1) && kc < n_valid) {
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) thr = max(thr, sm.red_t[w]);
     }
@@ -537,10 +583,24 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
           const int rank = v4_count_greater(sm.cbuf, n, it);
           if (rank < kc) put(rank, it);
         }
+        if (RW) {
+          // v11: fewer than kc candidates above the row bound: slots [n, kc) of this CTA's list get 0 (below every
+          // item) in every CTA, one (slot, CTA) pair per thread; the receivers count 8 bytes per slot.
+          if (tid == 0 && n < kc) DDTREE_TOPK_V4_EVENT(row_short);
+          for (int t = tid; t < (kc - n) * kV4MaxCluster; t += THREADS) {
+            const int r = n + (t >> 3), o = t & (kV4MaxCluster - 1);
+            if (o == c) sm.slot[c][r ^ c] = 0ull;
+            else if (o < cluster) v4_st_async(&sm.slot[c][r ^ c], unsigned(o), 0ull, &sm.mbar);
+          }
+        }
       }
     }
   } else if (ASYNC && (c != 0 || a2a)) {
     // NaN/+inf slice: CTA 0 (a2a: every other CTA, CTA 0's slice included) still counts this CTA's item bytes.
+    if (RW) {  // v11: the other CTAs' row-bound values land before this CTA may exit
+      if (tid == 0) v4_mbar_arrive_expect(&sm.mbar2, 4u * unsigned(WARPS * (cluster - 1)));
+      v4_mbar_wait0(&sm.mbar2);
+    }
     for (int r = tid; r < kc; r += THREADS) {
       if (a2a) {
         for (int o = 0; o < cluster; ++o)
@@ -636,9 +696,11 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     using I16 = std::integral_constant<int, 16>;
     using I32 = std::integral_constant<int, 32>;
     using I64 = std::integral_constant<int, 64>;
+    // v11: this CTA's list holds min(candidates, kc) items, then zeros (its candidates are above the row bound).
+    const int nown = RW ? min(sm.cnt, n_of(c)) : 0;
     auto rank_own = [&](auto maxn_tag, auto lists_tag) {
-      v4_rank_own_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS>(sm, n_of, c, cluster, ksel,
-                                                                                      lse_d, lp_out, id_out);
+      v4_rank_own_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS, RW>(sm, n_of, c, cluster, ksel,
+                                                                                          lse_d, lp_out, id_out, nown);
     };
     if (cluster <= 4) {
       if (k <= 16) rank_own(I16{}, I4{});

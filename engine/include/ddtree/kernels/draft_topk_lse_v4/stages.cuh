@@ -186,11 +186,13 @@ __device__ __forceinline__ void v4_append_round(V4Smem<THREADS>& sm, const uint4
 // branch-free binary search of MAXN >= every list's length steps in its list (the item's own list gives its
 // index), then a shuffle sum; ranks < ksel are written. Lists are stored swizzled: item r of list o at
 // index r ^ o (the lanes of one item search different lists at the same positions: distinct banks).
-template <int MAXN, int LISTS, int THREADS, typename NOf>
+// OWN_N (v11, the row bound): this CTA's list holds `nown` items (then zeros), not n_of(c).
+template <int MAXN, int LISTS, int THREADS, bool OWN_N = false, typename NOf>
 __device__ __forceinline__ void v4_rank_own_items(const V4Smem<THREADS>& sm, const NOf& n_of, int c, int cluster,
-                                                  int ksel, double lse_d, float* lp_out, int32_t* id_out) {
+                                                  int ksel, double lse_d, float* lp_out, int32_t* id_out,
+                                                  int nown = 0) {
   const int tid = int(threadIdx.x), lane = v4_lane_again();
-  const int pairs = n_of(c) * LISTS;
+  const int pairs = (OWN_N ? nown : n_of(c)) * LISTS;
   for (int t0 = tid - lane; t0 < pairs; t0 += THREADS) {  // warp-uniform bounds (the shuffles)
     const int t = t0 + lane;
     const int item = t / LISTS, o = t - item * LISTS;
