@@ -6,8 +6,9 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// v4's kernel options (kV4Opt*): for k > 1 v9 (session 7) or v8 (session 6) by cluster size (run_v4_async), the
-// kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10 forces an option set (see env_v4_opt).
+// v4's kernel options (kV4Opt*): for k > 1 v11 (session 8), v9 (session 7) or v8 (session 6) by cluster size and k
+// (run_v4_async), the kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10|v11 forces an option set (see
+// env_v4_opt).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
 // DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200
@@ -216,6 +217,10 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
   if (opt == V4Opt::kDefault && k > 1) {
     const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
     opt = cluster >= 4 ? V4Opt::kV9 : V4Opt::kV8;
+    // v11 (session 8, NOTES "v11 (session 8"): the row bound where it measured faster than v9 in one process (H200,
+    // randn x 4 rows of 163,840): 8-CTA clusters at k = 64 (1x15: 8.98 -> 7.94 µs), 4-CTA clusters at k = 32 and 64
+    // (8x15: 22.7 -> 22.1, 25.7 -> 23.4); not at k = 16 (+0.35 / +0.2) nor with 8 CTAs at k = 32 (even).
+    if (cluster >= 4 && (k > 32 || (k == 32 && cluster == 4))) opt = V4Opt::kV11;
   }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,

@@ -25,10 +25,13 @@
 // Trace build of the kernel (STOP = 9: the whole kernel plus stamps): lane 0 of each warp passing mark i
 // raises slot i of its CTA's row in g_trace to its SM clock (the latest warp wins), slot 0 is thread 0's
 // entry clock, slot 15 its entry %globaltimer and slot 14 the latest %globaltimer of any mark.
+// STOP = 10: the same into g_trace2 (session 8: two consecutive calls, one per buffer, for the time from one call's
+// last mark to the next call's PDL release).
 __device__ unsigned long long* g_trace;
-__device__ __forceinline__ void v4_trace_mark(int i) {
+__device__ unsigned long long* g_trace2;
+__device__ __forceinline__ void v4_trace_mark(int i, unsigned long long* buf) {
   if ((threadIdx.x & 31) != 0) return;
-  unsigned long long* t = g_trace + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 16;
+  unsigned long long* t = buf + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 16;
   const unsigned long long c = clock64();
   unsigned long long g;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
@@ -44,7 +47,7 @@ __device__ __forceinline__ void v4_trace_mark(int i) {
 }
 #define DDTREE_V4_MARK(i) \
   do {                     \
-    if (STOP == 9) v4_trace_mark(i); \
+    if (STOP == 9 || STOP == 10) v4_trace_mark(i, STOP == 10 ? g_trace2 : g_trace); \
   } while (0)
 #include "graph_timer.h"
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
@@ -298,7 +301,62 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
+  // Two consecutive traced calls (the first into g_trace, the second into g_trace2, launched back to back with PDL):
+  // per CTA the %globaltimer of its PDL release is its entry time plus (mark 1 - entry) SM clocks. Printed in µs from
+  // the first call's earliest release: its latest mark, the second call's earliest entry, earliest and latest release
+  // and latest mark (the call period is the difference of the two earliest releases).
+  unsigned long long* d_trace2;
+  CK(cudaMalloc(&d_trace2, tr_n * 8));
+  CK(cudaMemcpyToSymbol(g_trace2, &d_trace2, sizeof(d_trace2)));
+  auto pair_trace = [&](const char* label, auto kern_a, auto kern_b, Shape& sh, int kk) {
+    std::vector<unsigned long long> ha(tr_n), hb(tr_n);
+    for (int it = 0; it < 50; ++it) {
+      for (int i = 0; i < 4; ++i)
+        launch(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptDefault, 0>, sh, sh.xs[i % sh.sets], kk,
+               lp, id, lse, flags, s);
+      CK(cudaMemsetAsync(d_trace, 0, tr_n * 8, s));
+      CK(cudaMemsetAsync(d_trace2, 0, tr_n * 8, s));
+      launch(kern_a, sh, sh.xs[it % sh.sets], kk, lp, id, lse, flags, s);
+      launch(kern_b, sh, sh.xs[(it + 1) % sh.sets], kk, lp, id, lse, flags, s);
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(ha.data(), d_trace, tr_n * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb.data(), d_trace2, tr_n * 8, cudaMemcpyDeviceToHost));
+    const auto split = k::v4_split<bf16, 512>(sh.V, sh.max_cluster);
+    const int ctas = split.cluster * sh.B * sh.L;
+    struct Sum { double entry_min = 1e300, rel_min = 1e300, rel_max = 0, last_max = 0; };
+    auto sum = [&](const std::vector<unsigned long long>& h) {
+      Sum r;
+      for (int b = 0; b < ctas; ++b) {
+        const unsigned long long* t = &h[size_t(b) * 16];
+        if (t[1] == 0 || t[15] == 0) continue;
+        const double rel = double(t[15]) + (double(t[1]) - double(t[0])) / 1.98;
+        r.entry_min = std::min(r.entry_min, double(t[15]));
+        r.rel_min = std::min(r.rel_min, rel);
+        r.rel_max = std::max(r.rel_max, rel);
+        r.last_max = std::max(r.last_max, double(t[14]));
+      }
+      return r;
+    };
+    const Sum a = sum(ha), b = sum(hb);
+    const double z = a.rel_min;
+    std::printf("pair trace %-6s %dx%d K%-2d (us from call 1's first PDL release; 1.98 GHz): call 1 release last %.2f, "
+                "last mark %.2f | call 2 first entry %.2f, release first %.2f last %.2f, last mark %.2f\n",
+                label, sh.B, sh.L, kk, (a.rel_max - z) / 1e3, (a.last_max - z) / 1e3, (b.entry_min - z) / 1e3,
+                (b.rel_min - z) / 1e3, (b.rel_max - z) / 1e3, (b.last_max - z) / 1e3);
+    std::fflush(stdout);
+  };
   if (v11) {
+    pair_trace("v7b", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptV7b, 9>,
+               k::draft_topk_lse_v4_kernel<bf16, true, 512, true, k::kV4OptV7b, 10>, shapes[0], 1);
+    pair_trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>,
+               k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 10>, shapes[0], 16);
+    pair_trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>,
+               k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 10>, shapes[0], 16);
+    pair_trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>,
+               k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 10>, shapes[0], 64);
+    pair_trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>,
+               k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 10>, shapes[0], 64);
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
     trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 16);
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 64);

@@ -354,6 +354,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     DDTREE_V4_MARK(4);
     bad = sm.bad;
     if (STOP == 3) {
+      if (RW) {  // v11: the other CTAs' row-bound values land before this CTA exits
+        if (tid == 0) v4_mbar_arrive_expect(&sm.mbar2, 4u * unsigned(WARPS * (cluster - 1)));
+        v4_mbar_wait0(&sm.mbar2);
+      }
       if (tid == 0) sink(sm.part[c].y + float(sm.red_t[1]));
       return;
     }
