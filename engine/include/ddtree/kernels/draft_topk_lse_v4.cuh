@@ -42,6 +42,10 @@
 // 163,840 K = 16 / 32 / 64: 8.6 / 9.6 / 11.4 -> 7.5 / 8.5 / 9.4 µs; 8x15: 27.4 / 29.5 / 33.4 -> 24.0 / 26.0 / 28.3;
 // separate processes of the Python bench, session 6's final run and session 7's call 2).
 // The library runs it where a row gets 4 or more CTAs (bf16 V > 24,576; src/draft_topk_lse.cu).
+// v11 (NOTES "v11 (session 8"): v9 with a row bound before the candidate pass (each CTA's ceil(k / cluster)-th largest
+// group maximum, exchanged; the smallest bounds the row's k-th item), so a CTA ranks, sends and merges a few candidates
+// instead of ~k-2k. The library runs it for k > 32 (and k = 32 with 4-CTA clusters) at clusters of 4+ CTAs (1x15 x
+// 163,840 K = 64: 9.0 -> 7.9 µs; 8x15 K = 64: 25.8 -> 23.4); at K = 16 the exchange costs more than it saves.
 #pragma once
 
 // Parts: draft_topk_lse_v4/helpers.cuh (configuration, cluster primitives, shared-memory layout, helpers),

@@ -100,8 +100,10 @@ constexpr unsigned kV4OptSpreadPut = 32768u;
 // count as for the k-th, a second redux) and sends it to every CTA of the cluster (st.async, 4 bytes, a second
 // mbarrier) before barrier 2; a CTA's value is the largest of its warps', and the row bound R the smallest of the
 // CTAs' values: the cluster's CTAs hold cluster * m >= k disjoint groups whose maxima are >= R, so the row's k-th item
-// is >= R, and every CTA admits only logits >= max(its own bound, R) (R finite; else v9's bound alone). A CTA then holds a few candidates instead of ~k-2k (1x15 x 163,840, randn x 4: ~4 instead of ~25 at
-// k = 16), and sends its ranked ones and zeros for the rest of its kc slots (zeros sort below every item).
+// is >= R, and every CTA admits only logits >= max(its own bound, R) (R finite; else v9's bound alone). A CTA then
+// holds a few candidates instead of ~k-2k (expected on randn x 4 rows of 163,840 at k = 16: ~5 instead of ~25) and
+// sends its ranked ones and zeros for the rest of its kc slots (zeros sort below every item). H200 (NOTES): 1x15 K = 64
+// 9.0 -> 7.9 µs, 8x15 K = 64 25.8 -> 23.4; K = 16 +0.3 (the exchange's wait outweighs the smaller stages).
 constexpr unsigned kV4OptRowBound = 65536u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
@@ -114,7 +116,7 @@ constexpr unsigned kV4OptV7 = kV4OptV7b & ~kV4OptShortSearch;  // session 5's ca
 constexpr unsigned kV4OptV8 = kV4OptV7b | kV4OptLaneAppend;  // session 6's default (DDTREE_TOPK_V4_OPT=v8)
 // The kernel template's default options (the emulator's base build). The library picks per call (run_v4_async
 // in src/draft_topk_lse.cu): v9 for k > 1 where it measured faster than v8 on the H200 (clusters of 4 or more
-// CTAs per row), v8 for shorter rows, kV4OptV7b for k = 1.
+// CTAs per row), v11 there for k > 32 (and k = 32 at 4-CTA clusters), v8 for shorter rows, kV4OptV7b for k = 1.
 constexpr unsigned kV4OptDefault = kV4OptV8;
 // Session 7 (NOTES "v9 (session 7)"): v8 + the round append + the all-to-all merge (DDTREE_TOPK_V4_OPT=v9).
 constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
