@@ -113,7 +113,10 @@ def deploy_command(
     /health, readiness, model, /server_info); a failed phase is exit 5 with this start's journal
     lines and the rollback command. A host another operator holds for development (`mode HOST dev`)
     is refused before anything is built or switched (exit 8, naming the holder; the holder's own
-    deploy goes through; --plan says so). Exit codes: 0 ok, 5 build/self-test/remote failure or the
+    deploy goes through; --plan says so). A unit ddtreectl installed that the inventory no longer
+    renders for the host (a profile's unit name changed) is stopped, disabled and deleted, audited;
+    a running one only with --restart (before the restart: it holds the port and GPUs), else it is
+    left running and reported. Exit codes: 0 ok, 5 build/self-test/remote failure or the
     restarted service unhealthy, 8 lock held or held for development, 6 some hosts failed,
     4 unreachable, 130 interrupted.
     """

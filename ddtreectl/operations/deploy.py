@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ddtreectl.errors import InterruptedByOperatorError, LockHeldError, RemoteCommandError
 from ddtreectl.inventory.models import Host, Inventory
@@ -31,6 +31,9 @@ from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.mode_lease import lease_from_state_files
 from ddtreectl.probes.status import probe_status
 from ddtreectl.transport.base import Transport
+
+if TYPE_CHECKING:
+    from ddtreectl.render.units import RenderedService
 
 LOCK_NAME = "deploy"
 _PID_IN_REASON = re.compile(r"ddtreectl pid (\d+)")
@@ -73,6 +76,9 @@ class DeployResult:
     selftest: str = ""
     units_changed: tuple[str, ...] = ()
     daemon_reloaded: bool = False
+    units_removed: tuple[str, ...] = ()  # units no longer rendered for the host: stopped, disabled, deleted
+    stale_running: tuple[str, ...] = ()  # ...still running: left alone without --restart (see stale_units)
+    replaced_running: str = ""  # --restart: the running stale unit(s) stopped; the rendered unit starts instead
     restarted: bool = False
     restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
     restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
@@ -252,6 +258,26 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     result.action = "deployed"
 
 
+def _stale_units(transport: Transport, host: Host, facts: HostFacts, rendered: RenderedService | None,
+                 options: DeployOptions, result: DeployResult) -> None:
+    """Remove the units ddtreectl installed that the inventory no longer renders (before a restart:
+    the old unit holds the port and GPUs the new one needs). A running one only under --restart: a
+    deploy without it never stops a serving process; it is reported instead, with the command."""
+    from ddtreectl.operations import stale_units
+
+    remove = [u for u in facts.other_units if options.restart or not u.running]
+    kept = [u.unit for u in facts.other_units if u not in remove]
+    record = stale_units.record_text(rendered, kept)
+    if remove:
+        stale_units.remove_units(transport, host.remote_root, remove, record, host=host.name,
+                                 rendered_unit=rendered.unit if rendered is not None else None)
+        result.units_removed = tuple(u.unit for u in remove)
+        result.replaced_running = ", ".join(u.unit for u in remove if u.running)
+    elif facts.state_files.get(f"state/{stale_units.RECORD}", "").strip() != record.strip():
+        stale_units.write_record(transport, host.remote_root, record, host=host.name)
+    result.stale_running = tuple(kept)
+
+
 def _activate(transport: Transport, inventory: Inventory, host: Host, facts: HostFacts, rid: str,
               options: DeployOptions, result: DeployResult, emit: EventFn) -> None:
     from ddtreectl.operations.units import drift, install_units, read_installed
@@ -266,6 +292,7 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
         if drift(rendered, installed):
             done = install_units(transport, rendered, installed)
             result.units_changed, result.daemon_reloaded = done.changed, done.daemon_reloaded
+    _stale_units(transport, host, facts, rendered, options, result)
     if facts.release.current != rid or not facts.release.current_exists:
         emit(DeployEvent(host.name, "switch"))
         result.previous = activate.switch_current(transport, root, rid)
@@ -274,7 +301,8 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
     failed_restart: RemoteCommandError | None = None
     if options.restart and rendered is not None:
         emit(DeployEvent(host.name, "restart"))
-        outcome = restart_and_verify(transport, inventory, host, on_event=lambda e: emit(
+        outcome = restart_and_verify(transport, inventory, host, replaces=result.replaced_running,
+                                     on_event=lambda e: emit(
             DeployEvent(host.name, "verify", detail=f"{e.phase}: {e.detail}" if e.detail else e.phase)))
         result.restarted, result.restart_verified = outcome.restarted, outcome.verified
         result.restart_note = outcome.left

@@ -46,6 +46,7 @@ class PlanResult:
     files: FileChanges
     units: list[str] = field(default_factory=list)  # drift descriptions
     unit_diffs: list[str] = field(default_factory=list)
+    stale_units: list[str] = field(default_factory=list)  # units no longer rendered, and what deploy does to them
     lock: str | None = None  # holder description
     gpus: str = ""
     refused: str | None = None  # why the deploy itself would be refused (exit 8: held for development)
@@ -90,6 +91,12 @@ def plan_host(transport: Transport, inventory: Inventory, host: Host, options: D
             plan.units.append(d.describe())
             if d.diff:
                 plan.unit_diffs.append(d.diff)
+    for unit in facts.other_units:
+        plan.stale_units.append(
+            f"{unit.unit} ({unit.active}, {unit.enabled}) is no longer rendered for {host.name}: "
+            + ("deploy would stop, disable and remove it" if options.restart or not unit.running else
+               f"still running; deploy leaves it running and says so, `ddtreectl deploy {host.name} --restart` "
+               "stops, disables and removes it"))
     holder = remote_lock.status(transport, root, LOCK_NAME)
     plan.lock = holder.describe(int(time.time())) if holder else None
     try:

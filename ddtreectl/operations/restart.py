@@ -45,10 +45,12 @@ class RestartOutcome:
 
 
 def restart_and_verify(transport: Transport, inventory: Inventory, host: Host, *,
-                       on_event: Callable[[PhaseEvent], None] = lambda event: None) -> RestartOutcome:
+                       on_event: Callable[[PhaseEvent], None] = lambda event: None,
+                       replaces: str = "") -> RestartOutcome:
     """Restart the host's service unit if it runs (or crash-loops), then gate it. Never raises for a
     failed restart or gate: the caller records the switch in the audit log first (`current` has
-    moved either way), then raises `restart_error`."""
+    moved either way), then raises `restart_error`. `replaces`: a running unit of an older name that
+    deploy just stopped for this one (stale_units): the unit is started even if it was stopped."""
     from ddtreectl.render.units import render_service
 
     service = inventory.service_of(host)
@@ -61,7 +63,7 @@ def restart_and_verify(transport: Transport, inventory: Inventory, host: Host, *
     since = first if re.fullmatch(r"@\d+", first) else None
     props = dict(line.strip().split("=", 1) for line in out.splitlines() if "=" in line)
     active, sub = props.get("ActiveState", ""), props.get("SubState", "")
-    if active not in ("active", "activating", "reloading") and sub != "auto-restart":
+    if active not in ("active", "activating", "reloading") and sub != "auto-restart" and not replaces:
         return RestartOutcome(False, left=f"{rendered.unit} is not running ({active or 'unknown'}"
                                           f"{'/' + sub if sub else ''}): left as it is; "
                                           f"`ddtreectl restore-service {host.name}` starts it")

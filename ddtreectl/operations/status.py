@@ -20,6 +20,7 @@ from ddtreectl.errors import (
 )
 from ddtreectl.fleet import DeadlineExceededError, HostResult, run_on_hosts
 from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations.stale_units import status_warning
 from ddtreectl.probes.checks import warnings_for
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.status import DEFAULT_GPU_TIMEOUT_S, probe_status
@@ -157,7 +158,8 @@ def _host_status(result: HostResult[_Probed]) -> HostStatus:
     if result.value is not None:
         probed = result.value
         facts = probed.facts
-        warnings = tuple(warnings_for(host, facts)) + tuple(probed.drift)
+        warnings = tuple(warnings_for(host, facts)) + tuple(probed.drift) + tuple(
+            status_warning(host.name, unit) for unit in facts.other_units)
         outcome: Outcome = "ok"
         error = hint = ""
         if host.machine_id and facts.machine_id and facts.machine_id != host.machine_id:

@@ -121,6 +121,28 @@ class DiskState:
 
 
 @dataclass(frozen=True)
+class OtherUnit:
+    """A unit ddtreectl installed on the host that the inventory no longer renders there (its
+    profile's unit name changed, or the host's service was removed): it keeps its port and GPUs
+    while it runs."""
+
+    unit: str
+    installed: bool  # /etc/systemd/system/<unit> exists
+    active: str  # `systemctl is-active` ("unknown": systemd could not be asked)
+    enabled: str  # `systemctl is-enabled`
+
+    @property
+    def running(self) -> bool:
+        """Anything but stopped: a unit starting, reloading or stopping still holds what it holds."""
+        return self.active not in ("inactive", "failed", "unknown")
+
+    @property
+    def present(self) -> bool:
+        """Still there in some form (a file, a loaded or enabled unit): worth reporting and removing."""
+        return self.installed or self.running or self.enabled not in ("", "unknown", "not-found")
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """Everything one status probe learned about a host."""
 
@@ -142,3 +164,5 @@ class HostFacts:
     # Lines of /etc/ssh/ssh_host_*_key.pub; None: the probe output had no such section (older
     # probe), () : the host has none readable there.
     host_keys: tuple[str, ...] | None = None
+    # Units ddtreectl installed that are not the one rendered for the host now (status.sh, otherunits).
+    other_units: tuple[OtherUnit, ...] = ()

@@ -8,7 +8,7 @@ from importlib import resources
 from typing import Any
 
 from ddtreectl.errors import RemoteCommandError
-from ddtreectl.probes.facts import HostFacts
+from ddtreectl.probes.facts import HostFacts, OtherUnit
 from ddtreectl.probes.parse import (
     Section,
     gpu_state,
@@ -74,8 +74,26 @@ def parse_status_output(text: str, *, unit: str | None) -> HostFacts:
         disk_detail="" if disk_state else _disk_detail(disk),
         state_files=files,
         host_keys=_host_keys(by_name.get("hostkeys")),
+        other_units=_other_units(by_name.get("otherunits")),
         **_unit_file(by_name.get("unitfile")),
     )
+
+
+def _other_units(section: Section | None) -> tuple[OtherUnit, ...]:
+    """The `otherunits` section: one `unit=NAME file=0|1 active=STATE enabled=STATE` line each; a unit
+    whose file is gone and that systemd no longer runs or enables is left out (nothing to remove)."""
+    if section is None:
+        return ()
+    found = []
+    for line in section.body.splitlines():
+        fields = {key: value for key, _, value in (part.partition("=") for part in line.split())}
+        if not fields.get("unit"):
+            continue
+        unit = OtherUnit(fields["unit"], fields.get("file") == "1", fields.get("active") or "unknown",
+                         fields.get("enabled") or "unknown")
+        if unit.present:
+            found.append(unit)
+    return tuple(found)
 
 
 def _unit_file(section: Section | None) -> dict[str, Any]:

@@ -96,6 +96,11 @@ def _archs(archs: str, source: str) -> str:
     return f"archs {archs} ({source})" if source else f"archs {archs}"
 
 
+def stale_running_note(host: str, units: Sequence[str]) -> str:
+    return (f"STALE unit(s) {', '.join(units)} still running, no longer rendered for {host} (they hold "
+            f"their port and GPUs): `ddtreectl deploy {host} --restart` stops, disables and removes them")
+
+
 def describe(r: DeployResult) -> str:
     """One line per host: what happened, release ids in full (never cut), build, self-test, units, time."""
     parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
@@ -105,6 +110,10 @@ def describe(r: DeployResult) -> str:
         parts.append(f"self-test {r.selftest}")
     parts.append("units " + (", ".join(p.rsplit("/", 1)[-1] for p in r.units_changed) + " installed"
                              if r.units_changed else "unchanged"))
+    if r.units_removed:
+        parts.append("removed stale unit(s) " + ", ".join(r.units_removed) + " (stopped, disabled, deleted)")
+    if r.stale_running:
+        parts.append(stale_running_note(r.host, r.stale_running))
     if r.restarted:
         parts.append("service restarted and verified healthy" if r.restart_verified else "service restarted")
     if r.restart_note:
@@ -135,6 +144,9 @@ def fan_out_json(schema: str, result_type: type, targets: Sequence[str], results
 
 def show_results(results: Sequence[DeployResult], errors: Sequence[tuple[str, BaseException]], *,
                  as_json: bool, targets: Sequence[str] = (), exit_code: int = 0) -> None:
+    for r in results:  # on stderr, --json or not: a summary field is easy to miss, an old server is not harmless
+        if r.stale_running:
+            console.stderr().print(f"[yellow]warning: {escape(stale_running_note(r.host, r.stale_running))}[/yellow]")
     if as_json:
         json_doc.emit(fan_out_json("ddtreectl.deploy/1", DeployResult, targets, results, errors, exit_code))
         show_errors(errors)
@@ -187,6 +199,8 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
         out.print("  units: " + ("; ".join(escape(u) for u in p.units) if p.units else "no change"))
         for diff in p.unit_diffs:
             out.print(escape(diff), end="" if diff.endswith("\n") else "\n")
+        for stale in p.stale_units:
+            out.print(f"  [yellow]stale unit: {escape(stale)}[/yellow]")
         out.print(f"  lock: {escape(p.lock) if p.lock else 'free'}")
         out.print(f"  GPUs: {escape(p.gpus)}")
         if p.refused:

@@ -129,6 +129,36 @@ if [ -n "$unit" ]; then
   echo "@@ddtree-end unitfile rc=0"
 fi
 
+# Units ddtreectl installed that the inventory no longer renders (a profile whose unit name changed,
+# a host whose service was removed): listed in state/units.list by deploy, or, for units installed
+# before that record existed, known by the header line every rendered unit starts with. Such a unit
+# stays enabled and running (its port, its GPUs) until a deploy removes it: status and deploy say so.
+# systemctl runs only for those units (normally none).
+echo "@@ddtree-begin otherunits"
+seen=" "
+other_unit() {
+  case $1 in "$unit"|""|*/*) return ;; esac
+  case $seen in *" $1 "*) return ;; esac
+  seen="$seen$1 "
+  if [ -f "/etc/systemd/system/$1" ]; then file=1; else file=0; fi
+  active=unknown
+  enabled=unknown
+  if command -v systemctl >/dev/null 2>&1; then
+    active=$(systemctl is-active -- "$1" 2>/dev/null)
+    enabled=$(systemctl is-enabled -- "$1" 2>/dev/null)
+  fi
+  echo "unit=$1 file=$file active=${active:-unknown} enabled=${enabled:-unknown}"
+}
+if [ -f "$root/state/units.list" ]; then
+  while read -r recorded rest; do other_unit "$recorded"; done < "$root/state/units.list"
+fi
+for f in /etc/systemd/system/*.service; do
+  [ -f "$f" ] || continue
+  first_line "$f"
+  case $line in "# Rendered by ddtreectl "*) other_unit "${f##*/}" ;; esac
+done
+echo "@@ddtree-end otherunits rc=0"
+
 echo "@@ddtree-begin release"
 echo "root=$root"
 if [ -d "$root" ]; then echo "root_exists=1"; else echo "root_exists=0"; fi
