@@ -39,21 +39,36 @@ app.add_typer(lock_app, name="lock")
 def lock_status_command(
     host: str = typer.Argument(..., metavar="HOST", help="The host."),
     name: str = typer.Option("deploy", "--name", help="Which lock: deploy or mode."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable result on stdout."),
 ) -> None:
     """Who holds the lock, why and since when; whether an automatic lock has expired.
+
+    --json prints one `ddtreectl.lock-status/1` document (README, "JSON output"): `host`, `ok`, `lock`,
+    `held`, and `holder` (null when free, else owner, reason, kind, since as Unix seconds and
+    since_utc, ttl_s, expired, description); a held lock is exit 8 with `error` null, a failure has
+    `error` set.
 
     Exit codes: 0 free; 8 held; 4 unreachable; 2 not a lock name (deploy, mode); 3 inventory invalid or
     unknown host.
     """
     from ddtreectl.operations import remote_lock
     from ddtreectl.transport import connect
+    from ddtreectl.ui import json_doc
     from ddtreectl.ui.console import stdout
+    from ddtreectl.ui.lock_view import lock_status_json
 
+    if json_out:
+        json_doc.expect("ddtreectl.lock-status/1", fan_out=False, host=host)
     name = _known_lock(name)
     inventory = load_inventory()
     target = inventory.host(host)
     with connect(target, inventory) as transport:
         holder = remote_lock.status(transport, target.remote_root, name)
+    if json_out:
+        json_doc.emit(lock_status_json(host, name, holder, int(time.time())))
+        if holder is not None:
+            raise typer.Exit(8)
+        return
     if holder is None:
         stdout().print(f"{host}: {name} lock free")
         return

@@ -100,6 +100,8 @@ SINGLE = [
     (["render", "dead", "--diff"], "render-diff", "dead", 4),
     (["set-ip", "dead", "127.0.0.9"], "set-ip", "dead", 4),
     (["trust", "dead", "--yes"], "trust", "dead", 4),
+    (["lock", "status", "box"], "lock-status", "box", 0),
+    (["lock", "status", "dead"], "lock-status", "dead", 4),
 ]
 
 

@@ -57,3 +57,33 @@ def test_a_name_ddtreectl_never_locks_is_refused_not_reported_free(
         assert "--name deploy" in err and "--name mode" in err, err
     assert (held / "owner.json").exists()
     assert run(["-i", str(inventory), "lock", "status", "box", "--name", "mode"]) == 8
+
+
+def test_lock_status_json_free_held_and_refused(box: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Scripts want the holder without parsing the text line: one `ddtreectl.lock-status/1` document,
+    free = exit 0, held = exit 8 with error null, a refused name = exit 2 with the error set."""
+    import json
+
+    inventory, root = box
+    assert run(["-i", str(inventory), "lock", "status", "box", "--json"]) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert free == {"schema": "ddtreectl.lock-status/1", "exit_code": 0, "ok": True, "error": None, "host": "box",
+                    "lock": "deploy", "held": False, "holder": None}
+
+    held = root / "state" / "locks" / "mode.lock"
+    held.mkdir(parents=True)
+    (held / "owner.json").write_text('{"owner": "dave@ops", "reason": "switch", "kind": "auto", "ttl_s": 600, '
+                                     '"since": 1700000000}')
+    assert run(["-i", str(inventory), "lock", "status", "box", "--name", "mode", "--json"]) == 8
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["exit_code"], doc["ok"], doc["error"], doc["lock"], doc["held"]) == (8, False, None, "mode", True)
+    holder = doc["holder"]
+    assert (holder["owner"], holder["reason"], holder["kind"], holder["ttl_s"]) == ("dave@ops", "switch", "auto", 600)
+    assert (holder["since"], holder["since_utc"], holder["expired"]) == (1700000000, "2023-11-14T22:13:20Z", True)
+    assert holder["description"].startswith("held by dave@ops since 2023-11-14 22:13:20 UTC"), holder
+
+    assert run(["-i", str(inventory), "lock", "status", "box", "--name", "mdoe", "--json"]) == 2
+    out = capsys.readouterr()
+    refused = json.loads(out.out)
+    assert (refused["schema"], refused["exit_code"], refused["host"]) == ("ddtreectl.lock-status/1", 2, "box")
+    assert "not a lock name" in refused["error"]["message"] and "error:" in out.err
