@@ -51,9 +51,31 @@ class RenderedService:
         return next(f for f in self.files if f.path.endswith(".service"))
 
 
+# The templates of the checkout this ddtreectl runs from (the repository's top-level templates/).
+BUNDLED_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+
 def templates_dir_for(inventory: Inventory) -> Path:
-    """Templates live beside the inventory: `<inventory dir>/templates`."""
-    return inventory.path.resolve().parent / "templates"
+    """`templates/` beside the inventory, else the templates bundled with this checkout: the same rule
+    as the engine (`deploy --engine`'s default), so an inventory kept outside the checkout (`-i
+    ~/fleet/hosts.yaml`) renders with the bundled templates instead of failing on a directory that
+    does not exist. A `templates/` beside the inventory wins whole (no per-file mixing)."""
+    beside = inventory.path.resolve().parent / "templates"
+    return beside if beside.is_dir() or not BUNDLED_TEMPLATES.is_dir() else BUNDLED_TEMPLATES
+
+
+def _not_found_hint(service: ServiceProfile, template: str, templates: Path) -> str:
+    """Exactly what to copy where (or which key to fix) for a template that is not there."""
+    bundled = BUNDLED_TEMPLATES / template
+    if not templates.is_dir():
+        return (f"create {templates} and put {template} in it (the bundled templates are the templates/ "
+                f"directory of a ddtreectl checkout), or fix services.{service.name}.template")
+    if bundled.is_file() and bundled.parent != templates:
+        return (f"{templates} overrides the bundled templates whole: copy {bundled} into {templates}/ "
+                f"(`cp {bundled} {templates}/`), or fix services.{service.name}.template")
+    have = sorted(p.name for p in templates.glob("*.service.j2"))
+    return (f"services.{service.name}.template names a file under {templates}"
+            + (f" (there: {', '.join(have)})" if have else " (it has no *.service.j2)"))
 
 
 def _rank_of(inventory: Inventory, host: Host, service: ServiceProfile) -> tuple[int, int, str]:
@@ -142,7 +164,7 @@ def render_service(
         except jinja2.TemplateNotFound:
             raise TemplateError(
                 f"template {template_name!r} not found in {templates}",
-                hint=f"services.{service.name}.template names a file under {templates}",
+                hint=_not_found_hint(service, template_name, templates),
                 host=host.name,
             ) from None
         except jinja2.UndefinedError as err:
