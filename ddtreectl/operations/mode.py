@@ -183,7 +183,7 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     records the override."""
     if force:
         return
-    on_step("checking that the GPUs can be verified idle after the stop")
+    on_step("checking, before production is touched, that the GPUs can be verified idle")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
     if not verdict.nvidia_smi_missing:  # busy now is expected (the service runs): the wait after the stop decides
@@ -192,8 +192,9 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
         "; nothing was changed"
     raise GpusBusyError(
-        "cannot take the host for development: the GPUs could not be verified idle after a stop: "
-        + "; ".join(r for r in verdict.reasons if r.startswith("GPU state unknown")) + kept,
+        "cannot take the host for development: its GPUs can never be verified idle ("
+        + "; ".join(r for r in verdict.reasons if r.startswith("GPU state unknown"))
+        + "), so production was not stopped" + kept,
         hint=f"install nvidia-smi on {host.name} (or put it on the SSH user's PATH; `ddtreectl gpus "
              f"{host.name}` shows what the sampler sees), or --force to take the host without the GPU "
              "check (recorded in the audit log)",

@@ -115,7 +115,12 @@ def trust_host(
 
     host = inventory.host(name)
     if host.transport != "ssh":
-        raise UsageError(f"{name} uses transport {host.transport!r}: there is no host key to trust",
+        # host=name already prefixes the message with the name ("error: box: ..."): not repeated here.
+        raise UsageError(f"transport {host.transport!r}: ddtreectl runs its commands on this machine, without "
+                         "SSH, so there is no host key to trust; nothing was recorded",
+                         hint=f"nothing to do for {name}: its commands need no trust; for a remote host, set "
+                              f"hosts.{name}.transport to ssh (the default) with its address, then "
+                              f"`ddtreectl trust {name}`",
                          host=name)
     jump_host = resolve_jump(host, inventory)
     jump = _reopen_jump(jump_host, inventory)

@@ -51,13 +51,22 @@ def _mib(value: int | None) -> str:
     return "?" if value is None else f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value} MiB"
 
 
+def sampled(v: HostVerdict) -> str:
+    """How the verdict was sampled. Without nvidia-smi the sampler stops at its first query (more
+    samples cannot install it), so the line says that rather than "1 sample(s)" whatever --samples said."""
+    if v.nvidia_smi_missing:
+        return "not sampled: nvidia-smi is not installed"
+    return f"{v.samples} sample{'' if v.samples == 1 else 's'}" + (
+        f", {v.interval_s:g} s apart" if v.samples > 1 else "")
+
+
 def show_check(check: GpuCheck) -> None:
     out = console.stdout()
     v = check.verdict
     waited = f" after waiting {check.waited_s:.0f} s" if check.rounds > 1 else ""
     signals = f" ({', '.join(v.signals)})" if v.signals else ""
     out.print(f"[bold]{escape(check.host)}[/bold]: [{_STYLE[v.verdict]}]{v.verdict.upper()}{signals}"
-              f"[/{_STYLE[v.verdict]}]{waited} — {v.samples} sample(s), {v.interval_s:g} s apart")
+              f"[/{_STYLE[v.verdict]}]{waited} — {escape(sampled(v))}")
     if v.gpus:
         table = Table(header_style="bold", pad_edge=False, show_edge=False)
         for column in ("GPU", "name", "memory", "util %", "verdict", "processes"):

@@ -91,3 +91,21 @@ def test_wait_idle_does_not_wait_for_an_nvidia_smi_that_is_not_installed(tmp_pat
     (host,) = json.loads(run.stdout)["hosts"]
     assert host["verdict"] == "unknown" and "nvidia-smi is not installed" in host["reasons"][0]
     assert host["rounds"] == 1
+
+
+def test_the_text_line_says_how_the_verdict_was_sampled(tmp_path: Path) -> None:
+    """Without nvidia-smi the sampler stops at its first query: the line said "1 sample(s), 1 s apart"
+    whatever --samples said. Now it says nothing was sampled, and why; counts read as English."""
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    two = ddtreectl(inventory, env, "--samples", "2", "--interval", "0.1")
+    assert two.returncode == 0 and "2 samples, 0.1 s apart" in two.stdout, two.stdout
+    one = ddtreectl(inventory, env, "--samples", "1")
+    assert one.returncode == 0 and "— 1 sample\n" in one.stdout and "apart" not in one.stdout, one.stdout
+    bare = "/usr/sbin:/usr/bin:/sbin:/bin"
+    if shutil.which("nvidia-smi", path=bare):
+        pytest.skip("this machine has an nvidia-smi")
+    env["PATH"] = bare
+    missing = ddtreectl(inventory, env, "--samples", "5")
+    assert missing.returncode == 7, missing.stderr
+    assert "UNKNOWN" in missing.stdout and "not sampled: nvidia-smi is not installed" in missing.stdout, missing.stdout
+    assert "sample(s)" not in missing.stdout and "apart" not in missing.stdout, missing.stdout

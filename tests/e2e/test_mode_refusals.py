@@ -65,6 +65,8 @@ def test_dev_without_nvidia_smi_refuses_before_stopping_production(hosts: Any) -
     assert refused.returncode == 7, refused.stdout + refused.stderr
     assert "nvidia-smi is not installed" in refused.stderr
     assert f"nothing was changed ({UNIT} is still active)" in refused.stderr
+    # Nothing was stopped, and the message says so (it used to read "could not be verified idle after a stop").
+    assert "so production was not stopped" in refused.stderr and "after a stop" not in refused.stderr, refused.stderr
     assert "hint: install nvidia-smi on mr-nosmi" in refused.stderr and "--force" in refused.stderr, refused.stderr
     assert "stopping" not in refused.stderr and "draining" not in refused.stderr
     # The host is exactly as it was: serving, enabled at boot, no lease, no switch in the audit log.
