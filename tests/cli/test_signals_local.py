@@ -26,13 +26,12 @@ def busy_box(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return make_local_box(tmp_path, "nvidia-smi-gpus-h200-1x-memory-no-process.txt")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path, dict[str, str]],
-                                                     signum: signal.Signals) -> None:
-    inventory, root, env = busy_box
-    lock_dir = root / "state" / "locks" / "mode.lock"
+def signal_mode_switch(inventory: Path, env: dict[str, str], lock_dir: Path, signum: signal.Signals,
+                       *extra: str) -> tuple[int, str, str]:
+    """Start `mode box dev`, wait until it holds the mode lock and sits in the idle wait (the GPU never goes
+    idle), send `signum`; the exit status, stdout and stderr."""
     proc = subprocess.Popen([installed_ddtreectl(), "-i", str(inventory), "mode", "box", "dev", "--reason", "profile",
-                             "--idle-timeout", "300"],
+                             "--idle-timeout", "300", *extra],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -42,12 +41,21 @@ def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path,
             time.sleep(0.05)
         time.sleep(0.5)  # into the idle wait
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_during_mode_switch_releases_the_lock(busy_box: tuple[Path, Path, dict[str, str]],
+                                                     signum: signal.Signals) -> None:
+    inventory, root, env = busy_box
+    lock_dir = root / "state" / "locks" / "mode.lock"
+    returncode, _, err = signal_mode_switch(inventory, env, lock_dir, signum)
+    assert returncode == 130, err
     assert "Traceback" not in err
     assert not lock_dir.exists(), "the mode lock outlived the command"
     # and the next switch is not told that another one is in progress
@@ -63,23 +71,9 @@ def test_ctrl_c_says_interrupted_and_json_still_prints_its_document(
     without a word, and `--json` without the one document README promises on failure."""
     inventory, root, env = busy_box
     lock_dir = root / "state" / "locks" / "mode.lock"
-    proc = subprocess.Popen([installed_ddtreectl(), "-i", str(inventory), "mode", "box", "dev", "--reason", "profile",
-                             "--idle-timeout", "300", *(["--json"] if json_out else [])],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not lock_dir.exists():
-            assert proc.poll() is None, f"mode exited early ({proc.returncode}): {proc.communicate()}"
-            assert time.monotonic() < deadline, "mode never took its lock"
-            time.sleep(0.05)
-        time.sleep(0.5)  # into the idle wait
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    returncode, out, err = signal_mode_switch(inventory, env, lock_dir, signal.SIGINT,
+                                              *(["--json"] if json_out else []))
+    assert returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
     if json_out:
         doc = json.loads(out)
