@@ -41,3 +41,12 @@ def installed_ddtreectl() -> str:
 
 def ddtreectl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([installed_ddtreectl(), *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def make_gpuless_box(tmp_path: Path) -> tuple[Path, Path]:
+    """(inventory, deploy root) of a `transport: local` host `box` with no GPUs and nothing deployed yet, for
+    tests that call the CLI in-process."""
+    root = tmp_path / "root"
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    gpus: 0\n    remote_root: {root}\n")
+    return inventory, root

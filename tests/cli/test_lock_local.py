@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from ddtreectl.cli.main import run
+from tests.cli.local_box import make_gpuless_box
 
 
 @pytest.fixture
 def box(tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "root"
-    inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts:\n  box:\n    transport: local\n    gpus: 0\n    remote_root: {root}\n")
-    return inventory, root
+    return make_gpuless_box(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["../../../victim/x", "a/b", "", "-x", "mode lock"])

@@ -64,11 +64,16 @@ def slow_start(host: Any, when: str) -> None:
     host.write_file("/run/slow-start", when)
 
 
-def test_start_that_times_out_after_queueing_its_job_ends_the_lease(slow_host: Any) -> None:
-    host, i = slow_host
-    dev = ddtreectl("-i", i, "mode", host.name, "dev", "--reason", "bench")
+def hold_for_development(host: Any, inventory: str) -> None:
+    """`mode HOST dev`: production stopped and disabled, the host leased for development."""
+    dev = ddtreectl("-i", inventory, "mode", host.name, "dev", "--reason", "bench")
     assert dev.returncode == 0, dev.stdout + dev.stderr
     assert lease(host)["mode"] == "dev" and unit_state(host) == ("inactive", "disabled")
+
+
+def test_start_that_times_out_after_queueing_its_job_ends_the_lease(slow_host: Any) -> None:
+    host, i = slow_host
+    hold_for_development(host, i)
     slow_start(host, "after")
     try:
         doc = as_json(ddtreectl("-i", i, "mode", host.name, "prod", "--json"))
@@ -90,9 +95,7 @@ def test_start_that_times_out_after_queueing_its_job_ends_the_lease(slow_host: A
 
 def test_start_that_times_out_before_systemd_has_it_keeps_the_lease(slow_host: Any) -> None:
     host, i = slow_host
-    dev = ddtreectl("-i", i, "mode", host.name, "dev", "--reason", "bench")
-    assert dev.returncode == 0, dev.stdout + dev.stderr
-    assert lease(host)["mode"] == "dev" and unit_state(host) == ("inactive", "disabled")
+    hold_for_development(host, i)
     slow_start(host, "before")
     try:
         text = ddtreectl("-i", i, "mode", host.name, "prod")
