@@ -239,7 +239,7 @@ def test_racing_operators_and_lease_expiry(hosts: Any) -> None:
 
     # Two operators ask for the host at once: one wins, the other gets exit 8 naming the winner.
     runs: dict[str, subprocess.CompletedProcess[str]] = {}
-    threads = [threading.Thread(target=lambda u=u: runs.__setitem__(  # type: ignore[misc]
+    threads = [threading.Thread(target=lambda u=u: runs.__setitem__(
         u, ddtreectl("-i", i, "mode", "md-race", "dev", "--reason", f"{u}'s run", "--ttl", "3s", user=u)))
         for u in ("alice", "bob")]
     for t in threads:
