@@ -132,13 +132,16 @@ def ddtree_like_parents(n: int, gen: torch.Generator, max_depth: int = 15) -> li
 # fa3 launch features toggled per call by the launcher's environment switches (--ab): v10's opt-in fused
 # split merge on, its lazy tile-mask wait off (v9b's eager wait), and its opt-in cost-weighted chunk
 # boundaries (masked tiles count 6/4 and 3/4 of a context tile: the last chunk, which holds them, gets
-# fewer or more tiles). The first two must give the default's bits; balanced chunks move chunk
-# boundaries, so they are compared by max rel diff instead.
+# fewer or more tiles), and v17's two tile schedules forced (chunked = v10's chunks, strided = every
+# nact-th tile per split). The first two must give the default's bits; balanced chunks and the other
+# schedule group the tiles differently, so they are compared by max rel diff instead.
 FA3_AB = {
     "fa3_fused_merge": {"DDTREE_TA_FA3_FUSED_MERGE": "1"},
     "fa3_eager_mask": {"DDTREE_TA_FA3_LAZY_MASK": "0"},
     "fa3_balance6": {"DDTREE_TA_FA3_BALANCE": "6"},
     "fa3_balance3": {"DDTREE_TA_FA3_BALANCE": "3"},
+    "fa3_chunked": {"DDTREE_TA_FA3_SCHEDULE": "chunked"},
+    "fa3_strided": {"DDTREE_TA_FA3_SCHEDULE": "strided"},
 }
 FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask"}
 

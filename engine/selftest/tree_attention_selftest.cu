@@ -305,6 +305,49 @@ void cluster_merge_matches_kernel_merge() {
   });
 }
 
+// fa3 v17: the two tile schedules of a split request (DDTREE_TA_FA3_SCHEDULE=chunked | strided, read per
+// launch; the build's default runs every check above). Both against the reference on requests whose tile
+// counts leave a partial round (T % nact != 0: the strided schedule's first-tile rule) and whose chunks
+// hold tree tiles; under the strided schedule a chain equals causal mode bit for bit, the fused merge gives
+// the merge kernel's bits, and a second launch on the same workspace gives the same bits again (run()).
+void tile_schedules() {
+  struct Env {
+    ~Env() { unsetenv("DDTREE_TA_FA3_SCHEDULE"); }
+  } env;
+  TaCase c = make_case(8, 1, 128, 16, {1000, 300, 0, 2100}, {300, 40, 130, 260}, 2, 917, 13);
+  const Reference ref = reference_of(c);
+  TaCase chain = make_case(8, 1, 128, 16, {1000, 63}, {300, 130}, 0, 918);
+  const Reference ref_chain = reference_of(chain);
+  for_each_impl(128, [&](const char* impl) {
+    for (int chunk : {0, 384, 1152, 640}) {
+      setenv("DDTREE_TA_FA3_SCHEDULE", "chunked", 1);
+      const Result chunked = run(c, false, chunk);
+      check_against_reference(c, chunked, ref, st::format("%s chunked schedule chunk=%d", impl, chunk).c_str());
+      setenv("DDTREE_TA_FA3_SCHEDULE", "strided", 1);
+      const Result strided = run(c, false, chunk);
+      check_against_reference(c, strided, ref, st::format("%s strided schedule chunk=%d", impl, chunk).c_str());
+      const int pinned = chunk ? chunk : 384;  // the planned chunk depends on n_max (anc vs token count)
+      const Result tree = run(chain, false, pinned), causal = run(chain, true, pinned);
+      size_t diff = 0;
+      for (size_t i = 0; i < tree.o.size(); ++i) diff += tree.o[i] != causal.o[i];
+      for (size_t i = 0; i < tree.lse.size(); ++i) diff += std::memcmp(&tree.lse[i], &causal.lse[i], 4) != 0;
+      ST_EXPECT(diff == 0, "%s strided chunk %d: %zu elements differ between chain bitset and causal mode", impl,
+                pinned, diff);
+      check_against_reference(chain, causal, ref_chain, st::format("%s strided causal", impl).c_str());
+      if (chunk == 1152 || chunk == 640) {  // 3 and 4 splits of the longest request: the fused merge's range
+        setenv("DDTREE_TA_FA3_FUSED_MERGE", "1", 1);
+        const Result fused = run(c, false, chunk);
+        unsetenv("DDTREE_TA_FA3_FUSED_MERGE");
+        diff = 0;
+        for (size_t i = 0; i < fused.o.size(); ++i) diff += fused.o[i] != strided.o[i];
+        for (size_t i = 0; i < fused.lse.size(); ++i) diff += std::memcmp(&fused.lse[i], &strided.lse[i], 4) != 0;
+        ST_EXPECT(diff == 0, "%s strided chunk %d: %zu elements differ between the fused merge and the merge kernel",
+                  impl, chunk, diff);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 DDTREE_SELFTEST(tree_attention_random_trees) { random_trees(); }
@@ -327,4 +370,5 @@ DDTREE_SELFTEST(tree_attention_zz_fa3_backend) {
   long_pipelines();
   chain_equals_causal_bitwise();
   cluster_merge_matches_kernel_merge();
+  tile_schedules();
 }

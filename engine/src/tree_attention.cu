@@ -54,6 +54,7 @@ using ddtree::detail::fail;
 namespace ta = ddtree::tree_attn;
 using ddtree::tree_attention_launch::fa3_balance_weight;
 using ddtree::tree_attention_launch::fa3_lazy_mask_enabled;
+using ddtree::tree_attention_launch::fa3_strided_schedule;
 using ddtree::tree_attention_launch::make_plan;
 using ddtree::tree_attention_launch::Plan;
 
@@ -93,10 +94,14 @@ ddtree_status_t prepare_fa3(int* ctas_per_sm) {
     return DDTREE_STATUS_SUCCESS;
   }
   using F = ta::Fa3Config;
-  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel),
+  // Both tile schedules' instances (v17): the same resources, each needs its own shared-memory limit.
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<false>),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<true>),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
   int occ = 0;
-  DDTREE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, &ta::tree_attention_fa3_kernel, F::NT, F::SMEM));
+  DDTREE_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, &ta::tree_attention_fa3_kernel<false>, F::NT, F::SMEM));
   if (occ <= 0)
     return fail(DDTREE_STATUS_UNSUPPORTED, "tree_attention: the fa3 kernel needs %d bytes of shared memory per block",
                 F::SMEM);
@@ -128,7 +133,7 @@ int fa3_max_active_clusters(int size) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel), &cfg) !=
+    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<false>), &cfg) !=
         cudaSuccess) {
       cudaGetLastError();  // not sticky; leave no error behind for the launch check
       n = 0;
@@ -188,6 +193,9 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
+  // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
+  auto* kernel = fa3_strided_schedule() && kp.balance_w == 0 ? &ta::tree_attention_fa3_kernel<true>
+                                                             : &ta::tree_attention_fa3_kernel<false>;
   // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
   // at once and not sticky), launch without it from then on.
   static bool pdl_refused = false;
@@ -198,7 +206,7 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
     attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = n_attr + 1;
-    err = cudaLaunchKernelEx(&cfg, ta::tree_attention_fa3_kernel, kp);
+    err = cudaLaunchKernelEx(&cfg, kernel, kp);
     launched = true;
     if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported || err == cudaErrorInvalidConfiguration) {
       (void)cudaGetLastError();
@@ -209,7 +217,7 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   if (!launched) {
     cfg.attrs = n_attr ? attr : nullptr;
     cfg.numAttrs = n_attr;
-    err = cudaLaunchKernelEx(&cfg, ta::tree_attention_fa3_kernel, kp);
+    err = cudaLaunchKernelEx(&cfg, kernel, kp);
   }
   if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "tree_attention fa3 kernel");
   ddtree_status_t st = ddtree::detail::check_launch("tree_attention fa3 kernel");

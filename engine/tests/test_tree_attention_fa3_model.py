@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -203,9 +204,36 @@ def tile_mask(anc_rows: list[list[int]] | None, nodes: list[int], ctx: int, n_b:
     return tiles
 
 
+def strided_first(kv_len: int, nact: int, split: int) -> tuple[int, int]:
+    """fa3_strided_first (v17): the first key of split `split` and r_keys (keys of the partial round)."""
+    t = (kv_len + BN - 1) // BN
+    r = t % nact
+    first = kv_len if split >= nact else (nact - 1 - split + (r if split < nact - r else 0)) * BN
+    return first, r * BN
+
+
+def strided_adv(k0: int, r_keys: int, nact: int) -> int:
+    """The kernel's adv() under the strided schedule: the split's next tile after the one at key k0."""
+    return k0 + (r_keys if k0 < r_keys else nact * BN)
+
+
+def split_ranges(kv_len: int, chunk: int, schedule: str) -> list[tuple[int, int, Callable[[int], int]]]:
+    """(first key, end, advance) of each split of a request, as the kernel walks them (before tile skips)."""
+    nact = (kv_len + chunk - 1) // chunk
+    out = []
+    for split in range(nact):
+        if schedule == "chunked":
+            out.append((split * chunk, min(split * chunk + chunk, kv_len), lambda k0: k0 + BN))
+        else:
+            first, r_keys = strided_first(kv_len, nact, split)
+            out.append((first, kv_len, lambda k0, r_keys=r_keys: strided_adv(k0, r_keys, nact)))
+    return out
+
+
 def fa3_request(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, vis: torch.Tensor, ctx: int,
-                anc_rows: list[list[int]] | None, chunk: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One request, one kv head, all rows in one CTA per chunk: o [R, D] and lse [R] (natural log)."""
+                anc_rows: list[list[int]] | None, chunk: int, scale: float,
+                schedule: str = "chunked") -> tuple[torch.Tensor, torch.Tensor]:
+    """One request, one kv head, all rows in one CTA per split: o [R, D] and lse [R] (natural log)."""
     rows, n_b = q.shape[0], vis.shape[0]
     nodes = list(range(n_b))
     kv_len = k.shape[0]
@@ -215,12 +243,11 @@ def fa3_request(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, vis: torch.Te
     node_of = torch.arange(rows) // g
     log2e = 1.4426950408889634
     parts = []
-    for c_begin in range(0, kv_len, chunk):
-        c_end = min(c_begin + chunk, kv_len)
+    for c_begin, c_end, adv in split_ranges(kv_len, chunk, schedule):
 
-        def next_tile(k0: int) -> int:
+        def next_tile(k0: int, c_end: int = c_end, adv: Callable[[int], int] = adv) -> int:
             while k0 < c_end and k0 >= ctx and not (mask >> ((k0 - tb0) // BN)) & 1:
-                k0 += BN
+                k0 = adv(k0)
             return k0
 
         m = torch.full((rows,), float("-inf"))
@@ -252,7 +279,7 @@ def fa3_request(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, vis: torch.Te
             l_sum = l_sum * corr + p.sum(dim=1)
             m = m_new
             p_prev, v_prev = p, vv
-            kt = next_tile(kt + BN)
+            kt = next_tile(adv(kt))
         if p_prev is not None:
             acc = acc * corr[:, None] + p_prev @ v_prev
         parts.append((acc, m, l_sum))
@@ -273,9 +300,11 @@ SHAPES = [(3, 1000, 130, 0, 4096), (1, 700, 64, 3, 256), (8, 0, 33, 2, 128), (1,
           (2, 2000, 40, 0, 1024), (1, 300, 130, 3, 4096), (4, 127, 1, 0, 128), (1, 1, 260, 0, 4096)]
 
 
+@pytest.mark.parametrize("schedule", ["chunked", "strided"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_fa3_arithmetic_order_matches_reference(shape: tuple[int, int, int, int, int], causal: bool) -> None:
+def test_fa3_arithmetic_order_matches_reference(shape: tuple[int, int, int, int, int], causal: bool,
+                                                 schedule: str) -> None:
     g, ctx, n, n_pad, chunk = shape
     seed = sum(shape)
     gen = torch.Generator().manual_seed(seed)
@@ -291,7 +320,7 @@ def test_fa3_arithmetic_order_matches_reference(shape: tuple[int, int, int, int,
     k = torch.randn(length, d, generator=gen)
     v = torch.randn(length, d, generator=gen)
     scale = d ** -0.5
-    o, lse = fa3_request(q, k, v, vis, ctx, anc_rows, chunk, scale)
+    o, lse = fa3_request(q, k, v, vis, ctx, anc_rows, chunk, scale, schedule)
     # reference: same data as a one-request, one-kv-head paged cache with page size 1
     k_cache = k.view(length, 1, 1, d)
     v_cache = v.view(length, 1, 1, d)
@@ -304,6 +333,39 @@ def test_fa3_arithmetic_order_matches_reference(shape: tuple[int, int, int, int,
     assert torch.all(o[pad] == 0)
     torch.testing.assert_close(o[~pad], o_ref[~pad], atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(lse[~pad], lse_ref[~pad], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("kv_len", [1, 127, 128, 129, 1000, 4160, 4608, 66048])
+def test_strided_schedule_deals_every_tile_once_and_the_tree_tiles_apart(kv_len: int) -> None:
+    """v17: under the strided schedule the splits' tiles are a partition of the request's tiles, each
+    split's in increasing order and non-empty; the last tile goes to a split without a partial-round tile;
+    the last nact tiles (where the tree sits) go one to a split; and no split holds more than ceil(T / nact)."""
+    t_all = (kv_len + BN - 1) // BN
+    for chunk in sorted({BN, 256, 384, 640, 1152, 1280, 4096, 16512} | {BN * max(1, t_all // 4)}):
+        nact = (kv_len + chunk - 1) // chunk
+        r = t_all % nact
+        seen: list[int] = []
+        last_owner, partial_owners = -1, set()
+        for split, (first, end, adv) in enumerate(split_ranges(kv_len, chunk, "strided")):
+            tiles, k0 = [], first
+            while k0 < end:
+                tiles.append(k0 // BN)
+                k0 = adv(k0)
+            assert tiles, f"split {split} of {nact} got no tile (kv_len {kv_len}, chunk {chunk})"
+            assert tiles == sorted(tiles)
+            assert len(tiles) <= -(-t_all // nact)
+            assert len({t % nact for t in tiles if t >= r}) == 1  # one residue: the tiles are nact apart
+            if tiles[0] < r:
+                partial_owners.add(split)
+            if t_all - 1 in tiles:
+                last_owner = split
+            assert len([t for t in tiles if t >= t_all - nact]) == 1
+            seen += tiles
+        assert sorted(seen) == list(range(t_all))
+        assert last_owner not in partial_owners
+        assert len(partial_owners) == r
+        # a split past the request's length (an idle member of a merging cluster) gets no tile
+        assert strided_first(kv_len, nact, nact)[0] == kv_len
 
 
 # ---- per-tile visibility words (tile_visibility in the kernel) ---------------------------------------

@@ -284,6 +284,36 @@ def test_balanced_chunks_match_reference_and_chain_equals_causal(kv_chunk: int, 
     assert_close_to_reference(chain, o_causal, lse_causal, causal=True)
 
 
+@pytest.mark.parametrize("kv_chunk", [0, 384, 640, 1152])
+def test_tile_schedules_match_reference_and_chain_equals_causal(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 v17: DDTREE_TA_FA3_SCHEDULE=chunked (v10's contiguous chunks) or strided (split s takes every
+    # nact-th tile; read on every call). The requests' tile counts leave partial rounds (T % nact != 0) and
+    # put tree tiles in several splits. Both schedules against the reference; they group the same tiles
+    # differently, so some bits differ (which shows the switch acts); under the strided schedule a chain
+    # equals causal mode bit for bit and the fused merge gives the merge kernel's bits.
+    if _impl[0] != "fa3":
+        pytest.skip("the tile schedules are fa3's")
+    case = make_case(8, 1, 128, ctx=[1000, 300, 0, 2100], n=[300, 40, 130, 260], page=16, seed=kv_chunk + 31).to("cuda")
+    monkeypatch.setenv("DDTREE_TA_FA3_SCHEDULE", "chunked")
+    o_c, lse_c = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o_c, lse_c)
+    monkeypatch.setenv("DDTREE_TA_FA3_SCHEDULE", "strided")
+    o_s, lse_s = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o_s, lse_s)
+    assert not torch.equal(o_s.view(torch.int16), o_c.view(torch.int16))
+    if kv_chunk in (640, 1152):  # 4 and 3 splits of the longest request: the fused merge's range
+        monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "1")
+        o_f, lse_f = kernel(case, kv_chunk=kv_chunk)
+        monkeypatch.delenv("DDTREE_TA_FA3_FUSED_MERGE")
+        assert torch.equal(o_f.view(torch.int16), o_s.view(torch.int16))
+        assert torch.equal(lse_f.view(torch.int32), lse_s.view(torch.int32))
+    chain = make_case(8, 1, 128, ctx=[1000, 63], n=[300, 130], page=16, kind="chain", seed=kv_chunk + 32).to("cuda")
+    o_tree, lse_tree = kernel(chain, kv_chunk=kv_chunk or 384)
+    o_causal, lse_causal = kernel(chain, causal=True, kv_chunk=kv_chunk or 384)
+    assert torch.equal(o_tree, o_causal) and torch.equal(lse_tree, lse_causal)
+    assert_close_to_reference(chain, o_causal, lse_causal, causal=True)
+
+
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:
     case = make_case(8, 1, 128, ctx=[500], n=[90], page=16, seed=8).to("cuda")
     o, lse = kernel(case, kv_chunk=128)

@@ -122,6 +122,16 @@ def show(name: str, call, row_tiles: int = 0) -> None:
 def main() -> None:
     import os
 
+    if "--v17" in sys.argv:
+        # v17: the two tile schedules of a split request, one after the other on the same shapes (the split
+        # lines then show whether the tree tiles' split still straggles).
+        for shape, hq, hkv, n in (("8/1 x 512 x 4k", 8, 1, 512), ("64/8 x 64 x 4k", 64, 8, 64)):
+            for schedule in ("chunked", "strided"):
+                os.environ["DDTREE_TA_FA3_SCHEDULE"] = schedule
+                show(f"{shape}, {schedule} schedule", attention(hq, hkv, n, 4096),
+                     row_tiles=32 if hkv == 1 else 0)
+        del os.environ["DDTREE_TA_FA3_SCHEDULE"]
+        return
     show("8/1 x 512 x 4k", attention(8, 1, 512, 4096), row_tiles=32)
     # The same call with the opt-in fused split merge (v10): its merging CTAs' epilogue is the merge.
     os.environ["DDTREE_TA_FA3_FUSED_MERGE"] = "1"

@@ -138,6 +138,20 @@ bool fa3_lazy_mask_enabled() {
   const char* e = std::getenv("DDTREE_TA_FA3_LAZY_MASK");
   return e == nullptr || std::strcmp(e, "0") != 0;
 }
+// fa3 v17 (session 9): the tile schedule of a split request. DDTREE_TA_FA3_SCHEDULE=strided (split s takes
+// every nact-th tile, the tree tiles one to a split: fa3_strided_first) or =chunked (v10's contiguous chunks),
+// read per launch so that one library can A/B both; unset = the build's default, DDTREE_TA_FA3_STRIDED_DEFAULT
+// (a compile definition; engine/bench/NOTES.md "### v17" has the measurement that set it). The two schedules
+// visit the same tiles in other groupings, so their results differ by rounding, not by math.
+#ifndef DDTREE_TA_FA3_STRIDED_DEFAULT
+#define DDTREE_TA_FA3_STRIDED_DEFAULT 0
+#endif
+bool fa3_strided_schedule() {
+  const char* e = std::getenv("DDTREE_TA_FA3_SCHEDULE");
+  if (e != nullptr && std::strcmp(e, "strided") == 0) return true;
+  if (e != nullptr && std::strcmp(e, "chunked") == 0) return false;
+  return DDTREE_TA_FA3_STRIDED_DEFAULT != 0;
+}
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
 // boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile
 // (fa3_balanced_chunk). Changes the chunk boundaries, so results differ from uniform chunks by rounding.

@@ -3,8 +3,8 @@
 //                               the C ABI entries that only plan (no kernel in this unit);
 //   src/tree_attention.cu       everything that names a kernel: per-device preparation (shared memory
 //                               limit, occupancy), the launches, and ddtree_tree_attention itself.
-// The kernels live only in the second unit: tree_attention_fa3_kernel is not a template, so every unit
-// that included its header would compile another copy of it.
+// The kernels live only in the second unit: every unit that included tree_attention_fa3_kernel's header and
+// named its instances would compile another copy of them.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,7 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
                           int kv_chunk, Plan* plan);
 // plan.cu: fa3 v10 switches read on every launch (see there).
 bool fa3_lazy_mask_enabled();
+bool fa3_strided_schedule();
 int fa3_balance_weight();
 
 // tree_attention.cu: raises the chosen kernel's dynamic shared-memory limit (once per device) and returns

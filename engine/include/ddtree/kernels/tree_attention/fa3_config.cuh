@@ -220,6 +220,26 @@ __device__ __forceinline__ void fa3_balanced_chunk(int kv_len, int ctx, int nact
   c_end = min(t_of(split + 1) * BN, kv_len);
 }
 
+// v17 (session 9): the first tile of split `split` under the strided schedule, and r_keys = r * BN.
+// The request's T = ceil(kv_len / BN) tiles are dealt out in rounds of nact, aligned to the END of the key
+// range: with T = q * nact + r, the last q * nact tiles form q full rounds (split s takes tile
+// T - 1 - s - k * nact, k < q) and the first r tiles a partial round (split s >= nact - r takes tile
+// nact - 1 - s). So the tree tiles (the last ones, which the tile mask may skip or which cost ~1.35 of a
+// context tile) go one to a split, and a split that gets a partial-round tile never gets the last one.
+// Split s visits, in increasing key order: its partial-round tile (if any), then T - 1 - s - (q - 1) * nact
+// = nact + r - 1 - s, stepping nact tiles. Tiles below r (the partial round) are followed by the split's
+// first full-round tile, r tiles further; every other tile by the one nact tiles further (the kernel's
+// adv()). nact <= T (chunk >= BN), so every split s < nact gets q >= 1 tiles. A split past nact (an idle
+// member of a merging cluster) gets none: its first tile is kv_len. Every position and the merge order
+// depend only on (kv_len, nact), so a chain still equals causal mode bit for bit.
+__device__ __forceinline__ void fa3_strided_first(int kv_len, int nact, int split, int& first, int& r_keys) {
+  constexpr int BN = Fa3Config::BN;
+  const int T = (kv_len + BN - 1) / BN;
+  const int r = static_cast<int>(static_cast<unsigned>(T) % static_cast<unsigned>(nact));
+  r_keys = r * BN;
+  first = split >= nact ? kv_len : (nact - 1 - split + (split < nact - r ? r : 0)) * BN;
+}
+
 // Pin registers that an in-flight wgmma reads or writes: the compiler may not move their other uses
 // across this point (CUTLASS's warpgroup_fence_operand).
 __device__ __forceinline__ void pin(float (&x)[16][4]) {

@@ -24,6 +24,12 @@
 namespace ddtree {
 namespace tree_attn {
 
+// kStrided (v17, session 9): the tile schedule of a split request. false = v10's chunks (split s takes the
+// keys [s * chunk, (s + 1) * chunk), or the opt-in balanced boundaries); true = strided tiles
+// (fa3_strided_first: split s takes every nact-th 128-key tile, so the tree tiles at the end of the key
+// range go one to a split instead of all to the last chunk). Both instances are launched by the same
+// library, chosen per launch on the host (DDTREE_TA_FA3_SCHEDULE), so the kernel carries no switch.
+template <bool kStrided>
 __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(const Params p) {
 #if defined(__CUDA_ARCH__)
 #if !DDTREE_TA_HAVE_WGMMA
@@ -83,7 +89,20 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const bool cmerge = cl && nact > 1;
   if (split >= nact && !cmerge) return;
   int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
-  if (p.balance_w > 0 && nact > 1) fa3_balanced_chunk(kv_len, ctx, nact, split, p.balance_w, c_begin, c_end);
+  // Strided: the CTA's tiles are c_begin, then adv() of it, ... while < c_end = kv_len; keys below r_keys
+  // are the partial round (see fa3_strided_first). Chunked: c_begin, c_begin + BN, ... while < c_end.
+  int r_keys = 0, step = BN;
+  if constexpr (kStrided) {
+    fa3_strided_first(kv_len, nact, split, c_begin, r_keys);
+    c_end = kv_len;
+    step = nact * BN;
+  } else {
+    if (p.balance_w > 0 && nact > 1) fa3_balanced_chunk(kv_len, ctx, nact, split, p.balance_w, c_begin, c_end);
+  }
+  auto adv = [&](int k) {  // the CTA's next tile after the one at key k
+    if constexpr (kStrided) return k + (k < r_keys ? r_keys : step);
+    return k + BN;
+  };
   const int tb0 = (ctx / BN) * BN;
   if (tid == 0) DDTREE_TA_FA3_TRACE(14);
   const int* bt = p.block_table + static_cast<int64_t>(b) * p.max_pages;
@@ -125,27 +144,29 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   // tiles, the prologue runs producer steps 0 and 1 (K_0; K_1 and V_0) before the mask is published,
   // so everything iteration 1 of the consumers needs is in flight while warpgroups 1 and 2 compute the
   // mask; the page of the first tile the loop issues is looked up before the first barrier as well.
+  const int k1 = adv(c_begin);  // the CTA's second tile (c_begin + BN when chunked)
   const bool first_is_ctx = c_begin < ctx;
-  const bool second_is_ctx = first_is_ctx && c_begin + BN < ctx && c_begin + BN < c_end;
+  const bool second_is_ctx = first_is_ctx && k1 < ctx && k1 < c_end;
   const int npre = first_is_ctx ? (second_is_ctx ? 2 : 1) : 0;  // producer steps done in the prologue
-  const int kpre = c_begin + npre * BN;  // the loop's first tile when it is a context tile (not skippable)
+  // the loop's first tile when it is a context tile (not skippable)
+  const int kpre = kStrided ? (npre == 0 ? c_begin : npre == 1 ? k1 : adv(k1)) : c_begin + npre * BN;
   const bool kpre_known = kpre < ctx && kpre < c_end;
   int page0 = 0, page1 = 0, page_next = 0;
   if (wg == 0) {  // independent block-table loads, all in flight together
     if (first_is_ctx && c_begin + tid < kv_len) page0 = page_of(c_begin + tid);
-    if (second_is_ctx && c_begin + BN + tid < kv_len) page1 = page_of(c_begin + BN + tid);
+    if (second_is_ctx && k1 + tid < kv_len) page1 = page_of(k1 + tid);
     if (kpre_known && kpre + tid < kv_len) page_next = page_of(kpre + tid);
   }
 
   if (wg == 0 && first_is_ctx) {  // steps 0 (K_0) and, with a second context tile, 1 (K_1, then V_0)
     s_rows[rows_slot] = cache_row(c_begin + tid, page0);
-    if (second_is_ctx) s_rows[BN + rows_slot] = cache_row(c_begin + BN + tid, page1);
+    if (second_is_ctx) s_rows[BN + rows_slot] = cache_row(k1 + tid, page1);
     if (tid == 0) DDTREE_TA_FA3_TRACE(8);
     named_sync(5, 128);
     issue(k_ring, k_src0, 0, kv_len - c_begin - cp_g);
     cp_async_mbar_arrive(full_k);
     if (second_is_ctx) {
-      issue(k_ring + C::KV_BYTES, k_src0, 1, kv_len - c_begin - BN - cp_g);
+      issue(k_ring + C::KV_BYTES, k_src0, 1, kv_len - k1 - cp_g);
       cp_async_mbar_arrive(full_k + 8);
       issue(v_ring, v_src0, 0, kv_len - c_begin - cp_g);
       cp_async_mbar_arrive(full_v);
@@ -251,7 +272,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   auto next_tile = [&](int k0) {
     if (k0 < c_end && k0 >= ctx) {
       ensure_mask();
-      while (k0 < c_end && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 += BN;
+      while (k0 < c_end && !((tile_mask >> ((k0 - tb0) / BN)) & 1ull)) k0 = adv(k0);
     }
     return k0;
   };
@@ -265,7 +286,8 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     // Steps 0 .. npre-1 ran in the prologue (npre <= 2 < ST: no empty waits there, round 0). Step j
     // issues K_j and V_{j-1}, so the V of tile npre-1 is still due in step npre.
     int j = npre;
-    int st = j, ph = 0, sv = j >= 1 ? j - 1 : 0, phv = 0, kt_prev = c_begin + (j >= 1 ? (j - 1) * BN : 0);
+    int st = j, ph = 0, sv = j >= 1 ? j - 1 : 0, phv = 0;
+    int kt_prev = kStrided ? (j >= 2 ? k1 : c_begin) : c_begin + (j >= 1 ? (j - 1) * BN : 0);
     int kt = next_tile(kpre);  // == kpre when kpre_known (a context tile), whose page is already loaded
     if (!kpre_known && kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
     if (j == 1 && kt >= c_end) {  // a single tile: its V
@@ -273,7 +295,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       cp_async_mbar_arrive(full_v);
     }
     for (; kt < c_end; ++j) {
-      const int kn = next_tile(kt + BN);
+      const int kn = next_tile(adv(kt));
       const int row = cache_row(kt + tid, page_next);
       if (kn < c_end && kn + tid < kv_len) page_next = page_of(kn + tid);  // consumed next tile
       s_rows[st * BN + rows_slot] = row;
@@ -374,7 +396,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     if (kt < c_end) {
       if (c == 1) named_arrive(1, 256);
       int it = 0;
-      int kn = next_tile(kt + BN);
+      int kn = next_tile(adv(kt));
       // ---- tile 0: S only ----
       mbar_wait(full_k, 0u);
       if (tid == 128) DDTREE_TA_FA3_TRACE(12);
@@ -399,7 +421,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
       // barrier waits: ptxas schedules wgmma.wait_group at the top of its basic block, so this keeps
       // tile it-1's softmax (end of the previous iteration) overlapped with that P.V.
       while (kt < c_end) {
-        kn = next_tile(kt + BN);
+        kn = next_tile(adv(kt));
         const int sk = it % ST, sv = (it - 1) % ST;
         mbar_wait(full_k + 8 * sk, static_cast<uint32_t>(it / ST) & 1u);
         pin(s);
