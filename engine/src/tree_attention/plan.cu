@@ -141,10 +141,13 @@ bool fa3_lazy_mask_enabled() {
 // fa3 v17 (session 9): the tile schedule of a split request. DDTREE_TA_FA3_SCHEDULE=strided (split s takes
 // every nact-th tile, the tree tiles one to a split: fa3_strided_first) or =chunked (v10's contiguous chunks),
 // read per launch so that one library can A/B both; unset = the build's default, DDTREE_TA_FA3_STRIDED_DEFAULT
-// (a compile definition; engine/bench/NOTES.md "### v17" has the measurement that set it). The two schedules
-// visit the same tiles in other groupings, so their results differ by rounding, not by math.
+// (a compile definition, 1 = strided). Strided is the default because it measured faster on the H200 where it
+// acts (8/1 x 512 x 4k: 26.5-26.9 -> 24.9-25.5 µs against the chunked instance and main's v10 library in
+// alternating rounds in one process) and within 0.98-1.02 at the other bench shapes (engine/bench/NOTES.md,
+// "### v17"). The two schedules visit the same tiles in other groupings, so their results differ by rounding,
+// not by math; at one split (64/8 x 512) they are the same tile walk and the same bits.
 #ifndef DDTREE_TA_FA3_STRIDED_DEFAULT
-#define DDTREE_TA_FA3_STRIDED_DEFAULT 0
+#define DDTREE_TA_FA3_STRIDED_DEFAULT 1
 #endif
 bool fa3_strided_schedule() {
   const char* e = std::getenv("DDTREE_TA_FA3_SCHEDULE");

@@ -31,6 +31,11 @@
 // through distributed shared memory (DDTREE_TA_CLUSTER_MERGE=1, cluster_merge_epilogue). All merges
 // give the same bits.
 //
+// v17: a split request's tiles are dealt to its splits strided (split s takes every nact-th tile, rounds aligned
+// to the end of the key range: fa3_strided_first), so the masked tree tiles no longer all sit in the last chunk
+// (whose CTAs set the kernel's span); the default, measured faster on the H200. v10's contiguous chunks stay
+// selectable per launch (DDTREE_TA_FA3_SCHEDULE=chunked; tree_attention_fa3_kernel<false>).
+//
 // Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
 // arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
 // their wgmma (async proxy) reads the stage. A consumer warp arrives on a stage's empty barrier only
