@@ -133,8 +133,9 @@ int fa3_max_active_clusters(int size) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<false>), &cfg) !=
-        cudaSuccess) {
+    // Both schedules' instances take the same resources: either one answers for the other.
+    const void* fn = reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<false>);
+    if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) {
       cudaGetLastError();  // not sticky; leave no error behind for the launch check
       n = 0;
     }
