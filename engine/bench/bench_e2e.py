@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -31,8 +33,8 @@ ROUND_REPS = 20  # each replay of the whole round commits up to L + 1 tokens: le
 
 from ddtree_engine.backend import OpBackend, cuda_backend, default_backend, mixed_backend
 from ddtree_engine.decode import DDTreeEngine, Request
-from ddtree_engine.drafter import NoisyOracleDrafter, TinyDrafter, distill_drafter
-from ddtree_engine.model import ModelConfig, TinyTransformer
+from ddtree_engine.drafter import NoisyOracleDrafter, TinyDrafter, distill_drafter, distill_drafter_batched
+from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights
 
 
 def _graph(fn: object) -> object:
@@ -169,25 +171,93 @@ def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
 
 def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
         refs: list[list[int]], backend: OpBackend) -> tuple[list[list[int]], float, float, DDTreeEngine]:
+    """Decode `tokens` new tokens for every prompt at once (one slot each). tok/s counts the decoding rounds
+    only: every prompt is admitted (prefilled) first, then the clock runs over the rounds, each with its host
+    read of the new tokens (what a server does per round), until every request is done."""
     L = drafter.block_len  # type: ignore[attr-defined]
-    eng = DDTreeEngine(model, drafter, backend, slots=len(prompts), max_budget=budget,
+    eng = DDTreeEngine(model, drafter, backend, slots=len(prompts), max_budget=budget,  # type: ignore[arg-type]
                        max_context=max(len(p) for p in prompts) + 2 * tokens + (ROUND_REPS + 8) * (L + 1))
     if DEV == "cuda" and backend.graph_safe:
         eng.capture_graph()
-    reqs = [Request(p, tokens, budget=budget) for p in prompts]
-    hook = (lambda slot, i: drafter.set_reference(slot, prompts[i] + refs[i])) if refs else None  # type: ignore[attr-defined]
-    eng.generate(reqs[:1], on_admit=hook)  # warm-up (prefill paths, allocator)
+
+    def admit_all(n: int) -> None:
+        for s, p in enumerate(prompts[:n]):
+            if refs:
+                drafter.set_reference(s, p + refs[s])  # type: ignore[attr-defined]
+            eng.admit(s, Request(p, tokens, budget=budget))
+
+    admit_all(1)  # warm-up (prefill paths, allocator)
+    while not eng.idle():
+        eng.step()
+    admit_all(len(prompts))
     _sync()
+    out: list[list[int]] = [[] for _ in prompts]
+    lens: list[int] = []
     t0 = time.perf_counter()
-    gens = eng.generate(reqs, on_admit=hook)
-    _sync()
+    while not eng.idle():
+        r = eng.step()
+        for slot, toks in r.new_tokens.items():
+            out[slot] += toks
+            lens.append(len(toks))
     wall = time.perf_counter() - t0
-    lens = [a for g in gens for a in g.accept_lens]
-    return [g.tokens for g in gens], sum(len(g.tokens) for g in gens) / wall, sum(lens) / len(lens), eng
+    return out, sum(map(len, out)) / wall, sum(lens) / len(lens), eng
+
+
+def round_time(eng: DDTreeEngine, batches: int = 5) -> float:
+    """Seconds per replay of eng's captured round, every slot active (state restored per batch): the AR
+    peer's round, which overhead_share does not take (it has no drafter call)."""
+    eng.max_new.fill_(1 << 30)
+    snap = {k: getattr(eng, k).clone() for k in STATE}
+    ts = []
+    with torch.inference_mode():
+        for _ in range(batches):
+            for k, v in snap.items():
+                getattr(eng, k).copy_(v)
+            eng._graph.replay()  # type: ignore[union-attr]
+            _sync()
+            ts.append(_time_batch(eng._graph, 10))
+    for k, v in snap.items():
+        getattr(eng, k).copy_(v)
+    return statistics.median(ts)
+
+
+# Model presets. toy = the 2-layer model every session measured (fp32 linears, bf16 K/V). The qwen3 shapes are
+# TinyTransformer with Qwen3's sizes (vocab 151,936, 28 layers, 16 q / 8 kv heads of 128, SwiGLU ffn) and
+# random seeded bf16 weights drawn on the GPU; they omit Qwen3's q/k RMSNorm, tie nothing (Qwen3-0.6B ties
+# embedding and lm_head; here both are separate tensors, which reads the same lm_head bytes per forward) and
+# use rope_theta 10,000 (Qwen3: 1,000,000; no effect on cost).
+PRESETS: dict[str, dict[str, object]] = {
+    "toy": dict(cfg=dict(vocab_size=320, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=352),
+                act=torch.float32, drafter_ffn=128),
+    "qwen3-0.6b": dict(cfg=dict(vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
+                                head_dim=128, ffn_dim=3072), act=torch.bfloat16, drafter_ffn=3072),
+    "qwen3-1.7b": dict(cfg=dict(vocab_size=151936, d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8,
+                                head_dim=128, ffn_dim=6144), act=torch.bfloat16, drafter_ffn=6144),
+}
+
+
+def build_model(args: argparse.Namespace, device: str) -> tuple[TinyTransformer, int]:
+    """(fast-mode model on `device`, drafter ffn width) from --preset, else from the model args (fp32 linears,
+    bf16 K/V, weights from the CPU generator: the pre-session-9 default)."""
+    if getattr(args, "preset", None):
+        p = PRESETS[args.preset]
+        cfg = ModelConfig(**p["cfg"])  # type: ignore[arg-type]
+        act: torch.dtype = p["act"]  # type: ignore[assignment]
+        if act == torch.float32:
+            weights = random_weights(cfg, 0)
+        else:  # bf16 on the device from a CUDA generator: ~1.5 GB of weights in milliseconds
+            weights = random_weights(cfg, 0, device=device, dtype=act)
+        model = TinyTransformer(cfg, weights, device=device, exact=False, act_dtype=act, kv_dtype=torch.bfloat16)
+        return model, int(p["drafter_ffn"])  # type: ignore[call-overload]
+    cfg = model_config(args)
+    return TinyTransformer.random(cfg, seed=0, device=device, exact=False, kv_dtype=torch.bfloat16), 128
 
 
 def add_model_args(ap: argparse.ArgumentParser) -> None:
     """The target model's shape options (shared with profile/e2e_round_profile.py)."""
+    ap.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                    help="model shape and dtypes (overrides the shape options below): toy (the 2-layer default), "
+                         "qwen3-0.6b, qwen3-1.7b (Qwen3 shapes, bf16 linears and K/V, random seeded weights)")
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
@@ -210,6 +280,9 @@ def main() -> None:
     ap.add_argument("--agree", type=float, default=0.8)
     ap.add_argument("--block", type=int, default=16, help="drafter block size (L = block - 1)")
     ap.add_argument("--distill-steps", type=int, default=400, help="training steps of the distilled drafter")
+    ap.add_argument("--distill-seqs", type=int, default=128,
+                    help="prompts decoded at once (budget-0 engine) for the distilled drafter's data (GPU)")
+    ap.add_argument("--distill-tokens", type=int, default=128, help="greedy tokens per distillation prompt (GPU)")
     add_model_args(ap)
     ap.add_argument("--finish", nargs="+", default=[""], choices=["", "fused", "split"],
                     help="round tail: fused (round_finish, one launch), split (tree_accept + kv_commit + "
@@ -218,7 +291,12 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
                     help="engine-kernel variants (VARIANTS): several give an A/B in one process")
     ap.add_argument("--kinds", nargs="+", default=["noisy", "distilled"], choices=["noisy", "distilled"],
-                    help="drafters to run (distilled trains a drafter first: slow on large models)")
+                    help="drafters to run (distilled trains a drafter first)")
+    ap.add_argument("--cupti", action="store_true",
+                    help="also profile every DDTree row's round under CUPTI (profile/e2e_round_profile.py) in this "
+                         "process: the engine ops kernel by kernel and 'other' as round span minus the models "
+                         "graph's span")
+    ap.add_argument("--cupti-reps", type=int, default=12)
     ap.add_argument("--exact", action="store_true",
                     help="GPU: the lossless tests' numerics instead of the fast path (model in exact mode, fp64 "
                          "accumulation; attention through the PyTorch reference, since the kernel is bf16 only; no "
@@ -228,36 +306,68 @@ def main() -> None:
     torch.manual_seed(0)
     if DEV == "cpu":
         torch.set_num_threads(1)
-    cfg = model_config(args)  # head_dim 64 by default: the smallest the tree-attention kernel takes
     backend = default_backend(DEV)
+    t_init = time.perf_counter()
     if DEV == "cuda" and args.exact:
         from ddtree_engine.reference.tree_attention import tree_attention as reference_attention
 
+        cfg = model_config(args)
         model = TinyTransformer.random(cfg, seed=0, device="cuda")
         backend = mixed_backend("cuda+ref-attention", cuda_backend(), tree_attention=reference_attention)
-        name = torch.cuda.get_device_name() + " (exact mode, reference attention, no graphs)"
-    elif DEV == "cuda":
-        model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
-        name = torch.cuda.get_device_name()
+        name, dffn = torch.cuda.get_device_name() + " (exact mode, reference attention, no graphs)", 128
     else:
-        model, name = TinyTransformer.random(cfg, seed=0), "cpu (reference ops, no graphs: smoke run only)"
-    print(f"model: {cfg}\ndevice: {name}  L={args.block - 1} agree={args.agree}")
+        model, dffn = build_model(args, DEV)
+        cfg = model.cfg
+        name = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (reference ops, no graphs: smoke run only)"
+    _sync()
+    print(f"model: {cfg}  act {model.act_dtype}  (built in {time.perf_counter() - t_init:.2f} s)\n"
+          f"device: {name}  L={args.block - 1} agree={args.agree}")
+    bw = 0.0
+    if DEV == "cuda" and not args.exact:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _timing import copy_bandwidth
+
+        bw = copy_bandwidth(1 << 30)
+        wb = model.fast_weight_bytes()
+        print(f"copy bandwidth (read + write, this process): {bw / 1e12:.2f} TB/s; target weight bytes per forward "
+              f"{wb / 1e6:,.1f} MB -> byte floor {wb / bw * 1e6:,.1f} us")
     L = args.block - 1
     distilled = None
     if "distilled" in args.kinds:
-        distilled = TinyDrafter(model, block_len=L, seed=1)
-        agree = distill_drafter(model, distilled, steps=args.distill_steps)
-        print("distilled drafter, held-out top-1 agreement by depth:", " ".join(f"{v:.2f}" for v in agree.values()))
+        distilled = TinyDrafter(model, block_len=L, seed=1, ffn_dim=dffn)
+        t0 = time.perf_counter()
+        if DEV == "cuda" and not model.exact:
+            agree = distill_drafter_batched(model, distilled, backend, sequences=args.distill_seqs,
+                                            tokens=args.distill_tokens, steps=args.distill_steps)
+            extra = (f" ({int(agree.pop('samples'))} training samples; generation {agree.pop('gen_s'):.2f} s, "
+                     f"fit {agree.pop('fit_s'):.2f} s)")
+        else:
+            agree, extra = distill_drafter(model, distilled, steps=args.distill_steps), ""
+        print(f"distilled drafter (d {cfg.d_model}, ffn {dffn}) in {time.perf_counter() - t0:.2f} s{extra}; held-out "
+              "top-1 agreement by depth:", " ".join(f"{v:.3f}" for v in agree.values()))
+        if bw:
+            print(f"  drafter weight bytes per call {distilled.weight_bytes() / 1e6:,.1f} MB -> byte floor "
+                  f"{distilled.weight_bytes() / bw * 1e6:,.1f} us")
+    vocab_prompt = min(256, cfg.vocab_size) if cfg.vocab_size <= 1024 else cfg.vocab_size
     for batch in args.batch:
         g = torch.Generator().manual_seed(batch)
-        prompts = [torch.randint(0, 256, (int(k),), generator=g).tolist()
+        prompts = [torch.randint(0, vocab_prompt, (int(k),), generator=g).tolist()
                    for k in torch.randint(4, 64, (batch,), generator=g)]
         dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
         os.environ["DDTREE_ROUND_FINISH"] = ""  # the AR peer: the engine's default path at budget 0
         set_variant("default")
-        ref, ar_tps, _, _ = run(model, prompts, args.tokens, 0, dr0, [], backend)
+        ref, ar_tps, _, ar_eng = run(model, prompts, args.tokens, 0, dr0, [], backend)
         graphs = ", graphs" if DEV == "cuda" and backend.graph_safe else ""
-        print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}): {ar_tps:,.0f} tok/s")
+        ar_round = ""
+        if DEV == "cuda" and backend.graph_safe:
+            for s, p in enumerate(prompts):
+                ar_eng.admit(s, Request(p, args.tokens, budget=0))
+            ar_eng.step()
+            ar_round = f"; round {round_time(ar_eng) * 1e6:.1f} us"
+            for s in range(batch):
+                ar_eng.release(s)
+        del ar_eng
+        print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}, no drafter call): {ar_tps:,.0f} tok/s{ar_round}")
         for budget, kind, finish, variant in [(b, k, f, v) for b in args.budgets for k in args.kinds
                                               for f in args.finish for v in args.variants]:
             os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
@@ -283,11 +393,29 @@ def main() -> None:
             other = (t["round"] - t["models"]) / t["round"]
             other_sep = (t["round"] - t["drafter"] - t["target"]) / t["round"]
             tail = "fused" if eng.fused_finish else "split"
+            floors = ""
+            if bw:
+                tf = model.fast_weight_bytes() / bw
+                floors = f"; target {t['target'] / tf:.2f}x its byte floor"
+                if kind == "distilled":
+                    floors += f", drafter {t['drafter'] / (distilled.weight_bytes() / bw):.2f}x"  # type: ignore[union-attr]
             print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail, {variant}): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
                   f"accept {acc:5.2f}  round {t['round'] * 1e6:7.1f} us, drafter+target in one graph "
                   f"{t['models'] * 1e6:7.1f} us -> other {other:6.1%} ({(t['round'] - t['models']) * 1e6:5.1f} us);"
                   f"  separately: drafter {t['drafter'] * 1e6:6.1f} + target {t['target'] * 1e6:6.1f} -> other "
-                  f"{other_sep:6.1%}   tokens equal to AR {agree_tok:.3f}")
+                  f"{other_sep:6.1%}{floors}   tokens equal to AR {agree_tok:.3f}")
+            if args.cupti and DEV == "cuda":
+                sys.path.insert(0, str(Path(__file__).resolve().parent / "profile"))
+                from e2e_round_profile import profile_engine  # noqa: E402  (CUPTI; GPU only)
+
+                eng.max_new.fill_(1 << 30)  # overhead_share restored its snapshot: the same steady state
+                r = profile_engine(eng, args.cupti_reps, variant, batch, budget)
+                if r:
+                    ks = " ".join(f"{k[2:]} {v:.2f}" for k, v in r.items() if k.startswith("k:"))
+                    print(f"  CUPTI summary {kind} {batch}/{budget}: span {r['span']:.1f} us, engine ops {r['engine']:.1f} "
+                          f"us ({r['engine'] / r['span']:.1%}), span - models span {r['span'] - r['models_span']:.1f} us "
+                          f"({(r['span'] - r['models_span']) / r['span']:.1%}); engine kernels: {ks}")
+            del eng
 
 
 if __name__ == "__main__":

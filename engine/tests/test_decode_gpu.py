@@ -209,3 +209,67 @@ def test_gpu_fused_round_tail_graph_equals_split_graph(fast_model: TinyTransform
         runs.append(_run_fast(fast_model, drafter, 32, True, reqs))
     assert [g.tokens for g in runs[0]] == [g.tokens for g in runs[1]]
     assert [g.accept_lens for g in runs[0]] == [g.accept_lens for g in runs[1]]
+
+
+# ---- the bf16 fast path (weights and activations in bf16, fused GEMMs): the realistic presets' model ----------
+BF16_CFG = ModelConfig(vocab_size=997, d_model=256, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=512)
+
+
+@pytest.fixture(scope="module")
+def bf16_pair() -> tuple[TinyTransformer, TinyTransformer]:
+    """(exact fp64-accumulating model, bf16 fast model) on the same bf16-rounded weights."""
+    from ddtree_engine.model import random_weights
+
+    w = {k: v.to(torch.bfloat16).float() for k, v in random_weights(BF16_CFG, 5).items()}
+    return (TinyTransformer(BF16_CFG, w, device="cuda"),
+            TinyTransformer(BF16_CFG, w, device="cuda", exact=False, act_dtype=torch.bfloat16,
+                            kv_dtype=torch.bfloat16))
+
+
+def test_gpu_bf16_fast_forward_matches_exact(bf16_pair: tuple[TinyTransformer, TinyTransformer]) -> None:
+    """The bf16 fast forward through the CUDA tree-attention kernel (prefill chain, paged) computes the exact
+    model's function within bf16 error; logits fp32 (out of the lm_head GEMM), hidden bf16."""
+    from ddtree_engine.decode import chain_anc
+    from ddtree_engine.paged_kv import PagedKVCache
+
+    exact, fast = bf16_pair
+    prompt = torch.randint(0, BF16_CFG.vocab_size, (80,), generator=torch.Generator().manual_seed(2)).cuda()
+    ref, _ = exact.forward_dense(prompt, DenseKV())
+    cache = PagedKVCache(n_layers=2, n_kv_heads=2, head_dim=64, slots=2, max_slot_tokens=96,
+                         dtype=torch.bfloat16, device="cuda")
+    ctx = torch.zeros(1, dtype=torch.int32, device="cuda")
+    logits, hid = fast.forward_tree(cuda_backend(), cache.k, cache.v, cache.block_table[1:2],
+                                    prompt[None].to(torch.int32), torch.arange(80, device="cuda",
+                                    dtype=torch.int32)[None], ctx, chain_anc(80, "cuda"))
+    assert logits.dtype == torch.float32 and hid.dtype == torch.bfloat16
+    rel = float((logits[0].double() - ref.double()).norm() / ref.double().norm())
+    agree = float((logits[0].argmax(-1) == ref.argmax(-1)).float().mean())
+    print(f"bf16 fast vs exact: relative error {rel:.2e}, argmax agreement {agree:.3f}")
+    assert rel < 3e-2 and agree > 0.8
+
+
+def test_gpu_bf16_fast_graph_rounds(bf16_pair: tuple[TinyTransformer, TinyTransformer],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 fast model + the distilled TinyDrafter (batched GPU distillation): graph replay == eager token
+    for token with both round tails, and an oracle drafter built from budget-0 output accepts > 1 token."""
+    from ddtree_engine.drafter import OracleDrafter, distill_drafter_batched
+
+    _, fast = bf16_pair
+    drafter = TinyDrafter(fast, block_len=L, seed=3, ffn_dim=256)
+    res = distill_drafter_batched(fast, drafter, cuda_backend(), sequences=32, tokens=64, steps=60, batch=32)
+    assert all(0.0 <= res[f"depth{i}"] <= 1.0 for i in range(1, L + 1))
+    print("batched distillation, held-out agreement:", " ".join(f"{res[f'depth{i}']:.2f}" for i in range(1, L + 1)))
+    prompts = _prompts()[:6]
+    reqs = [Request(p, 64, budget=16, temperature=0.7 if k == 4 else 0.0, seed=k) for k, p in enumerate(prompts)]
+    for mode in ("fused", "split"):
+        monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        eager = _run_fast(fast, drafter, 16, False, reqs)
+        graphed = _run_fast(fast, drafter, 16, True, reqs)
+        assert [g.tokens for g in graphed] == [g.tokens for g in eager]
+    plain = _run_fast(fast, drafter, 0, True, [Request(p, 64) for p in prompts])
+    oracle = OracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda")
+    gens = _run_fast(fast, oracle, 16, True, [Request(p, 64, budget=16) for p in prompts],
+                     on_admit=lambda slot, i: oracle.set_reference(slot, prompts[i] + plain[i].tokens))
+    lens = [a for g in gens for a in g.accept_lens]
+    print(f"bf16 oracle drafter: mean accept {sum(lens) / len(lens):.2f} of {L + 1}")
+    assert sum(lens) / len(lens) > 2.0

@@ -38,7 +38,7 @@ from ddtree_engine.backend import default_backend  # noqa: E402
 from ddtree_engine.decode import DDTreeEngine, Request  # noqa: E402
 from ddtree_engine.drafter import NoisyOracleDrafter  # noqa: E402
 from ddtree_engine.model import ModelConfig, TinyTransformer  # noqa: E402
-from bench_e2e import VARIANTS, _graph, add_model_args, model_config, set_variant  # noqa: E402
+from bench_e2e import VARIANTS, _graph, add_model_args, build_model, set_variant  # noqa: E402
 
 # Engine kernels that open a segment (matched as substrings of the CUPTI kernel name).
 SEGMENT_OPENERS = (("select", "draft_topk"), ("finish", "tree_accept"))
@@ -101,8 +101,8 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("e2e_round_profile needs a CUDA device")
-    cfg = model_config(args)
-    model = TinyTransformer.random(cfg, seed=0, device="cuda", exact=False, kv_dtype=torch.bfloat16)
+    model, _ = build_model(args, "cuda")
+    cfg = model.cfg
     be = default_backend("cuda")
     L = args.block - 1
     print(f"model: {cfg}\ndevice: {torch.cuda.get_device_name()}  L={L}  replays per case: {args.reps}")
@@ -118,7 +118,8 @@ def main() -> None:
 def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, batch: int, budget: int,
                  reps: int, variant: str = "default") -> None:
     g = torch.Generator().manual_seed(batch)
-    prompts = [torch.randint(0, min(256, cfg.vocab_size), (int(k),), generator=g).tolist()
+    prompts = [torch.randint(0, min(256, cfg.vocab_size) if cfg.vocab_size <= 1024 else cfg.vocab_size, (int(k),),
+                             generator=g).tolist()
                for k in torch.randint(4, 64, (batch,), generator=g)]
     tokens = 64
     dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + tokens + (reps + 8) * (L + 1) + L + 32, "cuda", agree=0.8)
@@ -130,13 +131,20 @@ def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, b
     for _ in range(2):
         eng.step()
     eng.max_new.fill_(1 << 30)  # replays below must keep every slot active
+    profile_engine(eng, reps, variant, batch, budget)
+
+
+def profile_engine(eng: DDTreeEngine, reps: int, variant: str, batch: int, budget: int) -> dict[str, float]:
+    """Profile `reps` replays of eng's captured round (every slot active mid-generation, max_new large) and
+    the models graph; prints the tables; returns the medians (us): span, engine ops, top-k + build_tree,
+    the rest, models span, and every engine kernel's time by short name."""
     n_draft = drafter_kernels(eng)
     kernels, copies = profile_replays(eng.run_round, reps)
     models = models_graph(eng)  # the round without the engine ops: drafter call + target forward, one graph
     m_kernels, m_copies = profile_replays(models.replay, reps)
     if not kernels or len(kernels) % reps:
         print(f"\nbatch {batch} budget {budget}: {len(kernels)} kernel records for {reps} replays; cannot split")
-        return
+        return {}
     per_round = len(kernels) // reps
     rounds = split_rounds(kernels, per_round)
     labels = segment_of(rounds[0], n_draft)
@@ -173,13 +181,18 @@ def profile_case(model: TinyTransformer, be: object, cfg: ModelConfig, L: int, b
           f"round; draft_topk_lse + build_tree kernels {med(picked):.1f} us, everything else {med(rest):.1f} us = "
           f"{med(rest) / span:.1%}")
     report_copies(copies, kernels, rounds, per_round, labels, reps, "round")
-    report_models(m_kernels, m_copies, reps, n_draft, span, {s: (med(busy[s]), med(idle[s])) for s in busy})
+    m_span = report_models(m_kernels, m_copies, reps, n_draft, span, {s: (med(busy[s]), med(idle[s])) for s in busy})
     print("  engine-segment kernels (median us; idle = the gap before the kernel):")
+    result = {"span": span, "engine": med(eng_total), "topk_build": med(picked), "rest": med(rest),
+              "models_span": m_span, "kernels": float(per_round)}
     for (i, name), ts in sorted(per_kernel.items()):
         if labels[i] in ("select", "finish") or any(k in name for k in ENGINE_KERNELS):
             gap = med([max(0.0, rnd[i][1] - rnd[i - 1][2]) if i else 0.0 for rnd in rounds])
             torch_op = "" if any(k in name for k in ENGINE_KERNELS) else "   <- torch op: overhead"
             print(f"    #{i:3d} {labels[i]:7s} {name:40s} {med(ts):7.2f}  idle {gap:5.2f}{torch_op}")
+            if labels[i] in ("select", "finish"):
+                result[f"k:{name}"] = result.get(f"k:{name}", 0.0) + med(ts)
+    return result
 
 
 def profile_replays(replay: object, reps: int) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
@@ -233,11 +246,11 @@ def report_copies(copies: list[tuple[str, float, float]], kernels: list[tuple[st
 
 
 def report_models(kernels: list[tuple[str, float, float]], copies: list[tuple[str, float, float]], reps: int,
-                  n_draft: int, round_span: float, in_round: dict[str, tuple[float, float]]) -> None:
+                  n_draft: int, round_span: float, in_round: dict[str, tuple[float, float]]) -> float:
     """The models graph's span and its drafter / target segments next to the same segments inside the round."""
     if not kernels or len(kernels) % reps:
         print(f"  models graph: {len(kernels)} kernel records for {reps} replays; cannot split")
-        return
+        return float("nan")
     per = len(kernels) // reps
     med = statistics.median
     spans, seg = [], defaultdict(list)
@@ -256,6 +269,7 @@ def report_models(kernels: list[tuple[str, float, float]], copies: list[tuple[st
         print(f"    {name:8s} alone busy {b:7.1f} idle {i:6.1f} | in the round busy {rb:7.1f} idle {ri:6.1f}")
     if copies:
         print(f"  models graph: {len(copies) / reps:.1f} memcpy/memset records per replay")
+    return span
 
 
 if __name__ == "__main__":

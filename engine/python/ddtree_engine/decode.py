@@ -128,6 +128,8 @@ class DDTreeEngine:
         # tail, so the round needs no torch.where(active, budget, 0) kernel; the split path still masks.
         self.live_budget = torch.zeros(B, **i32)
         self.fused_finish = self._pick_finish(os.environ.get("DDTREE_ROUND_FINISH", ""))
+        self._no_draft = (torch.zeros(B, self.L, self.K, dtype=torch.float32, device=dev),
+                          torch.zeros(B, self.L, self.K, **i32))
         self._graph: Any = None
         self.host_active = [False] * B
 
@@ -204,8 +206,13 @@ class DDTreeEngine:
     def _round(self) -> None:
         be, m = self.be, self.model
         budget = self.live_budget if self.fused_finish else torch.where(self.active, self.budget, 0)
-        drafts = self.drafter.draft(self.root, self.hidden, self.ctx_len)
-        top_lp, top_id, _ = be.draft_topk_lse(drafts, self.K)
+        if self.max_budget == 0:
+            # Plain decoding (the AR peer): every tree is the root alone whatever the drafts say, so the round
+            # skips the drafter and top-k; build_tree reads constant placeholder top-k rows at budget 0.
+            top_lp, top_id = self._no_draft
+        else:
+            drafts = self.drafter.draft(self.root, self.hidden, self.ctx_len)
+            top_lp, top_id, _ = be.draft_topk_lse(drafts, self.K)
         tree = be.build_tree(top_lp, top_id, self.root, self.ctx_len, budget, self.n_max)
         logits, hid = m.forward_tree(
             be, self.cache.k, self.cache.v, self.cache.block_table, tree.node_token, tree.positions,

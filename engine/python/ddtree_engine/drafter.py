@@ -35,13 +35,44 @@ class Drafter(Protocol):
 
 
 class TinyDrafter:
+    """DFlash-shaped drafter: one forward per round for all L positions. z = W_h norm(h) + W_r embed(root),
+    x_l = z + pos_emb[l], one SwiGLU-free MLP residual block (silu), then the target's final norm scale and
+    lm_head: logits [B, L, V]. Its cost therefore includes an L x d x V lm_head GEMM per request, as a real
+    DFlash drafter's does.
+
+    Exact targets (CPU, the lossless tests): fp32 weights from a CPU generator, the code path unchanged since
+    session 1. Fast targets (exact=False): weights drawn on the target's device, trained in fp32 (`params`),
+    run in the target's act_dtype (`refresh` casts them after training), W_h and W_r as one [d, 2d] GEMM,
+    torch rms_norm, the target's embedding / final norm / lm_head device tensors shared (no copies); logits in
+    act_dtype (draft_topk_lse takes bf16 and fp32)."""
+
     def __init__(self, target: TinyTransformer, block_len: int = 7, seed: int = 1, ffn_dim: int = 128) -> None:
         if block_len < 1:
             raise ValueError(f"block_len must be >= 1, got {block_len}")
         self.block_len = block_len
+        self.exact = target.exact
         d = target.cfg.d_model
-        g = torch.Generator().manual_seed(seed)
+        self.d = d
+        self.eps = target.cfg.norm_eps
         dev = target.device
+        if not self.exact:
+            g = torch.Generator(device=dev).manual_seed(seed)
+
+            def dnormal(*shape: int, std: float) -> torch.Tensor:
+                return torch.randn(*shape, generator=g, device=dev) * std
+
+            # fp32 masters (trained by the distill functions); w_in = [W_h | W_r].
+            self.params = {
+                "w_in": dnormal(d, 2 * d, std=d**-0.5), "pos_emb": dnormal(block_len, d, std=1.0),
+                "w1": dnormal(ffn_dim, d, std=d**-0.5), "w2": dnormal(d, ffn_dim, std=ffn_dim**-0.5),
+            }
+            self.embed = target.f["embed"]
+            self.lm_head = target.f["lm_head"]
+            self.final_norm = target.f["final_norm"]
+            self.dtype = target.act_dtype
+            self.refresh()
+            return
+        g = torch.Generator().manual_seed(seed)
 
         def normal(*shape: int, std: float) -> torch.Tensor:
             return (torch.randn(*shape, generator=g) * std).to(dev)
@@ -54,16 +85,84 @@ class TinyDrafter:
         self.embed = target.weights["embed"].to(dev)
         self.lm_head = target.weights["lm_head"].to(dev)
         self.final_norm = target.weights["final_norm"].to(dev)
-        self.eps = target.cfg.norm_eps
+
+    def trainable(self) -> list[torch.Tensor]:
+        if not self.exact:
+            return list(self.params.values())
+        return [self.w_hidden, self.w_root, self.pos_emb, self.w1, self.w2]
+
+    def refresh(self) -> None:
+        """Fast drafters: the act_dtype copies draft() runs on, from the fp32 masters (after training)."""
+        if not self.exact:
+            self.run_w = {k: v.detach().to(self.dtype) for k, v in self.params.items()}
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one draft() reads (its own matrices + the shared final norm and lm_head)."""
+        if self.exact:
+            own = sum(t.numel() * t.element_size() for t in self.trainable())
+        else:
+            own = sum(t.numel() * t.element_size() for t in self.run_w.values())
+        return own + sum(t.numel() * t.element_size() for t in (self.final_norm, self.lm_head))
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
+    def logits(self, root: torch.Tensor, hidden: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Fast drafters: [B, L, V] logits (lm_head's dtype) with weights `w` (run_w, or the fp32 params
+        while training: gradients flow through the casts)."""
+        B, L, d = root.shape[0], self.block_len, self.d
+        dt = w["w1"].dtype
+        rms = torch.nn.functional.rms_norm
+        z = torch.cat([rms(hidden.to(dt), (d,), None, self.eps), self.embed[root.long()].to(dt)], dim=-1)
+        x = (torch.nn.functional.linear(z, w["w_in"])[:, None, :] + w["pos_emb"][None]).reshape(B * L, d)
+        x = torch.addmm(x, torch.nn.functional.silu(torch.nn.functional.linear(rms(x, (d,), None, self.eps),
+                                                                               w["w1"])), w["w2"].t())
+        h = rms(x.to(self.lm_head.dtype), (d,), self.final_norm, self.eps)
+        return torch.nn.functional.linear(h, self.lm_head).view(B, L, -1)
+
+    def train_logits(self, root: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        if not self.exact:
+            return self.logits(root, hidden, self.params)
+        return self.draft(root, hidden, root)
+
     def draft(self, root: torch.Tensor, hidden: torch.Tensor, ctx_len: torch.Tensor) -> torch.Tensor:
+        if not self.exact:
+            return self.logits(root, hidden, self.run_w)
         z = self._norm(hidden.float()) @ self.w_hidden.t() + self.embed[root.long()] @ self.w_root.t()
         x = z[:, None, :] + self.pos_emb[None]  # [B, L, d]
         x = x + torch.nn.functional.silu(self._norm(x) @ self.w1.t()) @ self.w2.t()
         return (self._norm(x) * self.final_norm) @ self.lm_head.t()
+
+
+def _fit(drafter: TinyDrafter, H: torch.Tensor, R: torch.Tensor, Y: torch.Tensor, train: torch.Tensor,
+         held: torch.Tensor, steps: int, batch: int, lr: float, g: torch.Generator) -> dict[str, float]:
+    """Adam on the drafter's own weights (not the shared embedding / lm_head): cross-entropy of
+    (h_t, s_{t+1}) -> s_{t+2..t+1+L}; returns held-out top-1 agreement per depth."""
+    dev = H.device
+    V = drafter.lm_head.shape[0]
+    params = drafter.trainable()
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=lr)
+    try:
+        for _ in range(steps):
+            idx = train[torch.randint(0, train.shape[0], (batch,), generator=g).to(dev)]
+            logits = drafter.train_logits(R[idx], H[idx])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), Y[idx].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        for p in params:
+            p.requires_grad_(False)
+    drafter.refresh()
+    with torch.no_grad():
+        hits = torch.zeros(drafter.block_len, device=dev)
+        for s in range(0, held.shape[0], batch):
+            h = held[s : s + batch]
+            hits += (drafter.draft(R[h], H[h], R[h]).argmax(-1) == Y[h]).float().sum(0)
+        agree = hits / max(1, held.shape[0])
+    return {f"depth{i + 1}": float(a) for i, a in enumerate(agree)}
 
 
 def distill_drafter(
@@ -74,11 +173,13 @@ def distill_drafter(
     scale: decode `sequences` random byte prompts greedily with the target, then fit the drafter's
     weights (not the shared embedding / lm_head) on (hidden state h_t, token s_{t+1}) -> s_{t+2..t+1+L}
     with cross-entropy. A random-weight drafter almost never agrees with a random-weight target; a few
-    hundred CPU steps make DDTree rounds accept ~2 tokens. Returns held-out top-1 agreement per depth."""
+    hundred CPU steps make DDTree rounds accept ~2 tokens. Returns held-out top-1 agreement per depth.
+    Token by token through the dense path: the small model's route (CPU tests, the server); on a GPU with a
+    large target use `distill_drafter_batched`."""
     from ddtree_engine.decode import ar_generate
     from ddtree_engine.model import DenseKV
 
-    L, V = drafter.block_len, target.cfg.vocab_size
+    L = drafter.block_len
     g = torch.Generator().manual_seed(seed)
     hs, roots, ys = [], [], []
     with torch.inference_mode():
@@ -90,31 +191,69 @@ def distill_drafter(
                 hs.append(hid[t])
                 roots.append(seq[t + 1])
                 ys.append(seq[t + 2 : t + 2 + L])
-    dev = drafter.w1.device
-    H = torch.stack(hs).float().to(dev)
+    dev = drafter.lm_head.device
+    H = torch.stack(hs).to(dev)
+    H = H.float() if drafter.exact else H.clone()  # (inference tensors cannot be saved for backward)
     R = torch.tensor(roots, device=dev)
     Y = torch.tensor(ys, device=dev)
     perm = torch.randperm(H.shape[0], generator=g).to(dev)
     cut = int(0.9 * H.shape[0])
-    train, held = perm[:cut], perm[cut:]
-    params = [drafter.w_hidden, drafter.w_root, drafter.pos_emb, drafter.w1, drafter.w2]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.Adam(params, lr=lr)
-    try:
-        for _ in range(steps):
-            idx = train[torch.randint(0, cut, (batch,), generator=g).to(dev)]
-            logits = drafter.draft(R[idx], H[idx], R[idx])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), Y[idx].reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    finally:
-        for p in params:
-            p.requires_grad_(False)
-    with torch.no_grad():
-        agree = (drafter.draft(R[held], H[held], R[held]).argmax(-1) == Y[held]).float().mean(0)
-    return {f"depth{i + 1}": float(a) for i, a in enumerate(agree)}
+    return _fit(drafter, H, R, Y, perm[:cut], perm[cut:], steps, batch, lr, g)
+
+
+def distill_drafter_batched(
+    target: TinyTransformer, drafter: TinyDrafter, backend: object, *, sequences: int = 128, tokens: int = 128,
+    steps: int = 300, batch: int = 64, lr: float = 2e-3, seed: int = 0, held_out: float = 0.125,
+) -> dict[str, float]:
+    """distill_drafter for large targets on a GPU: the target's greedy continuations of `sequences` random
+    prompts come from ONE budget-0 DDTreeEngine over all of them at once (a CUDA-graph round per token, every
+    prompt a batch row; no drafter call at budget 0), recording each round's (root, hidden) on the device;
+    then the same fit. Held-out = whole sequences (the last `held_out` fraction of the prompts), not positions
+    of training sequences. Returns held-out top-1 agreement per depth (plus `samples`, `gen_s`, `fit_s`)."""
+    import time
+
+    from ddtree_engine.decode import DDTreeEngine, Request
+
+    L, V, dev = drafter.block_len, target.cfg.vocab_size, target.device
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(2, 33, (sequences,), generator=g).tolist()
+    prompts = [torch.randint(0, V, (k,), generator=g).tolist() for k in lens]
+    t0 = time.perf_counter()
+    eng = DDTreeEngine(target, drafter, backend, slots=sequences, max_budget=0,  # type: ignore[arg-type]
+                       max_context=max(lens) + tokens + 2)
+    if dev.type == "cuda" and getattr(backend, "graph_safe", False):
+        eng.capture_graph()
+    for s, p in enumerate(prompts):
+        eng.admit(s, Request(p, tokens + 1))
+    roots, hiddens = [], []
+    with torch.inference_mode():
+        for _ in range(tokens):
+            roots.append(eng.root.clone())
+            hiddens.append(eng.hidden.clone())
+            eng.run_round()
+        roots.append(eng.root.clone())
+    for s in range(sequences):
+        eng.release(s)
+    R_all = torch.stack(roots, 1).long()  # [S, T + 1]: the greedy sequence from each prompt's last token
+    H_all = torch.stack(hiddens, 1)  # [S, T, d]: the hidden state that produced roots[:, t]
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    gen_s = time.perf_counter() - t0
+    T = tokens - L  # rounds t with L known successors roots[t+1 .. t+L]
+    idx = torch.arange(T, device=dev)[:, None] + torch.arange(1, L + 1, device=dev)[None, :]  # [T, L]
+    Y = R_all[:, idx].reshape(-1, L)
+    R = R_all[:, :T].reshape(-1)
+    H = H_all[:, :T].reshape(-1, H_all.shape[-1]).clone()
+    n_held = max(1, int(sequences * held_out))
+    rows = torch.arange(sequences * T, device=dev).view(sequences, T)
+    train, held = rows[: sequences - n_held].reshape(-1), rows[sequences - n_held :].reshape(-1)
+    del eng
+    t1 = time.perf_counter()
+    out = _fit(drafter, H, R, Y, train, held, steps, batch, lr, g)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    out.update(samples=float(train.shape[0]), gen_s=gen_s, fit_s=time.perf_counter() - t1)
+    return out
 
 
 class _ReferenceDrafter:
@@ -137,13 +276,13 @@ class _ReferenceDrafter:
         idx = (ctx_len.long()[:, None] + self._offsets[None]).clamp(max=self.ref.shape[1] - 1)
         return torch.gather(self.ref, 1, idx)
 
-    def _noise(self, ctx_len: torch.Tensor, salt: int) -> torch.Tensor:
+    def _noise(self, ctx_len: torch.Tensor, salt: int, vocab: int | None = None) -> torch.Tensor:
         """Deterministic pseudo-random values in [0, 1) per (row, position, vocab id) — a small
-        integer hash kept inside int64 without overflow."""
+        integer hash kept inside int64 without overflow. `vocab` = only the first ids (same values)."""
         B = ctx_len.shape[0]
         pos = ctx_len.long()[:, None, None] + self._offsets[None, :, None]
         row = torch.arange(B, device=ctx_len.device)[:, None, None]
-        vid = torch.arange(self.vocab_size, device=ctx_len.device)[None, None, :]
+        vid = torch.arange(vocab or self.vocab_size, device=ctx_len.device)[None, None, :]
         h = (pos * 7919 + row * 104729 + vid * 31 + salt) % 2147483647
         h = (h * 48271) % 2147483647
         h = (h * 48271) % 2147483647
@@ -172,6 +311,6 @@ class NoisyOracleDrafter(_ReferenceDrafter):
     def draft(self, root: torch.Tensor, hidden: torch.Tensor, ctx_len: torch.Tensor) -> torch.Tensor:
         tgt = self._targets(ctx_len)
         logits = self._noise(ctx_len, salt=23) * 4.0
-        coin = self._noise(ctx_len, salt=97)[..., :1]  # one coin per (row, position)
+        coin = self._noise(ctx_len, salt=97, vocab=1)  # one coin per (row, position): vocab id 0's value
         boost = torch.where(coin < self.agree, 8.0, 0.0)
         return logits.scatter_add(2, tgt.clamp(min=0)[..., None], boost)

@@ -23,8 +23,15 @@ smallest top-2 logit margin along every reference trajectory (it must exceed tha
 seeds). Pass kv_dtype=torch.float64 with an fp64-computing attention op to close this gap entirely (then
 measured bit-identical logits).
 
-"fast" mode (GPU benchmarks and the CUDA tree-attention kernel, which takes bf16): linear layers in
-`act_dtype`, K/V cache in `kv_dtype` (bf16 for the kernel). Not bit-reproducible across shapes."""
+"fast" mode (exact=False: GPU benchmarks, the server on a GPU, the CUDA tree-attention kernel, which takes
+bf16): its own layer functions, written the way a serving stack runs a small LLM. Weights held on the device
+in `act_dtype` (bf16 for the realistic benchmark presets), Q/K/V as one GEMM and gate/up as one GEMM over
+weights concatenated once at construction, `torch.nn.functional.rms_norm`, RoPE cos/sin computed once per
+forward in fp32 (not per layer, not in fp64), the residual adds folded into the output GEMMs (addmm), logits
+written as fp32 straight from the lm_head GEMM where the backend can (torch.mm out_dtype), no fp64
+anywhere. K/V cache in `kv_dtype` (bf16 for the kernel). Static shapes, CUDA-graph capturable, the same
+outputs as the exact path (logits [B, N, V] fp32, hidden [B, N, d] in act_dtype). Not bit-reproducible across
+shapes; exact mode never touches these functions."""
 
 from __future__ import annotations
 
@@ -65,12 +72,17 @@ class ModelConfig:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
 
 
-def random_weights(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Seeded fp32 weights (CPU generator, so the same seed gives the same model on every machine)."""
-    g = torch.Generator().manual_seed(seed)
+def random_weights(cfg: ModelConfig, seed: int, *, device: str | torch.device = "cpu",
+                   dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Seeded weights. Default: fp32 from a CPU generator, so the same seed gives the same model on every
+    machine (what the lossless tests and the server use). `device`/`dtype` draw them where they will live
+    instead (e.g. bf16 on the GPU from a CUDA generator: the benchmark presets' ~0.6-1.7B parameters take
+    milliseconds there, a CPU fp32 randn of that size takes many seconds); same seed, different numbers."""
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(seed)
 
     def normal(*shape: int, std: float) -> torch.Tensor:
-        return torch.randn(*shape, generator=g, dtype=torch.float32) * std
+        return torch.randn(*shape, generator=g, dtype=dtype, device=dev) * std
 
     d, hd = cfg.d_model, cfg.head_dim
     w: dict[str, torch.Tensor] = {"embed": normal(cfg.vocab_size, d, std=1.0)}
@@ -124,13 +136,18 @@ class TinyTransformer:
         missing = _expected_names(cfg) - set(weights)
         if missing:
             raise ValueError(f"weights are missing {sorted(missing)[:5]}")
+        self.sm_scale = 1.0 / math.sqrt(cfg.head_dim)
+        half = cfg.head_dim // 2
+        if not exact:
+            # The fast path keeps only device copies in act_dtype (fused where it multiplies), no fp32 master.
+            self.weights = weights
+            self._build_fast(weights)
+            return
         self.weights = {k: v.to(torch.float32) for k, v in weights.items()}
         self.w = {k: v.to(self.device, self._compute) for k, v in self.weights.items()}
-        half = cfg.head_dim // 2
         self._inv_freq = 1.0 / (
             cfg.rope_theta ** (torch.arange(half, dtype=torch.float64, device=self.device) / half)
         )
-        self.sm_scale = 1.0 / math.sqrt(cfg.head_dim)
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
@@ -159,6 +176,8 @@ class TinyTransformer:
         return self._round(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1))
 
     def mlp(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        if not self.exact:
+            return self._fast_mlp(x, i)
         p = f"layers.{i}."
         h = self.rmsnorm(x, p + "mlp_norm")
         gate = self.linear(h, p + "w_gate").to(self._compute)
@@ -167,6 +186,9 @@ class TinyTransformer:
         return self.linear(act, p + "w_down")
 
     def qkv(self, x: torch.Tensor, i: int, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not self.exact:
+            q, k, v = self._fast_qkv(x, i, self._rope_tables(pos))
+            return q.contiguous(), k, v
         cfg, p = self.cfg, f"layers.{i}."
         h = self.rmsnorm(x, p + "attn_norm")
         q = self.linear(h, p + "wq").view(-1, cfg.n_heads, cfg.head_dim)
@@ -175,6 +197,8 @@ class TinyTransformer:
         return self.rope(q, pos), self.rope(k, pos), v
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not self.exact:
+            return self.f["embed"][tokens.long()]
         return self.weights_on_device("embed")[tokens.long()]
 
     def weights_on_device(self, name: str) -> torch.Tensor:
@@ -186,8 +210,122 @@ class TinyTransformer:
 
     def head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits fp32, final hidden) of residual stream x."""
+        if not self.exact:
+            return self._fast_head(x)
         h = self.rmsnorm(x, "final_norm")
         return self.linear(h, "lm_head").to(torch.float32), h
+
+    # ---- fast path (exact=False): fused weights, act_dtype, no fp64 ---------------------------------
+    def _build_fast(self, weights: dict[str, torch.Tensor]) -> None:
+        """Device copies in act_dtype, built once: per layer wqkv = [wq; wk; wv] and w_gu = [w_gate; w_up]
+        (one GEMM each instead of three and two), the norms' scales, the RoPE inverse frequencies in fp32."""
+        cfg, dev, dt = self.cfg, self.device, self.act_dtype
+
+        def put(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dev, dt).contiguous()
+
+        f: dict[str, torch.Tensor] = {"embed": put(weights["embed"]), "final_norm": put(weights["final_norm"]),
+                                      "lm_head": put(weights["lm_head"])}
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            f[p + "wqkv"] = put(torch.cat([weights[p + "wq"], weights[p + "wk"], weights[p + "wv"]]))
+            f[p + "w_gu"] = put(torch.cat([weights[p + "w_gate"], weights[p + "w_up"]]))
+            for n in ("wo", "w_down", "attn_norm", "mlp_norm"):
+                f[p + n] = put(weights[p + n])
+        self.f = f
+        half = cfg.head_dim // 2
+        self._inv_freq32 = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32, device=dev) / half))
+        # fp32 logits straight out of the lm_head GEMM (cuBLAS bf16 x bf16 -> fp32) where torch offers it
+        # (torch.mm's out_dtype, CUDA); else the GEMM in act_dtype and one cast.
+        self._mm_f32 = False
+        if dev.type == "cuda" and dt != torch.float32:
+            try:
+                a = torch.ones(2, 8, device=dev, dtype=dt)
+                self._mm_f32 = torch.mm(a, a.t(), out_dtype=torch.float32).dtype == torch.float32
+            except (RuntimeError, TypeError):
+                self._mm_f32 = False
+
+    def fast_weight_bytes(self) -> int:
+        """Bytes of weights one forward reads (every matrix and norm scale once; the embedding table is
+        gathered, T rows, so it is not counted): the numerator of the forward's byte floor."""
+        return sum(t.numel() * t.element_size() for k, t in self.f.items() if k != "embed")
+
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return torch.nn.functional.rms_norm(x, (self.cfg.d_model,), self.f[name], self.cfg.norm_eps)
+
+    def _rope_tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos [T, 1, D] and sign-folded sin [T, 1, D] (-sin on the first half) in act_dtype, once per
+        forward: rope(x) = x * cos + swap_halves(x) * sin."""
+        ang = pos.to(torch.float32)[:, None] * self._inv_freq32[None, :]  # [T, D/2]
+        cos, sin = ang.cos(), ang.sin()
+        c = torch.cat([cos, cos], dim=-1)[:, None, :].to(self.act_dtype)
+        s = torch.cat([-sin, sin], dim=-1)[:, None, :].to(self.act_dtype)
+        return c, s
+
+    def _fast_rope(self, x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """NeoX rotary embedding of x [T, H, D] (q and k heads together): three kernels."""
+        T, H, D = x.shape
+        swapped = x.view(T, H, 2, D // 2).flip(2).view(T, H, D)
+        return torch.addcmul(x * tables[0], swapped, tables[1])
+
+    def _fast_qkv(self, x: torch.Tensor, i: int,
+                  tables: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q [T, Hq, D] view, k [T, Hkv, D] view, v [T, Hkv, D] view) after RoPE: q and k are views into
+        one rotated [T, Hq + Hkv, D] tensor."""
+        cfg, p = self.cfg, f"layers.{i}."
+        T, hq, hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        qkv = torch.nn.functional.linear(self._norm(x, p + "attn_norm"), self.f[p + "wqkv"])
+        qk = self._fast_rope(qkv[:, : (hq + hkv) * D].view(T, hq + hkv, D), tables)
+        v = qkv[:, (hq + hkv) * D :].view(T, hkv, D)
+        return qk[:, :hq], qk[:, hq:], v
+
+    def _fast_attn_out(self, o: torch.Tensor, x: torch.Tensor, i: int) -> torch.Tensor:
+        """x + o @ wo^T in one GEMM (addmm: the residual add is the GEMM's epilogue)."""
+        return torch.addmm(x, o, self.f[f"layers.{i}.wo"].t())
+
+    def _fast_mlp(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        p = f"layers.{i}."
+        gate, up = torch.nn.functional.linear(self._norm(x, p + "mlp_norm"), self.f[p + "w_gu"]).chunk(2, dim=-1)
+        return torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, self.f[p + "w_down"])
+
+    def _fast_mlp_residual(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        p = f"layers.{i}."
+        gate, up = torch.nn.functional.linear(self._norm(x, p + "mlp_norm"), self.f[p + "w_gu"]).chunk(2, dim=-1)
+        return torch.addmm(x, torch.nn.functional.silu(gate) * up, self.f[p + "w_down"].t())
+
+    def _fast_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self._norm(x, "final_norm")
+        if self._mm_f32:
+            return torch.mm(h, self.f["lm_head"].t(), out_dtype=torch.float32), h
+        return torch.nn.functional.linear(h, self.f["lm_head"]).to(torch.float32), h
+
+    def _fast_forward_tree(
+        self, backend: OpBackend, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
+        block_table: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, ctx_len: torch.Tensor,
+        anc: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_tree's contract on the fast layer functions (see the module docstring)."""
+        B, N = tokens.shape
+        cfg = self.cfg
+        page = k_caches[0].shape[1]
+        slot = ctx_len.long()[:, None] + torch.arange(N, device=tokens.device)[None, :]  # [B, N]
+        page_idx = torch.gather(block_table.long(), 1, torch.div(slot, page, rounding_mode="floor"))
+        flat_slot = (page_idx * page + slot % page).reshape(-1)  # [B*N], distinct
+        qo_indptr = torch.arange(0, (B + 1) * N, N, device=tokens.device, dtype=torch.int32)
+        tables = self._rope_tables(positions.reshape(-1))
+        x = self.embed(tokens.reshape(-1).clamp(min=0))
+        for i in range(cfg.n_layers):
+            q, k, v = self._fast_qkv(x, i, tables)
+            k_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, k.to(self.kv_dtype))
+            v_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, v.to(self.kv_dtype))
+            o, _ = backend.tree_attention(
+                q.to(self.kv_dtype).contiguous(), k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc,
+                self.sm_scale,
+            )
+            x = self._fast_attn_out(o.reshape(B * N, -1).to(self.act_dtype), x, i)
+            x = self._fast_mlp_residual(x, i)
+        logits, hidden = self._fast_head(x)
+        return logits.view(B, N, -1), hidden.view(B, N, -1)
 
     # ---- engine path --------------------------------------------------------------------------------
     def forward_tree(
@@ -205,6 +343,8 @@ class TinyTransformer:
         Writes node j's K/V of request b to cache slot ctx_len[b] + j in every layer (the caller commits
         or discards them). Returns (logits [B, N, V] fp32, final hidden [B, N, d]). Static shapes, no
         host sync: capturable in a CUDA graph when the backend is."""
+        if not self.exact:
+            return self._fast_forward_tree(backend, k_caches, v_caches, block_table, tokens, positions, ctx_len, anc)
         B, N = tokens.shape
         cfg = self.cfg
         page = k_caches[0].shape[1]
@@ -247,11 +387,17 @@ class TinyTransformer:
             else:
                 kv.k[i] = torch.cat([kv.k[i], kc])
                 kv.v[i] = torch.cat([kv.v[i], vc])
-            keys = kv.k[i].repeat_interleave(rep, dim=1).to(self._compute)  # [S, Hq, D]
-            vals = kv.v[i].repeat_interleave(rep, dim=1).to(self._compute)
-            scores = torch.einsum("nhd,shd->hns", q.to(self._compute), keys) * self.sm_scale
+            # Exact mode: fp64; fast mode: at least fp32 (this is the plain reference path, not the fast one).
+            cdt = self._compute if self.exact or self._compute == torch.float64 else torch.float32
+            keys = kv.k[i].repeat_interleave(rep, dim=1).to(cdt)  # [S, Hq, D]
+            vals = kv.v[i].repeat_interleave(rep, dim=1).to(cdt)
+            scores = torch.einsum("nhd,shd->hns", q.to(cdt), keys) * self.sm_scale
             scores = scores.masked_fill(~causal[None], float("-inf"))
             o = torch.einsum("hns,shd->nhd", scores.softmax(dim=-1), vals)
+            if not self.exact:
+                x = self._fast_attn_out(o.to(self.act_dtype).reshape(n, -1), x, i)
+                x = self._fast_mlp_residual(x, i)
+                continue
             attn = self.linear(self._round(o).reshape(n, -1), f"layers.{i}.wo")
             x = self._round(x.to(self._compute) + attn.to(self._compute))
             x = self._round(x.to(self._compute) + self.mlp(x, i).to(self._compute))

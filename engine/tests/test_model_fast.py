@@ -1,0 +1,156 @@
+"""The model's fast path (exact=False) on the CPU: same function as the exact path within its dtype's error,
+fused weights, no fp64 anywhere; the budget-0 engine skips the drafter; the drafter's fast path and the
+batched distillation. The exact path itself is covered (unchanged) by test_model.py and the lossless tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from ddtree_engine.backend import reference_backend  # noqa: E402
+from ddtree_engine.decode import DDTreeEngine, Request, ar_generate, chain_anc  # noqa: E402
+from ddtree_engine.drafter import TinyDrafter, distill_drafter_batched  # noqa: E402
+from ddtree_engine.model import DenseKV, ModelConfig, TinyTransformer, random_weights  # noqa: E402
+from ddtree_engine.paged_kv import PagedKVCache  # noqa: E402
+
+CFG = ModelConfig(vocab_size=320, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=176)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _tree_logits(model: TinyTransformer, prompt: torch.Tensor, chunk: int) -> torch.Tensor:
+    cache = PagedKVCache(n_layers=CFG.n_layers, n_kv_heads=CFG.n_kv_heads, head_dim=CFG.head_dim, slots=3,
+                         max_slot_tokens=prompt.shape[0], page_size=7, dtype=model.kv_dtype, seed=5)
+    be = reference_backend()
+    ctx = torch.zeros(1, dtype=torch.int32)
+    out = []
+    for s in range(0, prompt.shape[0], chunk):
+        toks = prompt[s : s + chunk].to(torch.int32)
+        n = toks.shape[0]
+        pos = (ctx.long() + torch.arange(n)).to(torch.int32)
+        logits, hid = model.forward_tree(be, cache.k, cache.v, cache.block_table[2:3], toks[None], pos[None], ctx,
+                                         chain_anc(n, "cpu"))
+        assert logits.dtype == torch.float32 and hid.dtype == model.act_dtype
+        ctx += n
+        out.append(logits[0])
+    return torch.cat(out)
+
+
+def test_fast_fp32_is_the_exact_function() -> None:
+    """fp32 fast path (fused GEMMs, torch rms_norm, fp32 RoPE tables, addmm residuals) = the exact path's
+    function: dense logits within fp32 rounding, and its tree path (chunked, paged) gives the same argmax."""
+    w = random_weights(CFG, 0)
+    exact, fast = TinyTransformer(CFG, w), TinyTransformer(CFG, w, exact=False)
+    prompt = torch.randint(0, CFG.vocab_size, (90,), generator=torch.Generator().manual_seed(1))
+    ref, ref_h = exact.forward_dense(prompt, DenseKV())
+    dense, dense_h = fast.forward_dense(prompt, DenseKV())
+    assert dense.dtype == torch.float32 and dense.shape == ref.shape
+    assert _rel(dense, ref) < 1e-5 and _rel(dense_h, ref_h) < 1e-5
+    tree = _tree_logits(fast, prompt, 37)
+    assert _rel(tree, ref) < 1e-5
+    assert torch.equal(tree.argmax(-1), dense.argmax(-1))
+
+
+def test_fast_bf16_is_close_to_the_exact_function() -> None:
+    """bf16 weights and activations: within bf16's error of the exact model on the same (bf16-rounded)
+    weights; the fused matrices hold exactly the rounded originals."""
+    w = {k: v.to(torch.bfloat16).float() for k, v in random_weights(CFG, 2).items()}
+    exact = TinyTransformer(CFG, w)
+    fast = TinyTransformer(CFG, w, exact=False, act_dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
+    f0 = fast.f["layers.0.wqkv"]
+    assert f0.dtype == torch.bfloat16
+    assert torch.equal(f0.float(), torch.cat([w["layers.0.wq"], w["layers.0.wk"], w["layers.0.wv"]]))
+    assert torch.equal(fast.f["layers.1.w_gu"].float(), torch.cat([w["layers.1.w_gate"], w["layers.1.w_up"]]))
+    prompt = torch.randint(0, CFG.vocab_size, (64,), generator=torch.Generator().manual_seed(3))
+    ref, _ = exact.forward_dense(prompt, DenseKV())
+    tree = _tree_logits(fast, prompt, 64)
+    assert _rel(tree, ref) < 3e-2
+    assert (tree.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+    expect = sum(t.numel() for k, t in fast.f.items() if k != "embed") * 2
+    assert fast.fast_weight_bytes() == expect
+
+
+class _DtypeLog(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[torch.dtype] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.seen.add(t.dtype)
+        return out
+
+
+def test_fast_forward_has_no_fp64() -> None:
+    """No op of the fast tree forward produces an fp64 tensor (the exact path does, by design)."""
+    fast = TinyTransformer.random(CFG, seed=1, exact=False, act_dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
+    prompt = torch.randint(0, CFG.vocab_size, (20,), generator=torch.Generator().manual_seed(4))
+    log = _DtypeLog()
+    with log:
+        _tree_logits(fast, prompt, 20)
+    assert torch.float64 not in log.seen and torch.bfloat16 in log.seen
+    exact = TinyTransformer.random(CFG, seed=1)
+    log2 = _DtypeLog()
+    with log2:
+        _tree_logits(exact, prompt, 20)
+    assert torch.float64 in log2.seen  # the check above can see fp64 when it is there
+
+
+def test_fast_rope_equals_exact_rope() -> None:
+    """The fp32 angle pos * inv_freq carries ~pos * 2^-24 rad of rounding (as in HF's fp32 RoPE): at
+    positions < 4096 and |x| ~ 3 that is < 1e-3 absolute; the fp64 exact rope is the reference."""
+    w = random_weights(CFG, 0)
+    exact, fast = TinyTransformer(CFG, w), TinyTransformer(CFG, w, exact=False)
+    x = torch.randn(50, 6, CFG.head_dim, generator=torch.Generator().manual_seed(5))
+    pos = torch.randint(0, 4096, (50,), generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(fast._fast_rope(x, fast._rope_tables(pos)), exact.rope(x, pos), rtol=0, atol=1e-3)
+
+
+class _NoDrafter:
+    block_len = 5
+
+    def draft(self, *_a: object) -> torch.Tensor:
+        raise AssertionError("a budget-0 engine must not call the drafter")
+
+
+def test_budget0_engine_skips_the_drafter_and_equals_ar() -> None:
+    model = TinyTransformer.random(CFG, seed=0)
+    prompts = [[3, 1, 4, 1, 5], [9, 2], [6]]
+    eng = DDTreeEngine(model, _NoDrafter(), reference_backend(), slots=3, max_budget=0, max_context=64)
+    gens = eng.generate([Request(p, 24) for p in prompts])
+    assert [g.tokens for g in gens] == [ar_generate(model, p, 24) for p in prompts]
+
+
+def test_fast_drafter_shapes_and_batched_distillation() -> None:
+    """TinyDrafter on a fast bf16 target: logits [B, L, V] in bf16 from the shared lm_head; the batched
+    distillation (one budget-0 engine over all prompts) trains the fp32 masters, refreshes the bf16 copies
+    and reports held-out agreement per depth over whole held-out sequences."""
+    model = TinyTransformer.random(CFG, seed=0, exact=False, act_dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
+    dr = TinyDrafter(model, block_len=4, seed=1, ffn_dim=64)
+    assert dr.lm_head is model.f["lm_head"]
+    root = torch.tensor([1, 2, 3], dtype=torch.int32)
+    hidden = torch.randn(3, CFG.d_model, dtype=torch.bfloat16)
+    out = dr.draft(root, hidden, root)
+    assert out.shape == (3, 4, CFG.vocab_size) and out.dtype == torch.bfloat16
+    before = dr.run_w["w1"].clone()
+    res = distill_drafter_batched(model, dr, reference_backend(), sequences=8, tokens=20, steps=3, batch=8)
+    assert [k for k in res if k.startswith("depth")] == ["depth1", "depth2", "depth3", "depth4"]
+    assert all(0.0 <= res[f"depth{i}"] <= 1.0 for i in range(1, 5))
+    assert res["samples"] == 7 * (20 - 4)  # 8 prompts, 1 held out; rounds with 4 known successors
+    assert not torch.equal(dr.run_w["w1"], before)
+    assert all(not p.requires_grad for p in dr.trainable())
+
+
+def test_random_weights_on_a_device_dtype() -> None:
+    w = random_weights(CFG, 7, dtype=torch.bfloat16)
+    assert all(t.dtype == torch.bfloat16 for t in w.values())
+    assert torch.equal(random_weights(CFG, 7)["embed"], random_weights(CFG, 7)["embed"])
