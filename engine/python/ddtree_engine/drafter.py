@@ -21,6 +21,7 @@ Row b's logit l is the drafter's belief about the token at position ctx_len[b] +
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import torch
@@ -307,10 +308,15 @@ class NoisyOracleDrafter(_ReferenceDrafter):
     def __init__(self, *args: object, agree: float = 0.7, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.agree = agree
+        # The boost that makes the reference token top-1 also sets its log-prob against the noise mass of the
+        # other V - 1 ids (logsumexp ~ ln V): 8.0 calibrated at V = 320 gives lp ~ -0.2 there but ~ -4.5 at
+        # V = 151,936, where best-first trees then stop growing deep. + ln(V / 320) keeps lp ~ -0.2 at any V
+        # (exactly 8.0 for V <= 320, so the small-vocabulary tests draft the same logits as before).
+        self.boost = 8.0 + max(0.0, math.log(self.vocab_size / 320))
 
     def draft(self, root: torch.Tensor, hidden: torch.Tensor, ctx_len: torch.Tensor) -> torch.Tensor:
         tgt = self._targets(ctx_len)
         logits = self._noise(ctx_len, salt=23) * 4.0
         coin = self._noise(ctx_len, salt=97, vocab=1)  # one coin per (row, position): vocab id 0's value
-        boost = torch.where(coin < self.agree, 8.0, 0.0)
+        boost = torch.where(coin < self.agree, self.boost, 0.0)
         return logits.scatter_add(2, tgt.clamp(min=0)[..., None], boost)
