@@ -154,3 +154,18 @@ def test_random_weights_on_a_device_dtype() -> None:
     w = random_weights(CFG, 7, dtype=torch.bfloat16)
     assert all(t.dtype == torch.bfloat16 for t in w.values())
     assert torch.equal(random_weights(CFG, 7)["embed"], random_weights(CFG, 7)["embed"])
+
+
+def test_unfused_fast_mode_stays_selectable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DDTREE_MODEL_FAST=0 keeps the pre-session-9 fast mode (unfused, the exact path's functions in act_dtype)
+    for A/B runs: no fused weights, the same function within fp32 rounding, and its drafter on the fp32 path."""
+    w = random_weights(CFG, 0)
+    monkeypatch.setenv("DDTREE_MODEL_FAST", "0")
+    old = TinyTransformer(CFG, w, exact=False)
+    monkeypatch.delenv("DDTREE_MODEL_FAST")
+    new = TinyTransformer(CFG, w, exact=False)
+    assert not old.fast and new.fast and not hasattr(old, "f")
+    prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(8))
+    assert _rel(_tree_logits(old, prompt, 40), _tree_logits(new, prompt, 40)) < 1e-5
+    assert old.fast_weight_bytes() == new.fast_weight_bytes()
+    assert not TinyDrafter(old, block_len=3).fast and TinyDrafter(new, block_len=3).fast

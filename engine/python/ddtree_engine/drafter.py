@@ -51,12 +51,13 @@ class TinyDrafter:
         if block_len < 1:
             raise ValueError(f"block_len must be >= 1, got {block_len}")
         self.block_len = block_len
-        self.exact = target.exact
+        # The fused bf16-capable path follows the target's (model.fast); otherwise the fp32 path of sessions 1-8.
+        self.fast = target.fast
         d = target.cfg.d_model
         self.d = d
         self.eps = target.cfg.norm_eps
         dev = target.device
-        if not self.exact:
+        if self.fast:
             g = torch.Generator(device=dev).manual_seed(seed)
 
             def dnormal(*shape: int, std: float) -> torch.Tensor:
@@ -88,18 +89,18 @@ class TinyDrafter:
         self.final_norm = target.weights["final_norm"].to(dev)
 
     def trainable(self) -> list[torch.Tensor]:
-        if not self.exact:
+        if self.fast:
             return list(self.params.values())
         return [self.w_hidden, self.w_root, self.pos_emb, self.w1, self.w2]
 
     def refresh(self) -> None:
         """Fast drafters: the act_dtype copies draft() runs on, from the fp32 masters (after training)."""
-        if not self.exact:
+        if self.fast:
             self.run_w = {k: v.detach().to(self.dtype) for k, v in self.params.items()}
 
     def weight_bytes(self) -> int:
         """Bytes of weights one draft() reads (its own matrices + the shared final norm and lm_head)."""
-        if self.exact:
+        if not self.fast:
             own = sum(t.numel() * t.element_size() for t in self.trainable())
         else:
             own = sum(t.numel() * t.element_size() for t in self.run_w.values())
@@ -122,12 +123,12 @@ class TinyDrafter:
         return torch.nn.functional.linear(h, self.lm_head).view(B, L, -1)
 
     def train_logits(self, root: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        if not self.exact:
+        if self.fast:
             return self.logits(root, hidden, self.params)
         return self.draft(root, hidden, root)
 
     def draft(self, root: torch.Tensor, hidden: torch.Tensor, ctx_len: torch.Tensor) -> torch.Tensor:
-        if not self.exact:
+        if self.fast:
             return self.logits(root, hidden, self.run_w)
         z = self._norm(hidden.float()) @ self.w_hidden.t() + self.embed[root.long()] @ self.w_root.t()
         x = z[:, None, :] + self.pos_emb[None]  # [B, L, d]
@@ -194,7 +195,7 @@ def distill_drafter(
                 ys.append(seq[t + 2 : t + 2 + L])
     dev = drafter.lm_head.device
     H = torch.stack(hs).to(dev)
-    H = H.float() if drafter.exact else H.clone()  # (inference tensors cannot be saved for backward)
+    H = H.clone() if drafter.fast else H.float()  # (inference tensors cannot be saved for backward)
     R = torch.tensor(roots, device=dev)
     Y = torch.tensor(ys, device=dev)
     perm = torch.randperm(H.shape[0], generator=g).to(dev)

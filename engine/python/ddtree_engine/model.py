@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,9 @@ class TinyTransformer:
         self.cfg = cfg
         self.device = torch.device(device)
         self.exact = exact
+        # exact=False runs the fused fast path below unless DDTREE_MODEL_FAST=0, which keeps the pre-session-9
+        # fast mode (the exact path's layer functions computing in act_dtype, unfused) for A/B runs.
+        self.fast = not exact and os.environ.get("DDTREE_MODEL_FAST", "1") != "0"
         self.act_dtype = torch.float32 if exact else act_dtype
         # K/V hold act-dtype-rounded values; the cache dtype is what the attention op computes in
         # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
@@ -138,7 +142,7 @@ class TinyTransformer:
             raise ValueError(f"weights are missing {sorted(missing)[:5]}")
         self.sm_scale = 1.0 / math.sqrt(cfg.head_dim)
         half = cfg.head_dim // 2
-        if not exact:
+        if self.fast:
             # The fast path keeps only device copies in act_dtype (fused where it multiplies), no fp32 master.
             self.weights = weights
             self._build_fast(weights)
@@ -176,7 +180,7 @@ class TinyTransformer:
         return self._round(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1))
 
     def mlp(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        if not self.exact:
+        if self.fast:
             return self._fast_mlp(x, i)
         p = f"layers.{i}."
         h = self.rmsnorm(x, p + "mlp_norm")
@@ -186,7 +190,7 @@ class TinyTransformer:
         return self.linear(act, p + "w_down")
 
     def qkv(self, x: torch.Tensor, i: int, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if not self.exact:
+        if self.fast:
             q, k, v = self._fast_qkv(x, i, self._rope_tables(pos))
             return q.contiguous(), k, v
         cfg, p = self.cfg, f"layers.{i}."
@@ -197,7 +201,7 @@ class TinyTransformer:
         return self.rope(q, pos), self.rope(k, pos), v
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        if not self.exact:
+        if self.fast:
             return self.f["embed"][tokens.long()]
         return self.weights_on_device("embed")[tokens.long()]
 
@@ -210,7 +214,7 @@ class TinyTransformer:
 
     def head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits fp32, final hidden) of residual stream x."""
-        if not self.exact:
+        if self.fast:
             return self._fast_head(x)
         h = self.rmsnorm(x, "final_norm")
         return self.linear(h, "lm_head").to(torch.float32), h
@@ -248,7 +252,8 @@ class TinyTransformer:
     def fast_weight_bytes(self) -> int:
         """Bytes of weights one forward reads (every matrix and norm scale once; the embedding table is
         gathered, T rows, so it is not counted): the numerator of the forward's byte floor."""
-        return sum(t.numel() * t.element_size() for k, t in self.f.items() if k != "embed")
+        src = self.f if self.fast else self.w
+        return sum(t.numel() * t.element_size() for k, t in src.items() if k != "embed")
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return torch.nn.functional.rms_norm(x, (self.cfg.d_model,), self.f[name], self.cfg.norm_eps)
@@ -343,7 +348,7 @@ class TinyTransformer:
         Writes node j's K/V of request b to cache slot ctx_len[b] + j in every layer (the caller commits
         or discards them). Returns (logits [B, N, V] fp32, final hidden [B, N, d]). Static shapes, no
         host sync: capturable in a CUDA graph when the backend is."""
-        if not self.exact:
+        if self.fast:
             return self._fast_forward_tree(backend, k_caches, v_caches, block_table, tokens, positions, ctx_len, anc)
         B, N = tokens.shape
         cfg = self.cfg
@@ -387,14 +392,14 @@ class TinyTransformer:
             else:
                 kv.k[i] = torch.cat([kv.k[i], kc])
                 kv.v[i] = torch.cat([kv.v[i], vc])
-            # Exact mode: fp64; fast mode: at least fp32 (this is the plain reference path, not the fast one).
-            cdt = self._compute if self.exact or self._compute == torch.float64 else torch.float32
+            # Exact mode: fp64; fast path: fp32 (this is the plain reference path, not the fast one).
+            cdt = torch.float32 if self.fast else self._compute
             keys = kv.k[i].repeat_interleave(rep, dim=1).to(cdt)  # [S, Hq, D]
             vals = kv.v[i].repeat_interleave(rep, dim=1).to(cdt)
             scores = torch.einsum("nhd,shd->hns", q.to(cdt), keys) * self.sm_scale
             scores = scores.masked_fill(~causal[None], float("-inf"))
             o = torch.einsum("hns,shd->nhd", scores.softmax(dim=-1), vals)
-            if not self.exact:
+            if self.fast:
                 x = self._fast_attn_out(o.to(self.act_dtype).reshape(n, -1), x, i)
                 x = self._fast_mlp_residual(x, i)
                 continue
