@@ -1,6 +1,12 @@
-"""End-to-end DDTree vs autoregressive decoding on the small model (GPU, all five kernels, CUDA graphs).
+"""End-to-end DDTree vs autoregressive decoding (GPU, all five kernels, CUDA graphs).
 
-    PYTHONPATH=engine/python python3 engine/bench/bench_e2e.py [--batch 1 8] [--budgets 16 64] [--agree 0.8]
+    PYTHONPATH=engine/python python3 engine/bench/bench_e2e.py [--preset toy|qwen3-0.6b|qwen3-1.7b] [--batch 1 8]
+        [--budgets 16 64] [--agree 0.8] [--cupti]
+
+--preset picks the target (PRESETS below: the 2-layer toy, or Qwen3-0.6B / 1.7B shapes with bf16 weights drawn on
+the GPU); without it the model args give the shape (fp32 linears, bf16 K/V). On the GPU the distilled drafter is
+TinyDrafter at the target's width trained by `distill_drafter_batched`; the process also measures the copy rate and
+prints each forward's time against its weight-byte floor; --cupti adds the CUPTI round profile of every DDTree row.
 
 For each batch size: budget-0 decoding through the same engine (the AR peer, one target forward per
 token), then DDTree at each budget with a drafter that agrees with the target's greedy continuation at a

@@ -1,7 +1,8 @@
 """Drafters: one call per round gives logits [B, L, V] for the L positions after each request's root.
 
 Interface (all tensors on the engine's device; static shapes so a round stays CUDA-graph capturable):
-    draft(root [B] i32, hidden [B, d] fp32, ctx_len [B] i32) -> logits [B, L, V] fp32
+    draft(root [B] i32, hidden [B, d], ctx_len [B] i32) -> logits [B, L, V] fp32 (TinyDrafter on a fast-path
+    target: the target's act_dtype, e.g. bf16; draft_topk_lse takes both)
 `root` is the token the round verifies first (the previous bonus; it sits at position ctx_len), `hidden`
 the target's final hidden state at the last committed token (the one whose logits produced the root).
 Row b's logit l is the drafter's belief about the token at position ctx_len[b] + 1 + l.
