@@ -132,10 +132,12 @@ V4Config v4_config() {
 // "v7b" session 5's (kV4OptV7b, then for every k), "v8" session 6's (v7b + the lane append), "v9" session 7's
 // (v8 + the round append + the all-to-all merge; NOTES "v9 (session 7)"), "v10" v9 with eight lanes per candidate's
 // rank and puts (opt-in only: measured slower than v9 on the H200, NOTES "v10"), "v11" v9 with a row bound before the
-// candidate pass (session 8, NOTES "v11 (session 8"); unset or anything else: the default
+// candidate pass (session 8, NOTES "v11 (session 8"), "v13" the compact builds (session 9, NOTES "v13 (session 9": the
+// same code as the default's choice, v9 or v11, with one copy of each hot stage and the rare paths rolled; v8 where the
+// default runs v8); unset or anything else: the default
 // (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
-enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11 };
+enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13 };
 V4Opt env_v4_opt() {
   static const V4Opt v = [] {
     const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
@@ -145,6 +147,7 @@ V4Opt env_v4_opt() {
     if (std::strcmp(e, "v9") == 0) return V4Opt::kV9;
     if (std::strcmp(e, "v10") == 0) return V4Opt::kV10;
     if (std::strcmp(e, "v11") == 0) return V4Opt::kV11;
+    if (std::strcmp(e, "v13") == 0) return V4Opt::kV13;
     return V4Opt::kDefault;
   }();
   return v;
@@ -214,6 +217,8 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
                              int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id, float* lse,
                              int32_t* error_flags, cudaStream_t stream) {
   V4Opt opt = env_v4_opt();
+  const bool compact = opt == V4Opt::kV13;
+  if (compact) opt = V4Opt::kDefault;
   if (opt == V4Opt::kDefault && k > 1) {
     const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
     opt = cluster >= 4 ? V4Opt::kV9 : V4Opt::kV8;
@@ -224,6 +229,12 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
   }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                               lse, error_flags, stream);
+  if (compact && opt == V4Opt::kV11)
+    return run_v4<T, 512, true, k::kV4OptV13r>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                                lse, error_flags, stream);
+  if (compact && opt == V4Opt::kV9)
+    return run_v4<T, 512, true, k::kV4OptV13>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                                lse, error_flags, stream);
   if (opt == V4Opt::kV11)
     return run_v4<T, 512, true, k::kV4OptV11>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,

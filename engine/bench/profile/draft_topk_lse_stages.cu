@@ -149,12 +149,15 @@ int main(int argc, char** argv) {
   const std::vector<int> ks = {1, 16, 32, 64};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
+  // randn x 4 rows (the Python bench's) in the v11 and v13 modes, uniform ones otherwise (`calls`, for ncu, as in session 8).
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool normal = mode == "v11" || mode == "v13";
   for (Shape& sh : shapes) {
     const size_t n = size_t(sh.B) * sh.L * sh.V;
     for (int i = 0; i < sh.sets; ++i) {
       bf16* p;
       CK(cudaMalloc(&p, n * 2));
-      if (argc > 1 && std::string(argv[1]) == "v11") fill_normal<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
+      if (normal) fill_normal<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
       else fill<<<512, 256, 0, s>>>(p, n, 17u * i + 1u + 1000u * sh.B);
       sh.xs.push_back(p);
     }
@@ -170,7 +173,7 @@ int main(int argc, char** argv) {
   void* ws;
   CK(cudaMalloc(&ws, ws_bytes));
   for (int i = 0; i < 3000; ++i) {  // clocks up (rewrites the 1x15 inputs: the same distribution as their first fill)
-    if (argc > 1 && std::string(argv[1]) == "v11") fill_normal<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);
+    if (normal) fill_normal<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);
     else fill<<<512, 256, 0, s>>>(shapes[0].xs[i % shapes[0].sets], 15 * 163840, i);
   }
   CK(cudaStreamSynchronize(s));
@@ -209,9 +212,22 @@ int main(int argc, char** argv) {
   // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
   // merge) by stage, each v9 option alone on v8, then both once more (drift).
   constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10, V11 = k::kV4OptV11;
+  constexpr unsigned V13 = k::kV4OptV13, V13r = k::kV4OptV13r;
   const bool v10 = argc > 1 && std::string(argv[1]) == "v10";
   const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
-  if (v11) {
+  const bool v13 = mode == "v13";
+  if (v13) {
+    // Session 9, s9topk (NOTES "v13"): v9 and v11 (the default's two k > 1 instantiations at these clusters) against
+    // their compact builds, whole kernel, alternating three times, then v9 and v13 by stage.
+    for (int rep = 0; rep < 3; ++rep) {
+      whole<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+      whole<V13>("v13 (v9 compact)", shapes, ks, lp, id, lse, flags, s);
+      whole<V11>("v11", shapes, ks, lp, id, lse, flags, s);
+      whole<V13r>("v13r (v11 compact)", shapes, ks, lp, id, lse, flags, s);
+    }
+    row<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+    row<V13>("v13 (v9 compact)", shapes, ks, lp, id, lse, flags, s);
+  } else if (v11) {
     // Session 8, s8topk (NOTES "v11"): v9 (the default for these clusters) against v11 (v9 + the row bound), whole
     // kernel, alternating three times, then both by stage.
     for (int rep = 0; rep < 3; ++rep) {
@@ -361,6 +377,17 @@ int main(int argc, char** argv) {
     trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 16);
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 64);
     trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 64);
+    int hflags = 0;
+    CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
+    CK(cudaGetLastError());
+    std::printf("flags %d (0 expected)\n", hflags);
+    return 0;
+  }
+  if (v13) {
+    trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
+    trace("v13", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13, 9>, shapes[0], 16);
+    trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 64);
+    trace("v13r", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 9>, shapes[0], 64);
     int hflags = 0;
     CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
     CK(cudaGetLastError());

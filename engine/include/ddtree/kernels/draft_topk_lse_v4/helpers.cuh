@@ -105,6 +105,17 @@ constexpr unsigned kV4OptSpreadPut = 32768u;
 // sends its ranked ones and zeros for the rest of its kc slots (zeros sort below every item). H200 (NOTES): 1x15 K = 64
 // 9.0 -> 7.9 µs, 8x15 K = 64 25.8 -> 23.4; K = 16 +0.3 (the exchange's wait outweighs the smaller stages).
 constexpr unsigned kV4OptRowBound = 65536u;
+// v13 (session 9, s9topk, NOTES "v13 (session 9"), k > 1: compact code on the executed path. Session 8's ncu regions put
+// a fifth of v9's samples at 1x15 K = 16 in no_instruction (instruction fetch), in the candidate pass (a 6,179-instruction
+// region: every visit variant inline), the ranks + puts and the merge; the library's v9 kernel is 10,544 SASS
+// instructions (165 KB, sm_90a) of which a K = 16 call runs a few short stretches. With kV4OptCompact: the round append
+// tests its five vectors' maxima first and runs ONE copy of the hit body in a rolled loop over the vectors that reach
+// the bound (v9: five inline copies, ~200 instructions each, skipped when no lane hits); the lane append is not built
+// (the element-wise pass takes its cases), and the element-wise pass is the rolled one (kV4OptRolledVisit: one visit
+// copy); the radix fallback's element loop is rolled; the merge ranks its own items with one instantiation (eight
+// lists, a rolled search as deep as k needs) instead of six; the v5 merge loop that the all-to-all merge never enters
+// is not built. Exact semantics unchanged.
+constexpr unsigned kV4OptCompact = 131072u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
 // runs it in the library.
@@ -124,6 +135,9 @@ constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
 constexpr unsigned kV4OptV10 = kV4OptV9 | kV4OptSpreadPut;
 // v9 + the row bound (DDTREE_TOPK_V4_OPT=v11).
 constexpr unsigned kV4OptV11 = kV4OptV9 | kV4OptRowBound;
+// v13: the compact builds of v9 and v11 (DDTREE_TOPK_V4_OPT=v13 runs them where the default runs v9 / v11).
+constexpr unsigned kV4OptV13 = kV4OptV9 | kV4OptCompact;
+constexpr unsigned kV4OptV13r = kV4OptV11 | kV4OptCompact;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).

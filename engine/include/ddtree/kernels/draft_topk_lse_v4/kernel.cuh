@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   constexpr bool SP = a2a && (OPT & kV4OptSpreadPut) != 0u;  // v10: eight lanes per candidate rank and put
   static_assert(!SP || kV4MaxCluster == 8, "one lane of a candidate's group per destination CTA");
   constexpr bool RW = a2a && (OPT & kV4OptRowBound) != 0u;  // v11: the row bound
+  constexpr bool CP = (OPT & kV4OptCompact) != 0u;           // v13: compact code on the executed path
   if (ASYNC && (blockIdx.x == 0 || (a2a && k > 1)) && threadIdx.x == 0) {
     // Bytes this CTA receives (CTA 0 only, unless a2a): every other CTA's partial (8) and its min(k, n) items
     // (8 each).
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const bool fast = (OPT & kV4OptFastLoad) != 0u && THREADS <= 512 && VEC && (v0 + nv_cta) * VN <= vocab;
   constexpr bool K1W = ASYNC && (OPT & kV4OptK1Warp) != 0u;
   constexpr bool RB = ASYNC && (OPT & kV4OptRadixBound) != 0u;
-  constexpr bool RV = (OPT & kV4OptRolledVisit) != 0u;
+  constexpr bool RV = (OPT & (kV4OptRolledVisit | kV4OptCompact)) != 0u;  // v13: one visit copy in the rare passes
   constexpr bool SPLIT = (OPT & kV4OptSplitMerge) != 0u;
   // v7 options: st.async instantiations only (the closing-barrier ones, opt-in since v5, stay v6's; with
   // them ptxas spilled 4 bytes at 256 and 512 threads).
@@ -482,7 +483,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         // v9: a round at a time (v4_append_round); later rounds are reloaded into raw (a separate array
         // spilled, sm_90a), a round's loads issued together; with two or more rounds only where every vector
         // lies inside the row (16-byte loads; the element-wise fallback spilled).
-        auto append = [&](int lv0) { v4_append_round<T, THREADS>(sm, raw, lv0, v0, thr_f); };
+        auto append = [&](int lv0) {
+          if (CP) v4_append_round_compact<T, THREADS>(sm, raw, lv0, v0, thr_f);
+          else v4_append_round<T, THREADS>(sm, raw, lv0, v0, thr_f);
+        };
         if (rounds == 1) {
           append(tid);
         } else {
@@ -497,7 +501,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
             append(r * kV4Vecs * THREADS + tid);
           }
         }
-      } else if (LA && thr > kV4KeyNegInf) {
+      } else if (LA && !CP && thr > kV4KeyNegInf) {  // v13: the element-wise pass takes these (rare) cases
         pass([&](const uint4& v, int lv) { v4_append_lane<T, THREADS>(sm, v, lv, v0, thr_f); });
       } else {
         const unsigned lt = (1u << lane) - 1u;
@@ -538,8 +542,13 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
           for (int lv = tid; lv < nv_cta; lv += THREADS) {
             const uint4 v = load(lv);
             const int base = (v0 + lv) * VN;
+            if (CP) {  // v13: one copy of the element's code (the radix fallback runs on tie-heavy slices only)
+#pragma unroll 1
+              for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+            } else {
 #pragma unroll
-            for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+              for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+            }
           }
         };
         uint64_t prefix, mask;
@@ -706,7 +715,11 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       v4_rank_own_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS, RW>(sm, n_of, c, cluster, ksel,
                                                                                           lse_d, lp_out, id_out, nown);
     };
-    if (cluster <= 4) {
+    if (CP) {
+      // v13: one instantiation (eight lists, a rolled search of the depth k needs).
+      v4_rank_own_items_compact<THREADS, RW>(sm, n_of, c, cluster, k <= 16 ? 16 : k <= 32 ? 32 : 64, ksel, lse_d, lp_out,
+                                             id_out, nown);
+    } else if (cluster <= 4) {
       if (k <= 16) rank_own(I16{}, I4{});
       else if (k <= 32) rank_own(I32{}, I4{});
       else rank_own(I64{}, I4{});
@@ -753,7 +766,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       rank_items(I64{}, I8{});
     }
   }
-  for (int t = SPLIT || FM || a2a ? cluster * kV4MaxK : tid; t < cluster * kV4MaxK; t += THREADS) {
+  // (v13: not built beside the all-to-all merge, which never enters it.)
+  for (int t = SPLIT || FM || a2a ? cluster * kV4MaxK : tid; !(CP && a2a) && t < cluster * kV4MaxK; t += THREADS) {
     const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
     if (r >= n_of(cc)) continue;
     const uint64_t it = sm.slot[cc][r];

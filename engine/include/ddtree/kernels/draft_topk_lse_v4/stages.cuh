@@ -181,6 +181,40 @@ __device__ __forceinline__ void v4_append_round(V4Smem<THREADS>& sm, const uint4
   }
 }
 
+// v13 (kV4OptCompact): v4_append_round's work with one copy of the hit body. The five vectors' maxima are tested
+// first (straight-line, into a 5-bit mask), then a rolled loop over the vectors that reach the bound picks the vector by
+// selects (compile-time indices: raw stays in registers), builds its element mask, reserves its slots with one shared
+// atomic and stores them in a rolled loop over the set bits. v4_append_round inlines the hit body five times (~200
+// instructions each, sm_90a), so a warp with no hit jumps over ~3 KB of code per vector.
+template <typename T, int THREADS>
+__device__ __forceinline__ void v4_append_round_compact(V4Smem<THREADS>& sm, const uint4 (&v)[kV4Vecs], int lv0,
+                                                        const int& v0, const float& thr_f) {
+  constexpr int VN = 16 / int(sizeof(T));
+  unsigned hm = 0u;
+#pragma unroll
+  for (int j = 0; j < kV4Vecs; ++j) hm |= v4_vec_max<T>(v[j]) >= thr_f ? (1u << j) : 0u;
+#pragma unroll 1
+  while (hm != 0u) {
+    const int j = __ffs(int(hm)) - 1;
+    hm &= hm - 1u;
+    uint4 w = v[0];
+#pragma unroll
+    for (int i = 1; i < kV4Vecs; ++i) w = j == i ? v[i] : w;
+    unsigned mj = 0u;
+#pragma unroll
+    for (int q = 0; q < VN; ++q) mj |= v4_elem<T>(w, q) >= thr_f ? (1u << q) : 0u;
+    int pos = v4_atomic_add_shared(&sm.cnt, __popc(mj));
+    const int id_base = (v0 + lv0 + j * THREADS) * VN;
+#pragma unroll 1
+    while (mj != 0u) {
+      const int q = __ffs(int(mj)) - 1;
+      mj &= mj - 1u;
+      if (pos < kV4Cap) sm.cbuf[pos] = pack_item(v4_key(v4_elem<T>(w, q)), id_base + q);
+      ++pos;
+    }
+  }
+}
+
 // v9 (kV4OptA2AMerge): CTA c's own items (its sorted list, n_of(c) of them) ranked in the row: one lane per
 // (item, list) pair, LISTS consecutive lanes per item (LISTS >= cluster, a power of 2 <= 8), each a
 // branch-free binary search of MAXN >= every list's length steps in its list (the item's own list gives its
@@ -202,6 +236,39 @@ __device__ __forceinline__ void v4_rank_own_items(const V4Smem<THREADS>& sm, con
     int pos = 0;
 #pragma unroll
     for (int st = MAXN; st > 0; st >>= 1) {
+      const uint64_t x = pos + st <= n ? sm.slot[o][(pos + st - 1) ^ o] : 0ull;
+      pos += x > it ? st : 0;
+    }
+#pragma unroll
+    for (int d = 1; d < LISTS; d <<= 1) pos += __shfl_xor_sync(0xffffffffu, pos, d);
+    if (valid && o == 0 && pos < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[pos] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[pos] = item_id(it);
+    }
+  }
+}
+
+// v13 (kV4OptCompact): v4_rank_own_items as one instantiation for every k and cluster: eight lanes per item (lists
+// past the cluster are empty: their searches find 0), and a rolled search of log2(maxn) + 1 steps (maxn = 16, 32 or 64,
+// the smallest >= k; each step is a dependent shared load either way). v9 instantiates six copies (MAXN x LISTS).
+template <int THREADS, bool OWN_N = false, typename NOf>
+__device__ __forceinline__ void v4_rank_own_items_compact(const V4Smem<THREADS>& sm, const NOf& n_of, int c, int cluster,
+                                                          int maxn, int ksel, double lse_d, float* lp_out,
+                                                          int32_t* id_out, int nown = 0) {
+  constexpr int LISTS = kV4MaxCluster;
+  const int tid = int(threadIdx.x), lane = v4_lane_again();
+  const int pairs = (OWN_N ? nown : n_of(c)) * LISTS;
+#pragma unroll 1
+  for (int t0 = tid - lane; t0 < pairs; t0 += THREADS) {  // warp-uniform bounds (the shuffles)
+    const int t = t0 + lane;
+    const int item = t / LISTS, o = t - item * LISTS;
+    const bool valid = t < pairs;
+    const uint64_t it = valid ? sm.slot[c][item ^ c] : ~0ull;
+    const int n = valid && o < cluster ? n_of(o) : 0;
+    int pos = 0;
+#pragma unroll 1
+    for (int st = maxn; st > 0; st >>= 1) {
       const uint64_t x = pos + st <= n ? sm.slot[o][(pos + st - 1) ^ o] : 0ull;
       pos += x > it ? st : 0;
     }
