@@ -7,7 +7,8 @@
 # alone, per-CTA traces), selftest, selftest_opt (the same with DDTREE_TOPK_V4_OPT=$OPT, default v9), bench
 # (the default vs torch f32/bf16 at BENCH_SHAPES), bench_opt (the same with DDTREE_TOPK_V4_OPT=$OPT, its own
 # process and torch peer), pytest / pytest_opt (draft_topk_lse GPU tests), sanitize / sanitize_opt (memcheck +
-# racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16).
+# racecheck on the sized self-test), ncu (source-level profile, 1x15 K = 16, under DDTREE_TOPK_V4_OPT=$NCU_OPT when set),
+# ab (session 9: bench_topk_v13_ab.py, the default against DDTREE_TOPK_V4_OPT=$OPT in one process, alternating passes).
 # Logs under $OUT (a few files). Usage, from the repository root: bash engine/bench/run_topk_device.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -47,6 +48,12 @@ if has bench_opt; then
     --shapes=$BENCH_SHAPES --ks=1,16,32,64 --impls=v4 > "$OUT/bench_opt.log" 2>&1
   echo "bench_opt rc=$?"; grep -v "^\[" "$OUT/bench_opt.log" | grep -E "x15x|TB/s" | head -20
 fi
+if has ab; then
+  stamp "ab default vs DDTREE_TOPK_V4_OPT=$OPT"
+  DDTREE_BENCH_OUT=/tmp/v7bench timeout 150 python3 engine/bench/bench_topk_v13_ab.py --opt=$OPT \
+    --shapes=${AB_SHAPES:-1x15x163840,8x15x163840} --ks=1,16,32,64 --passes=${AB_PASSES:-3} > "$OUT/ab.log" 2>&1
+  echo "ab rc=$?"; grep -v "^\[" "$OUT/ab.log" | tail -12
+fi
 if has pytest; then
   stamp pytest
   timeout 200 python3 -m pytest engine/tests/test_draft_topk_lse.py -m gpu -p no:cacheprovider -q -x \
@@ -71,7 +78,7 @@ has sanitize && sanitize "" ""
 has sanitize_opt && sanitize "_$OPT" "$OPT"
 if has ncu; then
   stamp ncu
-  LD_LIBRARY_PATH=$B timeout 60 ncu --clock-control none --cache-control none -k regex:draft_topk_lse_v4 \
+  LD_LIBRARY_PATH=$B DDTREE_TOPK_V4_OPT=${NCU_OPT:-} timeout 60 ncu --clock-control none --cache-control none -k regex:draft_topk_lse_v4 \
     --launch-skip 8 --launch-count 1 --section WarpStateStats --section SourceCounters --section SpeedOfLight \
     --warp-sampling-interval 0 -f -o /tmp/v7k16 "$B/topk_stages" calls 16 > /tmp/v7ncu.log 2>&1
   echo "ncu rc=$?"; tail -2 /tmp/v7ncu.log

@@ -7,8 +7,8 @@
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
 // v4's kernel options (kV4Opt*): for k > 1 v11 (session 8), v9 (session 7) or v8 (session 6) by cluster size and k
-// (run_v4_async), the kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10|v11 forces an option set (see
-// env_v4_opt).
+// (run_v4_async), the kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10|v11|v13 forces an option set
+// (see env_v4_opt; v13 = the compact builds of v9 / v11, session 9).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
 // DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200
@@ -128,7 +128,7 @@ V4Config v4_config() {
   }();
   return cfg;
 }
-// DDTREE_TOPK_V4_OPT (read once per process) picks the st.async kernel's options for k > 1, for A/B runs:
+// DDTREE_TOPK_V4_OPT (read per call) picks the st.async kernel's options for k > 1, for A/B runs:
 // "v7b" session 5's (kV4OptV7b, then for every k), "v8" session 6's (v7b + the lane append), "v9" session 7's
 // (v8 + the round append + the all-to-all merge; NOTES "v9 (session 7)"), "v10" v9 with eight lanes per candidate's
 // rank and puts (opt-in only: measured slower than v9 on the H200, NOTES "v10"), "v11" v9 with a row bound before the
@@ -137,20 +137,19 @@ V4Config v4_config() {
 // default runs v8); unset or anything else: the default
 // (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
+// Read per call (session 9: one getenv, host side only), so that one process can capture the default and an option
+// into separate CUDA graphs and compare them against the same torch peer (bench_topk_v13_ab.py).
 enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13 };
 V4Opt env_v4_opt() {
-  static const V4Opt v = [] {
-    const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
-    if (e == nullptr) return V4Opt::kDefault;
-    if (std::strcmp(e, "v7b") == 0) return V4Opt::kV7b;
-    if (std::strcmp(e, "v8") == 0) return V4Opt::kV8;
-    if (std::strcmp(e, "v9") == 0) return V4Opt::kV9;
-    if (std::strcmp(e, "v10") == 0) return V4Opt::kV10;
-    if (std::strcmp(e, "v11") == 0) return V4Opt::kV11;
-    if (std::strcmp(e, "v13") == 0) return V4Opt::kV13;
-    return V4Opt::kDefault;
-  }();
-  return v;
+  const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
+  if (e == nullptr) return V4Opt::kDefault;
+  if (std::strcmp(e, "v7b") == 0) return V4Opt::kV7b;
+  if (std::strcmp(e, "v8") == 0) return V4Opt::kV8;
+  if (std::strcmp(e, "v9") == 0) return V4Opt::kV9;
+  if (std::strcmp(e, "v10") == 0) return V4Opt::kV10;
+  if (std::strcmp(e, "v11") == 0) return V4Opt::kV11;
+  if (std::strcmp(e, "v13") == 0) return V4Opt::kV13;
+  return V4Opt::kDefault;
 }
 
 int v4_max_cluster(int64_t rows) {

@@ -212,16 +212,18 @@ int main(int argc, char** argv) {
   // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
   // merge) by stage, each v9 option alone on v8, then both once more (drift).
   constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10, V11 = k::kV4OptV11;
-  constexpr unsigned V13 = k::kV4OptV13, V13r = k::kV4OptV13r;
+  constexpr unsigned V13 = k::kV4OptV13, V13r = k::kV4OptV13r, V13a = k::kV4OptV13a;
   const bool v10 = argc > 1 && std::string(argv[1]) == "v10";
   const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
   const bool v13 = mode == "v13";
   if (v13) {
     // Session 9, s9topk (NOTES "v13"): v9 and v11 (the default's two k > 1 instantiations at these clusters) against
-    // their compact builds, whole kernel, alternating three times, then v9 and v13 by stage.
+    // their compact builds (v13 / v13r: rare passes called; v13a: v9 compact, rare passes inline), whole kernel,
+    // alternating three times, then v9 and v13 by stage.
     for (int rep = 0; rep < 3; ++rep) {
       whole<V9>("v9", shapes, ks, lp, id, lse, flags, s);
       whole<V13>("v13 (v9 compact)", shapes, ks, lp, id, lse, flags, s);
+      whole<V13a>("v13a (inline rare)", shapes, ks, lp, id, lse, flags, s);
       whole<V11>("v11", shapes, ks, lp, id, lse, flags, s);
       whole<V13r>("v13r (v11 compact)", shapes, ks, lp, id, lse, flags, s);
     }

@@ -116,6 +116,9 @@ constexpr unsigned kV4OptRowBound = 65536u;
 // lists, a rolled search as deep as k needs) instead of six; the v5 merge loop that the all-to-all merge never enters
 // is not built. Exact semantics unchanged.
 constexpr unsigned kV4OptCompact = 131072u;
+// v13b (with kV4OptCompact): the radix fallback and the element-wise candidate pass as __noinline__ functions, so the
+// executed path from barrier 2 to the exit is one contiguous stretch of code.
+constexpr unsigned kV4OptColdCall = 262144u;
 constexpr unsigned kV4OptV6 = kV4OptFastLoad | kV4OptK1Warp;  // session 4's default, kept for the A/B
 // Session 5's default (each v7 option alone was faster or neutral on v6; NOTES "v7"); DDTREE_TOPK_V4_OPT=v7b
 // runs it in the library.
@@ -135,9 +138,11 @@ constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
 constexpr unsigned kV4OptV10 = kV4OptV9 | kV4OptSpreadPut;
 // v9 + the row bound (DDTREE_TOPK_V4_OPT=v11).
 constexpr unsigned kV4OptV11 = kV4OptV9 | kV4OptRowBound;
-// v13: the compact builds of v9 and v11 (DDTREE_TOPK_V4_OPT=v13 runs them where the default runs v9 / v11).
-constexpr unsigned kV4OptV13 = kV4OptV9 | kV4OptCompact;
-constexpr unsigned kV4OptV13r = kV4OptV11 | kV4OptCompact;
+// v13: the compact builds of v9 and v11 with the rare passes called (DDTREE_TOPK_V4_OPT=v13 runs them where the default
+// runs v9 / v11); kV4OptV13a: v9 compact with the rare passes inline (profiler only).
+constexpr unsigned kV4OptV13 = kV4OptV9 | kV4OptCompact | kV4OptColdCall;
+constexpr unsigned kV4OptV13r = kV4OptV11 | kV4OptCompact | kV4OptColdCall;
+constexpr unsigned kV4OptV13a = kV4OptV9 | kV4OptCompact;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).

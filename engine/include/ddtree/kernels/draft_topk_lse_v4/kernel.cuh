@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   static_assert(!SP || kV4MaxCluster == 8, "one lane of a candidate's group per destination CTA");
   constexpr bool RW = a2a && (OPT & kV4OptRowBound) != 0u;  // v11: the row bound
   constexpr bool CP = (OPT & kV4OptCompact) != 0u;           // v13: compact code on the executed path
+  constexpr bool CC = CP && (OPT & kV4OptColdCall) != 0u;    // v13b: the rare passes as called functions
   if (ASYNC && (blockIdx.x == 0 || (a2a && k > 1)) && threadIdx.x == 0) {
     // Bytes this CTA receives (CTA 0 only, unless a2a): every other CTA's partial (8) and its min(k, n) items
     // (8 each).
@@ -501,6 +502,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
             append(r * kV4Vecs * THREADS + tid);
           }
         }
+      } else if (CC) {  // v13b: the rare passes as a called function
+        v4_elementwise_pass<T, VEC, FF, THREADS>(sm, x, v0, nv_cta, vocab, rounds, tkey, thr, thr_f, id_lim);
       } else if (LA && !CP && thr > kV4KeyNegInf) {  // v13: the element-wise pass takes these (rare) cases
         pass([&](const uint4& v, int lv) { v4_append_lane<T, THREADS>(sm, v, lv, v0, thr_f); });
       } else {
@@ -537,6 +540,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
       int n = sm.cnt;
       if (n > kV4Cap) {
         if (tid == 0) DDTREE_TOPK_V4_EVENT(cta_radix);
+        if (CC) {  // v13b: a called function
+          v4_radix_fallback<T, VEC, THREADS>(sm, x, v0, nv_cta, vocab, kc, thr, id_lim);
+          n = kc;
+        }
         // Tie-heavy slice: exact top-kc by radix select over the (re-read) admitted items.
         auto for_each = [&](auto f) {
           for (int lv = tid; lv < nv_cta; lv += THREADS) {
@@ -552,6 +559,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
           }
         };
         uint64_t prefix, mask;
+        if (!CC) {
         block_select_top<THREADS>(for_each, kc, sm.sel, prefix, mask);
         if (tid == 0) sm.cnt = 0;  // every thread read n before block_select_top's barriers
         __syncthreads();
@@ -560,6 +568,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         });
         __syncthreads();
         n = kc;
+        }
       }
       // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
       if (SP) {

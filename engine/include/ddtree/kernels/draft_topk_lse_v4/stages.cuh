@@ -288,6 +288,48 @@ __device__ __forceinline__ uint64_t v4_item_of(float f, int id, const uint32_t& 
   return (key > thr || (key == thr && id < id_lim)) ? pack_item(key, id) : 0ull;
 }
 
+// v13b (kV4OptColdCall, with kV4OptCompact): the radix fallback of a tie-heavy slice (more than kV4Cap candidates) as a
+// called function: its code leaves the kernel's executed path (the block barriers inside are reached by every thread
+// of the CTA: n is CTA-uniform). Exact top-kc of the slice's admitted items into cbuf; cnt = kc.
+template <typename T, bool VEC, int THREADS>
+__device__ __noinline__ void v4_radix_fallback(V4Smem<THREADS>& sm, const T* x, int v0, int nv_cta, int vocab, int kc,
+                                               uint32_t thr, int id_lim) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const int tid = int(threadIdx.x);
+  auto for_each = [&](auto f) {
+    for (int lv = tid; lv < nv_cta; lv += THREADS) {
+      const uint4 v = v4_load_vec<T, VEC>(x, v0, nv_cta, vocab, lv);
+      const int base = (v0 + lv) * VN;
+#pragma unroll 1
+      for (int q = 0; q < VN; ++q) f(base + q < vocab ? v4_item_of(v4_elem<T>(v, q), base + q, thr, id_lim) : 0ull);
+    }
+  };
+  uint64_t prefix, mask;
+  block_select_top<THREADS>(for_each, kc, sm.sel, prefix, mask);
+  if (tid == 0) sm.cnt = 0;  // every thread read n before block_select_top's barriers
+  __syncthreads();
+  for_each([&](uint64_t it) {
+    if (it != 0ull && (it & mask) >= prefix) sm.cbuf[atomicAdd(&sm.cnt, 1)] = it;  // exactly kc
+  });
+  __syncthreads();
+}
+
+// v13b (kV4OptColdCall): the element-wise candidate pass (a -inf bound, unaligned rows, two or more rounds not all in
+// the row) as a called function, every vector re-read (from L2): one rolled copy of v4_append_candidates. Called by
+// whole warps (its ballots), as the kernel's pass.
+template <typename T, bool VEC, bool FF, int THREADS>
+__device__ __noinline__ void v4_elementwise_pass(V4Smem<THREADS>& sm, const T* x, int v0, int nv_cta, int vocab,
+                                                 int rounds, uint32_t tkey, uint32_t thr, float thr_f, int id_lim) {
+  const int tid = int(threadIdx.x), lane = v4_lane_again();
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll 1
+  for (int lj = 0; lj < rounds * kV4Vecs; ++lj) {
+    const int lv = lj * THREADS + tid;
+    const uint4 v = lv < nv_cta && tkey >= thr ? v4_load_vec<T, VEC>(x, v0, nv_cta, vocab, lv) : v4_neg_inf_vec<T>();
+    v4_append_candidates<T, FF, THREADS>(sm, v, lv, v0, nv_cta, vocab, thr, thr_f, id_lim, lane, lt);
+  }
+}
+
 // The k = 1 candidate pass over one vector (lane-local, v5): a lane whose vector reaches the bound keeps
 // its best admitted item in best.
 template <typename T, typename ItemOf>

@@ -1,0 +1,67 @@
+"""Same-process A/B of draft_topk_lse's default against DDTREE_TOPK_V4_OPT=<opt> (session 9: v13, the compact builds;
+NOTES "v13 (session 9"). The launcher reads the variable at every call, so each side is captured into its own CUDA graph
+in this process and timed in alternating passes (default, opt, default, opt, ...) against one torch f32 peer
+(logits.float() -> topk -> logsumexp), with the main bench's method (graph-replay medians over rotating randn x 4 bf16
+inputs larger than L2). Both sides' outputs are checked against the reference before they are timed.
+Usage: python engine/bench/bench_topk_v13_ab.py [--opt=v13] [--passes=3] [--shapes=1x15x163840,8x15x163840]
+    [--ks=1,16,32,64]"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+from _timing import device_name, print_table, save_json, scoped_env, time_calls
+
+from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl  # noqa: E402
+from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402
+
+
+def main() -> None:
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    opt = opts.get("opt", "v13")
+    passes = int(opts.get("passes", "3"))
+    shapes = [tuple(int(d) for d in sh.split("x")) for sh in opts.get("shapes", "1x15x163840,8x15x163840").split(",")]
+    ks = [int(v) for v in opts.get("ks", "1,16,32,64").split(",")]
+    print(f"{device_name()}: default vs DDTREE_TOPK_V4_OPT={opt}, {passes} alternating passes")
+    sides = {"default": {}, opt: {"DDTREE_TOPK_V4_OPT": opt}}
+    rows = []
+    for batch, positions, vocab in shapes:
+        nbytes = batch * positions * vocab * 2
+        sets = max(2, min(16, (96 << 20) // nbytes + 1))  # > L2 (60 MB) in total
+        xs = [torch.randn(batch, positions, vocab, device="cuda").mul_(4).to(torch.bfloat16) for _ in range(sets)]
+        for k in ks:
+            wlp, wids, wlse = ref(xs[0], k)
+            for name, env in sides.items():
+                with scoped_env(env):
+                    lp, ids, lse = draft_topk_lse_impl(xs[0], k, "default")
+                ok = (torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
+                      and torch.allclose(lse, wlse, atol=4e-6, rtol=0))
+                assert ok, f"{name} != reference at {batch}x{positions}x{vocab} k={k}"
+
+            def torch_f32(x: torch.Tensor) -> None:
+                xf = x.float()
+                v, _ = torch.topk(xf, k, dim=-1)
+                v - torch.logsumexp(xf, dim=-1, keepdim=True)
+
+            t_f32 = time_calls([lambda x=x: torch_f32(x) for x in xs])
+            times: dict[str, list[float]] = {name: [] for name in sides}
+            for _ in range(passes):
+                for name, env in sides.items():
+                    with scoped_env(env):
+                        times[name].append(time_calls([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs]))
+            a, b = statistics.median(times["default"]), statistics.median(times[opt])
+            ratio = statistics.mean(o / d for o, d in zip(times[opt], times["default"]))
+            rows.append([f"{batch}x{positions}x{vocab}", k, t_f32, a, b, ratio, t_f32 / a, t_f32 / b,
+                         " ".join(f"{t:.2f}" for t in times["default"]), " ".join(f"{t:.2f}" for t in times[opt])])
+        del xs
+    print_table(f"draft_topk_lse default vs {opt} (bf16 logits; µs per call, medians of {passes} alternating passes)",
+                ["B x L x V", "K", "torch f32", "default", opt, f"{opt}/default", "default x f32", f"{opt} x f32",
+                 "default passes", f"{opt} passes"], rows)
+    save_json(f"bench_topk_{opt}_ab", {"device": device_name(), "opt": opt, "passes": passes, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
