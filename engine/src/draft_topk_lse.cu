@@ -133,13 +133,14 @@ V4Config v4_config() {
 // (v8 + the round append + the all-to-all merge; NOTES "v9 (session 7)"), "v10" v9 with eight lanes per candidate's
 // rank and puts (opt-in only: measured slower than v9 on the H200, NOTES "v10"), "v11" v9 with a row bound before the
 // candidate pass (session 8, NOTES "v11 (session 8"), "v13" the compact builds (session 9, NOTES "v13 (session 9": the
-// same code as the default's choice, v9 or v11, with one copy of each hot stage and the rare paths rolled; v8 where the
-// default runs v8); unset or anything else: the default
+// same code as session 8's choice, v9 or v11, with one copy of each hot stage and the rare paths called; v8 where that
+// runs v8), "v13r" / "v13s" the compact v11 with the rare paths called / inline for every k > 1, "s8" session 8's
+// default; unset or anything else: the default
 // (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
 // Read per call (session 9: one getenv, host side only), so that one process can capture the default and an option
 // into separate CUDA graphs and compare them against the same torch peer (bench_topk_v13_ab.py).
-enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13 };
+enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13, kV13r, kV13s, kS8 };
 V4Opt env_v4_opt() {
   const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
   if (e == nullptr) return V4Opt::kDefault;
@@ -149,6 +150,9 @@ V4Opt env_v4_opt() {
   if (std::strcmp(e, "v10") == 0) return V4Opt::kV10;
   if (std::strcmp(e, "v11") == 0) return V4Opt::kV11;
   if (std::strcmp(e, "v13") == 0) return V4Opt::kV13;
+  if (std::strcmp(e, "v13r") == 0) return V4Opt::kV13r;
+  if (std::strcmp(e, "v13s") == 0) return V4Opt::kV13s;
+  if (std::strcmp(e, "s8") == 0) return V4Opt::kS8;
   return V4Opt::kDefault;
 }
 
@@ -216,19 +220,30 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
                              int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id, float* lse,
                              int32_t* error_flags, cudaStream_t stream) {
   V4Opt opt = env_v4_opt();
-  const bool compact = opt == V4Opt::kV13;
-  if (compact) opt = V4Opt::kDefault;
+  const bool compact = opt == V4Opt::kV13, s8 = opt == V4Opt::kS8;
+  if (compact || s8) opt = V4Opt::kDefault;
   if (opt == V4Opt::kDefault && k > 1) {
     const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
+    const bool session9 = !compact && !s8;
     opt = cluster >= 4 ? V4Opt::kV9 : V4Opt::kV8;
     // v11 (session 8, NOTES "v11 (session 8"): the row bound where it measured faster than v9 in one process (H200,
     // randn x 4 rows of 163,840): 8-CTA clusters at k = 64 (1x15: 8.98 -> 7.94 µs), 4-CTA clusters at k = 32 and 64
     // (8x15: 22.7 -> 22.1, 25.7 -> 23.4); not at k = 16 (+0.35 / +0.2) nor with 8 CTAs at k = 32 (even).
     if (cluster >= 4 && (k > 32 || (k == 32 && cluster == 4))) opt = V4Opt::kV11;
+    // v13 (session 9, NOTES "v13 (session 9"): the compact v11 (rare paths called) at 8-CTA clusters, where it measured
+    // faster than v9 and v11 in one process (H200, randn x 4 rows of 163,840, 1x15: K = 16 / 32 / 64 7.08 / 7.66 / 7.89 ->
+    // 7.00 / 7.21 / 7.52 µs, stage profiler); not at 4-CTA clusters (8x15: +0.45-0.6 µs against v9 / v11).
+    if (session9 && cluster == k::kV4MaxCluster) opt = V4Opt::kV13r;
   }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                                lse, error_flags, stream);
+  if (opt == V4Opt::kV13r)
+    return run_v4<T, 512, true, k::kV4OptV13r>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                                lse, error_flags, stream);
+  if (opt == V4Opt::kV13s)
+    return run_v4<T, 512, true, k::kV4OptV13s>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
+                                                lse, error_flags, stream);
   if (compact && opt == V4Opt::kV11)
     return run_v4<T, 512, true, k::kV4OptV13r>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,
                                                 lse, error_flags, stream);

@@ -242,14 +242,16 @@ def test_v8_emulated_lane_append(emu_binary: Path, k: int) -> None:
     compare(emu_binary, x, k, async_xchg=True)  # fp32: 8 CTAs
 
 
-@pytest.fixture(scope="module", params=[32643, 65411, 98179, 425859, 491395, 163715], ids=["v9", "v10", "v11", "v13", "v13r", "v13a"])
+@pytest.fixture(scope="module", params=[32643, 65411, 98179, 425859, 491395, 163715, 229251],
+                ids=["v9", "v10", "v11", "v13", "v13r", "v13a", "v13s"])
 def emu_binary_v9(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     # Session 7's option sets, built as the st.async instantiations' options: kV4OptV9 (v8 + the round append +
     # the all-to-all merge; what DDTREE_TOPK_V4_OPT=v9 runs in the library for k > 1) and kV4OptV10 (v9 + eight
     # lanes per candidate's rank and puts; DDTREE_TOPK_V4_OPT=v10) and kV4OptV11 (v9 + the row bound before the
     # candidate pass, session 8; DDTREE_TOPK_V4_OPT=v11), and session 9's compact builds of v9 and v11 with the rare
-    # passes called (kV4OptV13, kV4OptV13r: DDTREE_TOPK_V4_OPT=v13) and of v9 with them inline (kV4OptV13a, profiler
-    # only). Every v9 test runs on all six.
+    # passes called (kV4OptV13, kV4OptV13r: DDTREE_TOPK_V4_OPT=v13, and v13r the default at 8-CTA clusters) and of v9
+    # and v11 with them inline (kV4OptV13a, profiler only; kV4OptV13s, DDTREE_TOPK_V4_OPT=v13s). Every v9 test runs on
+    # all seven.
     opt = f"DDTREE_TOPK_V4_EMU_OPT={request.param}"
     return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", (opt,))
 
@@ -328,9 +330,10 @@ def test_v9_emulated_vector_prefilter(emu_binary_v9: Path, k: int) -> None:
     assert events.get("cta_radix", 0) > 0
 
 
-@pytest.fixture(scope="module", params=[98179, 491395], ids=["v11", "v13r"])
+@pytest.fixture(scope="module", params=[98179, 491395, 229251], ids=["v11", "v13r", "v13s"])
 def emu_binary_v11(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
-    # kV4OptV11 (DDTREE_TOPK_V4_OPT=v11): v9 + the row bound (session 8); kV4OptV13r: its compact build (session 9).
+    # kV4OptV11 (DDTREE_TOPK_V4_OPT=v11): v9 + the row bound (session 8); kV4OptV13r / kV4OptV13s: its compact builds
+    # (session 9).
     opt = f"DDTREE_TOPK_V4_EMU_OPT={request.param}"
     return build_emulator(tmp_path_factory, "topk_v4_emu.cpp", "fake_cuda_v4", (opt,))
 

@@ -80,6 +80,27 @@ __global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
   }
 }
 
+// Session 9 (NOTES "v13"): an instruction-cache polluter. Each block (one warp; two per SM) runs 8,192 straight-line FMAs
+// (128 KB of code) once, so the kernel launched after it starts with its code cold in every SM's instruction caches, as
+// in a decoding round, where the drafter's and other kernels run between two top-k calls. (A graph of 32 identical
+// calls keeps the top-k code warm from one call to the next.)
+__global__ void icache_polluter(float* out, float a, float b) {
+  float x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3, x4 = x0 + 4, x5 = x0 + 5, x6 = x0 + 6, x7 = x0 + 7;
+#pragma unroll
+  for (int i = 0; i < 1024; ++i) {
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x0) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x1) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x2) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x3) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x4) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x5) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x6) : "f"(a), "f"(b));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x7) : "f"(a), "f"(b));
+  }
+  const float v = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+  if (v == 1.2345e-30f) out[threadIdx.x] = v;
+}
+
 struct Shape {
   int B, L, V, max_cluster, sets;
   std::vector<bf16*> xs;
@@ -110,6 +131,23 @@ template <unsigned OPT, int STOP>
 float time_variant(const Shape& sh, int topk, float* lp, int32_t* id, float* lse, int32_t* flags, cudaStream_t s) {
   auto kern = k::draft_topk_lse_v4_kernel<bf16, true, 512, true, OPT, STOP>;
   return time_graph(s, 32, [&](int i) { launch(kern, sh, sh.xs[i % sh.sets], topk, lp, id, lse, flags, s); });
+}
+
+// Session 9: the whole kernel launched right after icache_polluter, as graph replays of 32 (polluter, call) pairs, minus
+// the polluter alone (`pol_us`, timed once per process): the per-call time with cold instruction caches.
+template <unsigned OPT>
+void whole_cold(const char* name, std::vector<Shape>& shapes, const std::vector<int>& ks, float* lp, int32_t* id,
+                float* lse, int32_t* flags, cudaStream_t s, int pol_blocks, float pol_us) {
+  auto kern = k::draft_topk_lse_v4_kernel<bf16, true, 512, true, OPT, 0>;
+  std::printf("%-22s %-26s", name, "0 whole, after polluter");
+  for (Shape& sh : shapes)
+    for (int kk : ks)
+      std::printf(" %8.2f", time_graph(s, 32, [&](int i) {
+                    icache_polluter<<<pol_blocks, 32, 0, s>>>(lp, 1.0001f, 1e-7f);
+                    launch(kern, sh, sh.xs[i % sh.sets], kk, lp, id, lse, flags, s);
+                  }) - pol_us);
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 // The whole kernel only (STOP = 0), for option combinations.
@@ -149,9 +187,9 @@ int main(int argc, char** argv) {
   const std::vector<int> ks = {1, 16, 32, 64};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  // randn x 4 rows (the Python bench's) in the v11 and v13 modes, uniform ones otherwise (`calls`, for ncu, as in session 8).
+  // randn x 4 rows (the Python bench's) in the v11 and v13(b) modes, uniform ones otherwise (`calls`, for ncu, as in session 8).
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool normal = mode == "v11" || mode == "v13";
+  const bool normal = mode == "v11" || mode == "v13" || mode == "v13b";
   for (Shape& sh : shapes) {
     const size_t n = size_t(sh.B) * sh.L * sh.V;
     for (int i = 0; i < sh.sets; ++i) {
@@ -212,11 +250,51 @@ int main(int argc, char** argv) {
   // Session 7 (NOTES "v9"): session 6's default (v8) and v9 (v8 + the per-round lane append + the all-to-all
   // merge) by stage, each v9 option alone on v8, then both once more (drift).
   constexpr unsigned V8 = k::kV4OptV8, V9 = k::kV4OptV9, V10 = k::kV4OptV10, V11 = k::kV4OptV11;
-  constexpr unsigned V13 = k::kV4OptV13, V13r = k::kV4OptV13r, V13a = k::kV4OptV13a;
+  constexpr unsigned V13 = k::kV4OptV13, V13r = k::kV4OptV13r, V13a = k::kV4OptV13a, V13s = k::kV4OptV13s;
   const bool v10 = argc > 1 && std::string(argv[1]) == "v10";
   const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
-  const bool v13 = mode == "v13";
-  if (v13) {
+  const bool v13 = mode == "v13", v13b = mode == "v13b";
+  if (v13b) {
+    // Session 9, second call (NOTES "v13"): the library default (v13r at 8-CTA clusters), v9, v11 and the two compact
+    // builds of v11 (rare paths called / inline), whole kernel, alternating three times.
+    for (int rep = 0; rep < 3; ++rep) {
+      whole<V9>("v9", shapes, ks, lp, id, lse, flags, s);
+      whole<V11>("v11", shapes, ks, lp, id, lse, flags, s);
+      whole<V13r>("v13r (v11 compact)", shapes, ks, lp, id, lse, flags, s);
+      whole<V13s>("v13s (inline rare)", shapes, ks, lp, id, lse, flags, s);
+      std::printf("%-22s %-26s", "library C ABI", "default");
+      for (Shape& sh : shapes)
+        for (int kk : ks)
+          std::printf(" %8.2f", time_graph(s, 32, [&](int i) {
+                        ddtree_draft_topk_lse(sh.xs[i % sh.sets], DDTREE_DTYPE_BFLOAT16, sh.B, sh.L, sh.V,
+                                              int64_t(sh.L) * sh.V, sh.V, kk, lp, id, lse, ws, ws_bytes, flags, s);
+                      }));
+      std::printf("\n");
+    }
+    // The same with cold instruction caches (each call right after icache_polluter), alternating twice.
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int pol_blocks = 2 * sms;
+    const float pol_us = time_graph(s, 32, [&](int) { icache_polluter<<<pol_blocks, 32, 0, s>>>(lp, 1.0001f, 1e-7f); });
+    std::printf("%-22s %-26s %8.2f\n", "icache polluter alone", "-", pol_us);
+    for (int rep = 0; rep < 2; ++rep) {
+      whole_cold<V9>("v9", shapes, ks, lp, id, lse, flags, s, pol_blocks, pol_us);
+      whole_cold<V11>("v11", shapes, ks, lp, id, lse, flags, s, pol_blocks, pol_us);
+      whole_cold<V13>("v13 (v9 compact)", shapes, ks, lp, id, lse, flags, s, pol_blocks, pol_us);
+      whole_cold<V13r>("v13r (v11 compact)", shapes, ks, lp, id, lse, flags, s, pol_blocks, pol_us);
+      whole_cold<V13s>("v13s (inline rare)", shapes, ks, lp, id, lse, flags, s, pol_blocks, pol_us);
+      std::printf("%-22s %-26s", "library C ABI", "default, after polluter");
+      for (Shape& sh : shapes)
+        for (int kk : ks)
+          std::printf(" %8.2f", time_graph(s, 32, [&](int i) {
+                        icache_polluter<<<pol_blocks, 32, 0, s>>>(lp, 1.0001f, 1e-7f);
+                        ddtree_draft_topk_lse(sh.xs[i % sh.sets], DDTREE_DTYPE_BFLOAT16, sh.B, sh.L, sh.V,
+                                              int64_t(sh.L) * sh.V, sh.V, kk, lp, id, lse, ws, ws_bytes, flags, s);
+                      }) - pol_us);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  } else if (v13) {
     // Session 9, s9topk (NOTES "v13"): v9 and v11 (the default's two k > 1 instantiations at these clusters) against
     // their compact builds (v13 / v13r: rare passes called; v13a: v9 compact, rare passes inline), whole kernel,
     // alternating three times, then v9 and v13 by stage.
@@ -379,6 +457,16 @@ int main(int argc, char** argv) {
     trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 16);
     trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 64);
     trace("v11", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V11, 9>, shapes[0], 64);
+    int hflags = 0;
+    CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
+    CK(cudaGetLastError());
+    std::printf("flags %d (0 expected)\n", hflags);
+    return 0;
+  }
+  if (v13b) {
+    trace("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 9>, shapes[0], 16);
+    trace("v13r", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 9>, shapes[0], 16);
+    trace("v13s", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13s, 9>, shapes[0], 16);
     int hflags = 0;
     CK(cudaMemcpy(&hflags, flags, 4, cudaMemcpyDeviceToHost));
     CK(cudaGetLastError());

@@ -143,6 +143,8 @@ constexpr unsigned kV4OptV11 = kV4OptV9 | kV4OptRowBound;
 constexpr unsigned kV4OptV13 = kV4OptV9 | kV4OptCompact | kV4OptColdCall;
 constexpr unsigned kV4OptV13r = kV4OptV11 | kV4OptCompact | kV4OptColdCall;
 constexpr unsigned kV4OptV13a = kV4OptV9 | kV4OptCompact;
+// v11 compact with the rare paths inline (DDTREE_TOPK_V4_OPT=v13s; opt-in).
+constexpr unsigned kV4OptV13s = kV4OptV11 | kV4OptCompact;
 
 #ifndef DDTREE_V4_EMULATED
 // Cluster and special-function primitives (sm_90+; the emulator defines its own).
