@@ -6,7 +6,8 @@
 // for k <= 16, else v2; DDTREE_TOPK_IMPL=v2|v3 in the environment (read once per process) makes that
 // version the default, and ddtree_draft_topk_lse_impl() picks per call. The workspace size covers v2
 // and v3 (v4 uses none), so any of them can run on any workspace sized by the query.
-// v4's kernel options (kV4Opt*): for k > 1 v11 (session 8), v9 (session 7) or v8 (session 6) by cluster size and k
+// v4's kernel options (kV4Opt*): for k > 1 v13r (session 9), v11 (session 8), v9 (session 7) or v8 (session 6) by cluster
+// size and k
 // (run_v4_async), the kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10|v11|v13 forces an option set
 // (see env_v4_opt; v13 = the compact builds of v9 / v11, session 9).
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
@@ -211,7 +212,7 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
 }
 
 // v4 at 512 threads with the st.async exchange (the default shape): the instantiation by k, the cluster size and
-// DDTREE_TOPK_V4_OPT. Default for k > 1 (H200, session 7, v8 and v9 in one process; NOTES "v9 (session 7)"): v9
+// DDTREE_TOPK_V4_OPT (v13r at 8-CTA clusters, v11 / v9 at 4-7, v8 below, v7b at k = 1; details below). Default for k > 1 (H200, session 7, v8 and v9 in one process; NOTES "v9 (session 7)"): v9
 // where a row gets a cluster of 4 or more CTAs, the sizes it measured faster at (163,840 with 8 and 4 CTAs per
 // row: 1x15 K = 16/32/64 8.5/9.9/11.9 -> 7.4/8.5/10.1 µs, 8x15 27.4/27.9/34.6 -> 23.5/24.1/30.1); v8 for
 // shorter rows (one CTA per row, V = 320: v9 within +0.1 µs of v8; 2-3 CTAs not measured).
@@ -231,8 +232,11 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
     // (8x15: 22.7 -> 22.1, 25.7 -> 23.4); not at k = 16 (+0.35 / +0.2) nor with 8 CTAs at k = 32 (even).
     if (cluster >= 4 && (k > 32 || (k == 32 && cluster == 4))) opt = V4Opt::kV11;
     // v13 (session 9, NOTES "v13 (session 9"): the compact v11 (rare paths called) at 8-CTA clusters, where it measured
-    // faster than v9 and v11 in one process (H200, randn x 4 rows of 163,840, 1x15: K = 16 / 32 / 64 7.08 / 7.66 / 7.89 ->
-    // 7.00 / 7.21 / 7.52 µs, stage profiler); not at 4-CTA clusters (8x15: +0.45-0.6 µs against v9 / v11).
+    // faster than session 8's choice in one process (H200, randn x 4 rows of 163,840, 1x15, K = 16 / 32 / 64: graph of
+    // 32 identical calls, Python bench 7.72 / 8.33 / 8.68 -> 7.76 / 7.94 / 8.29 µs, stage profiler 7.07 / 7.66 / 7.88 ->
+    // 7.04 / 7.22 / 7.52; each call right after another kernel (cold code, as in a decoding round) 13.55 / 13.85 /
+    // 14.51 -> 12.81 / 12.98 / 13.19, both minus the same 12.3 µs). Not at 4-CTA clusters (8x15: +2-3% in the graph of
+    // identical calls, -5 to -6% with cold code), nor at 5-7 (not measured).
     if (session9 && cluster == k::kV4MaxCluster) opt = V4Opt::kV13r;
   }
   if (k == 1 || opt == V4Opt::kV7b)

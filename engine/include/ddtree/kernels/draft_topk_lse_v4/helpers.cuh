@@ -130,7 +130,8 @@ constexpr unsigned kV4OptV7 = kV4OptV7b & ~kV4OptShortSearch;  // session 5's ca
 constexpr unsigned kV4OptV8 = kV4OptV7b | kV4OptLaneAppend;  // session 6's default (DDTREE_TOPK_V4_OPT=v8)
 // The kernel template's default options (the emulator's base build). The library picks per call (run_v4_async
 // in src/draft_topk_lse.cu): v9 for k > 1 where it measured faster than v8 on the H200 (clusters of 4 or more
-// CTAs per row), v11 there for k > 32 (and k = 32 at 4-CTA clusters), v8 for shorter rows, kV4OptV7b for k = 1.
+// CTAs per row), v11 there for k > 32 (and k = 32 at 4-CTA clusters), kV4OptV13r (v11 compact, session 9) at 8-CTA
+// clusters, v8 for shorter rows, kV4OptV7b for k = 1.
 constexpr unsigned kV4OptDefault = kV4OptV8;
 // Session 7 (NOTES "v9 (session 7)"): v8 + the round append + the all-to-all merge (DDTREE_TOPK_V4_OPT=v9).
 constexpr unsigned kV4OptV9 = kV4OptV8 | kV4OptWarpAppend | kV4OptA2AMerge;
