@@ -5,10 +5,9 @@
 #                compute-sanitizer on the self-tests of the kernels changed this session, every
 #                kernel's GPU tests (tree_attention: the fa3 back end, the default), the end-to-end
 #                decoding GPU tests.
-#   STAGE=bench: benches (draft_topk_lse, build_tree, tree_attention fa3 vs SDPA and flex, end-to-end
-#                decoding on the small model, the previous session's round tail ("s6final") against the
-#                default in one process (E2E_VARIANTS picks others, bench_e2e.VARIANTS), and on a
-#                ~0.7B-parameter model).
+#   STAGE=bench: benches (draft_topk_lse, build_tree, tree_attention fa3 vs SDPA and flex with the floor
+#                also measured interleaved, end-to-end decoding AR vs DDTree on the toy preset and on the
+#                qwen3-0.6b preset in bf16, each with its CUPTI engine-ops share).
 # Every step has its own timeout so one hang cannot eat the call. The device tool returns at most 8
 # files from $OUT: each stage writes at most 7 logs there plus one archive of the rest.
 # (Deploy through ddtreectl and `ddtreectl gpus` on the GPU are bench/device_deploy_check.sh and
@@ -90,23 +89,19 @@ else
   timeout 60 python3 engine/bench/bench_build_tree.py --quick > "$OUT/bench_build_tree.log" 2>&1; echo "rc=$?"
   tail -16 "$OUT/bench_build_tree.log"
   stamp "bench tree_attention (fa3 vs SDPA; flex at 64/8 x 512)"
-  timeout 110 python3 engine/bench/bench_tree_attention.py --impls fa3 --flex-hq 64 --flex-nodes 512 \
-    --json "$OUT/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
+  timeout 150 python3 engine/bench/bench_tree_attention.py --impls fa3 --flex-hq 64 --flex-nodes 512 \
+    --interleaved-floor --json "$OUT/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
   tail -14 "$OUT/bench_tree_attention.log"
-  stamp "bench end to end, small model (AR vs DDTree, CUDA graphs)"
-  timeout 150 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 256 --kinds noisy \
-    --variants ${E2E_VARIANTS:-s6final default} > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
-  tail -12 "$OUT/bench_e2e.log"
-  stamp "bench end to end, ~0.7B model (16 layers, d_model 2048, head_dim 128)"
-  timeout 120 python3 engine/bench/bench_e2e.py --batch 1 8 --budgets 16 64 --tokens 96 --kinds noisy \
-    --d-model 2048 --heads 16 --kv-heads 4 --head-dim 128 --layers 16 > "$OUT/bench_e2e_large.log" 2>&1; echo "rc=$?"
-  tail -8 "$OUT/bench_e2e_large.log"
-  stamp "inside a round: CUPTI kernel breakdown (small model; ~0.7B model at batch 1, budget 16)"
-  timeout 120 python3 engine/bench/profile/e2e_round_profile.py --variants ${E2E_VARIANTS:-s6final default} > "$SUB/e2e_round_profile.log" \
-    2>&1; echo "rc=$?"
-  timeout 90 python3 engine/bench/profile/e2e_round_profile.py --batch 1 --budgets 16 --reps 10 --d-model 2048 \
-    --heads 16 --kv-heads 4 --head-dim 128 --layers 16 >> "$SUB/e2e_round_profile.log" 2>&1; echo "rc=$?"
-  grep -E "^batch|engine ops" "$SUB/e2e_round_profile.log"
+  # Session 9: the presets (bench_e2e.py PRESETS). toy = the 2-layer model of every session; qwen3-0.6b = the same
+  # TinyTransformer at Qwen3-0.6B's shape in bf16 (the fused fast path). --cupti adds the CUPTI engine-ops share.
+  stamp "bench end to end, toy model (AR vs DDTree, CUDA graphs, CUPTI)"
+  timeout 150 python3 engine/bench/bench_e2e.py --preset toy --batch 1 8 --budgets 16 64 --tokens 256 --kinds noisy \
+    --cupti > "$OUT/bench_e2e.log" 2>&1; echo "rc=$?"
+  tail -14 "$OUT/bench_e2e.log"
+  stamp "bench end to end, qwen3-0.6b shape, bf16 (AR vs DDTree, CUDA graphs, CUPTI)"
+  timeout 150 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --batch 1 8 --budgets 16 64 --tokens 64 \
+    --kinds noisy --cupti > "$OUT/bench_e2e_qwen3_0.6b.log" 2>&1; echo "rc=$?"
+  tail -14 "$OUT/bench_e2e_qwen3_0.6b.log"
   if [ "${SKIP_EXACT:-0}" != 1 ]; then  # SKIP_EXACT=1 when the device budget is short (~60 s)
     stamp "end to end, ~0.7B model, batch 8, exact mode (does DDTree reproduce AR without bf16 rounding?)"
     timeout 150 python3 engine/bench/bench_e2e.py --exact --batch 8 --budgets 16 --tokens 48 --kinds noisy \
