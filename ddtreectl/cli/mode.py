@@ -33,8 +33,9 @@ def mode(
     `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore
     the service through the same preflight and health gate as `restore-service`, and clear the lease.
     A gate that fails after the start ends the lease too (the service is enabled and started: the
-    host is production's); the error says so and names the next step. A refused preflight starts
-    nothing and keeps the lease; so does a failed `systemctl start` (the unit is disabled again). A
+    host is production's); the error says so and names the next step. A refused preflight (as for
+    restore-service, including a unit of an older name still running) starts nothing and keeps the
+    lease; so does a failed `systemctl start` (the unit is disabled again). A
     `systemctl start` that runs past the host's command_timeout is judged by the unit's state after it:
     running, starting or with its job queued, the start took (gate, lease ended); else it failed.
 

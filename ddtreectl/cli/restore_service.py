@@ -30,9 +30,12 @@ def restore_service_command(
     SSH connection. A multi-node service starts every rank and gates on rank 0.
 
     A host held for development (`mode HOST dev`) is refused, --force or not: `mode HOST prod` ends
-    the lease and restores through the same gate.
+    the lease and restores through the same gate. So is a unit of an older name (the profile's
+    unit_name changed) that still runs: the two would fight for the port and GPUs (`deploy HOST
+    --restart` replaces it); a stopped one is disabled and deleted first, audited, as deploy does.
 
-    Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown), 7 GPUs held by other
+    Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown) or a refusal (no built
+    release, unit missing or drifted, an old unit running), 7 GPUs held by other
     processes, 8 held for development, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
     target or a host without a service profile, 2 no target and no `role: prod` host.
     """

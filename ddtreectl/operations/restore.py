@@ -11,10 +11,12 @@ from typing import Callable
 from ddtreectl.errors import (CommandTimeoutError, GpusBusyError, InventoryError, LockHeldError, RemoteCommandError,
                               ServiceStartError)
 from ddtreectl.inventory.models import Host, Inventory
+from ddtreectl.operations import stale_units
 from ddtreectl.operations.activate import list_releases
 from ddtreectl.operations.audit import append_audit
 from ddtreectl.operations.service_gate import GateFailure, PhaseEvent, ServiceGate
 from ddtreectl.operations.units import drift, drift_hint, read_installed
+from ddtreectl.probes.facts import OtherUnit
 from ddtreectl.probes.gpu_holders import gpu_holders
 from ddtreectl.probes.mode_lease import lease_from_state_files, utc
 from ddtreectl.probes.status import probe_status
@@ -41,6 +43,7 @@ class RestoreResult:
     phases: list[PhaseEvent] = field(default_factory=list)
     duration_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    units_removed: list[str] = field(default_factory=list)  # stopped units of an older name (stale_units)
 
     @property
     def ok(self) -> bool:
@@ -58,9 +61,16 @@ def _rendered(inventory: Inventory, host: Host) -> RenderedService:
     return rendered
 
 
-def preflight(transport: Transport, host: Host, rendered: RenderedService, options: RestoreOptions) -> list[str]:
-    """Refuse unless the host can serve: built release, installed and undrifted unit, GPUs free of
-    foreign processes. Returns warnings that --force turned from refusals into notes."""
+@dataclass
+class Preflight:
+    warnings: list[str]  # refusals --force turned into notes
+    stale: tuple[OtherUnit, ...]  # stopped units of an older name, removed before the start
+    record: str  # what state/units.list says once they are gone
+
+
+def preflight(transport: Transport, host: Host, rendered: RenderedService, options: RestoreOptions) -> Preflight:
+    """Refuse unless the host can serve: built release, installed and undrifted unit, no unit of an
+    older name running (stale_units), GPUs free of foreign processes."""
     facts = probe_status(transport, unit=rendered.unit, remote_root=host.remote_root,
                          timeout=host.command_timeout)
     warnings: list[str] = []
@@ -75,6 +85,11 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
             hint=f"`ddtreectl mode {host.name} prod` ends it and restores through the same gate (another "
                  "operator's live lease needs --force, recorded in the audit log)",
             host=host.name)
+    # Before the GPU check: the old unit's server would otherwise read as a "foreign process", which
+    # --force lets through, and two servers would then fight for the port and the GPUs.
+    running = [u for u in facts.other_units if u.running]
+    if running:
+        raise stale_units.running_refusal(host.name, running, rendered.unit)
     release = facts.release
     if not (release.current and release.build_stamp):
         raise RemoteCommandError(
@@ -118,7 +133,7 @@ def preflight(transport: Transport, host: Host, rendered: RenderedService, optio
             raise GpusBusyError(message, hint="stop them (or `ddtreectl mode HOST prod` after a dev session), "
                                 "or --force", host=host.name)
         warnings.append(f"{message} (--force)")
-    return warnings
+    return Preflight(warnings, facts.other_units, stale_units.record_text(rendered, []))
 
 
 def _no_release_hint(transport: Transport, host: Host, current: str | None) -> str:
@@ -231,7 +246,13 @@ def restore_host(
     service = inventory.service_of(host)
     assert service is not None
     result = RestoreResult(host=host.name, unit=rendered.unit)
-    result.warnings = preflight(transport, host, rendered, options)
+    checked = preflight(transport, host, rendered, options)
+    result.warnings = checked.warnings
+    if checked.stale:
+        stale_units.remove_units(transport, host.remote_root, checked.stale, checked.record, host=host.name,
+                                 rendered_unit=rendered.unit, enable_instead=options.enable)
+        result.units_removed = [u.unit for u in checked.stale]
+        result.warnings += [stale_units.removed_note(u, host.name) for u in checked.stale]
     try:
         result.started, since, notes = start_service(transport, host, rendered.unit, enable=options.enable)
     except ServiceStartError as err:

@@ -39,6 +39,24 @@ def status_warning(host: str, unit: OtherUnit) -> str:
             f"`ddtreectl deploy {host}` disables and removes it")
 
 
+def running_refusal(host: str, units: Sequence[OtherUnit], rendered_unit: str) -> RemoteCommandError:
+    """The exit-5 refusal of restore-service / mode prod while an old unit still runs."""
+    names = [u.unit for u in units]
+    return RemoteCommandError(
+        f"stale unit {', '.join(describe(u) for u in units)} still running: no longer rendered for {host} "
+        f"(unit name changed?); starting {rendered_unit} beside it would fight it for the port and GPUs",
+        hint=f"`ddtreectl deploy {host} --restart` stops, disables and removes it and starts {rendered_unit} in "
+             f"its place (verified); or stop it on the host (`systemctl disable --now {' '.join(names)}`) and run "
+             "this command again, which then removes it",
+        host=host)
+
+
+def removed_note(unit: OtherUnit, host: str) -> str:
+    """The warning restore-service / mode prod give for a stopped old unit they removed."""
+    return (f"removed stale unit {describe(unit)}: no longer rendered for {host}; disabled and deleted "
+            "(audited: unit-removed)")
+
+
 def record_text(rendered: RenderedService | None, kept: Sequence[str]) -> str:
     """The record deploy leaves: the rendered unit with its files, then the stale units left running
     (so a unit whose file lacks the ddtreectl header is still found next time)."""
@@ -81,12 +99,14 @@ def write_record(transport: Transport, root: str, record: str, *, host: str, tim
 
 
 def remove_units(transport: Transport, root: str, units: Sequence[OtherUnit], record: str, *, host: str,
-                 rendered_unit: str | None, timeout: float = 120) -> bool:
+                 rendered_unit: str | None, enable_instead: bool = True, timeout: float = 120) -> bool:
     """Stop, disable and delete `units` (unit file and rendered config), daemon-reload, rewrite the
     record; one round trip, then one audit line per unit removed. When one of them was enabled, the
-    rendered unit is enabled in its place (started at boot as the old one was); returns whether it was."""
+    rendered unit is enabled in its place (started at boot as the old one was) unless not
+    `enable_instead` (restore-service --no-enable); returns whether it was."""
     names = [u.unit for u in units]
-    enable = rendered_unit if rendered_unit and any(u.enabled == "enabled" for u in units) else ""
+    enable = rendered_unit if rendered_unit and enable_instead and any(u.enabled == "enabled" for u in units) \
+        else ""
     result = transport.run("sh -s", stdin=_removal_script(root, names, record, enable).encode(), timeout=timeout)
     if not result.ok:
         raise RemoteCommandError(

@@ -45,6 +45,7 @@ def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None
         "gpus": verdict_json(result.verdict) if result.verdict else None,
         "restore": None if restore is None else {
             "ok": restore.ok, "started": restore.started, "duration_s": round(restore.duration_s, 3),
+            "units_removed": restore.units_removed,
             "failure": None if restore.failure is None else {
                 "phase": restore.failure.phase, "reason": restore.failure.reason,
                 "journal": restore.failure.journal}},

@@ -59,6 +59,7 @@ def restore_entry(r: RestoreResult) -> dict[str, object]:
     return {
         "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
         "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
+        "units_removed": r.units_removed,
         "phases": [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3),
                     "detail": p.detail} for p in r.phases],
         "failure": None if r.failure is None else {
@@ -81,7 +82,7 @@ def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
         entries: dict[str, dict[str, object]] = {r.host: restore_entry(r) for r in results}
         for host, unit, e in errors:
             entries[host] = {"host": host, "unit": unit, "ok": False, "started": False, "enabled": False,
-                             "duration_s": None, "warnings": [], "phases": [], "failure": None,
+                             "duration_s": None, "warnings": [], "units_removed": [], "phases": [], "failure": None,
                              "error": error_json(e)}
         order = list(targets) + [h for h in entries if h not in targets]
         json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
