@@ -133,10 +133,12 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
                                     gpu_timeout_s=gpu_timeout)
 
             facts = probe()
-            # A warm master was authenticated earlier: the host's keys may have changed since.
-            # Not the pinned key any more: the master is closed and Paramiko connects afresh
-            # (HostKeyError, exit 4, on a real mismatch); then the probe runs on that connection.
-            if mux is not None and not mux.confirm_host_keys(facts.host_keys or ()):
+            # A warm master was authenticated earlier: the host's keys may have changed since, and
+            # its sshd may have stopped accepting connections (the master's own one lives on). Then
+            # the master is closed and Paramiko connects afresh (HostKeyError, exit 4, on a real
+            # key mismatch; ConnectError when sshd is gone); the probe runs on that connection.
+            if mux is not None and not (mux.confirm_sshd_listening(facts.sshd_listening)
+                                        and mux.confirm_host_keys(facts.host_keys or ())):
                 facts = probe()
             t2 = time.monotonic()
             connection: Connection | None = None

@@ -164,5 +164,8 @@ class HostFacts:
     # Lines of /etc/ssh/ssh_host_*_key.pub; None: the probe output had no such section (older
     # probe), () : the host has none readable there.
     host_keys: tuple[str, ...] | None = None
+    # Whether the port this probe's SSH connection came in on still has a listener (status.sh,
+    # sshlisten); None: not known (not over SSH, or an older probe).
+    sshd_listening: bool | None = None
     # Units ddtreectl installed that are not the one rendered for the host now (status.sh, otherunits).
     other_units: tuple[OtherUnit, ...] = ()

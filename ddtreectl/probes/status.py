@@ -74,6 +74,7 @@ def parse_status_output(text: str, *, unit: str | None) -> HostFacts:
         disk_detail="" if disk_state else _disk_detail(disk),
         state_files=files,
         host_keys=_host_keys(by_name.get("hostkeys")),
+        sshd_listening=_sshd_listening(by_name.get("sshlisten")),
         other_units=_other_units(by_name.get("otherunits")),
         **_unit_file(by_name.get("unitfile")),
     )
@@ -115,6 +116,14 @@ def _host_keys(section: Section | None) -> tuple[str, ...] | None:
     if section is None:
         return None
     return tuple(line.strip() for line in section.body.splitlines() if line.strip())
+
+
+def _sshd_listening(section: Section | None) -> bool | None:
+    """The `sshlisten` section: `port=N listening=0|1`; None when absent or unreadable."""
+    if section is None:
+        return None
+    fields = dict(part.partition("=")[::2] for part in section.body.split())
+    return {"1": True, "0": False}.get(fields.get("listening", ""))
 
 
 def _disk_detail(section: Section | None) -> str:

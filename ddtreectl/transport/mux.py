@@ -14,6 +14,10 @@ pinned key (control.py). Two things OpenSSH cannot see are handled here and in t
 - A master authenticated earlier keeps talking to the same sshd even after the host's keys
   changed. The status probe reads the host's public keys in its one round trip; `confirm_host_keys`
   closes the master and asks Paramiko for the verdict when the pinned key is not among them.
+- Stopping sshd closes its listener, not the connections it accepted: a warm master keeps
+  running commands on a host that no longer accepts logins. The probe reports whether the port
+  its session came in on still has a listener; `confirm_sshd_listening` closes the master when
+  not, and the fresh connection's verdict (connection refused, exit 6) is the answer.
 - Errors: `ssh` exits 255 both for its own failures and for a command exiting 255, so the remote
   side prints a marker on stderr first. No marker + 255: a connection failure, worded like
   Paramiko's where `ssh` says unambiguously what happened (refused, timed out, no route), and
@@ -208,6 +212,19 @@ class MuxTransport:
             except InventoryError:
                 continue
         control.debug("%s: pinned key not among the host's keys; closing the master", self.host_name)
+        control.close_master(self.control_path)
+        self._paramiko()
+        return False
+
+    def confirm_sshd_listening(self, listening: bool | None) -> bool:
+        """Check what the probe saw of sshd's listener (None: not known, trusted as before). True: it
+        still accepts connections, or this transport is not on a master. False: the master was
+        closed and a Paramiko connection was opened afresh (run the command again: it goes there);
+        with sshd really gone that connect raises ConnectError, exactly as without a master."""
+        if self._fallback is not None or listening is not False:
+            return True
+        control.debug("%s: sshd no longer listens on the port of this master's connection; closing the master",
+                      self.host_name)
         control.close_master(self.control_path)
         self._paramiko()
         return False

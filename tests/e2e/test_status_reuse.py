@@ -196,6 +196,43 @@ def test_stopped_sshd_is_unreachable_in_the_paramiko_wording(
     assert (code, doc["hosts"][0]["error"]) == (6, s["error"])
 
 
+def test_sshd_stopped_behind_a_warm_master_is_unreachable_as_on_a_fresh_connection(
+        testbed: Any, boot_hosts: Boot, tmp_path: Path, ssh_control_dir: str) -> None:
+    """Stopping sshd closes its listener but not the connections it accepted, so a warm master still
+    runs commands: status used to answer "ok" for a host nobody can log in to any more (a new ssh,
+    the restore gate's HTTP channel, another operator's status, `--no-reuse`). The probe now sees
+    sshd's port has no listener: the master is closed and the verdict is a fresh connection's."""
+    (h,) = boot_hosts(["mx-sshd-gone"])
+    inventory = testbed.inventory([h], tmp_path / "hosts.yaml")
+    code, doc, stderr = status(inventory)
+    assert code == 0 and doc["hosts"][0]["connection"] == "new", stderr
+    path = master_path(inventory, "mx-sshd-gone")
+    assert control.master_pid(path) is not None
+
+    h.stop_sshd()
+    # The premise: the master still runs commands on the host.
+    through_master = subprocess.run(["ssh", "-F", "/dev/null", "-S", path, "-o", "ControlMaster=no",
+                                     "-o", "BatchMode=yes", h.address, "cat /etc/machine-id"],
+                                    capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert (through_master.returncode, through_master.stdout.strip()) == (0, h.machine_id)
+
+    code, doc, stderr = status(inventory)
+    assert code == 6, (doc, stderr)
+    (s,) = doc["hosts"]
+    assert s["outcome"] == "unreachable" and s["identity"] is None, s
+    assert s["error"] == {"message": f"cannot reach {h.address}:22: connection refused",
+                          "hint": "is sshd running on that port? check `port:` in the inventory",
+                          "exit_code": 6}
+    assert control.master_pid(path) is None  # closed: later commands do not ride on it either
+    code2, doc2, _ = status(inventory, "--no-reuse")
+    assert (code2, doc2["hosts"][0]["error"]) == (6, s["error"])
+
+    h.start_sshd()
+    code, doc, stderr = status(inventory)
+    assert code == 0 and doc["hosts"][0]["connection"] == "new", stderr
+    assert status(inventory)[1]["hosts"][0]["connection"] == "reused"
+
+
 def test_jump_hosts_and_unpinned_hosts_keep_the_paramiko_path(
         testbed: Any, boot_hosts: Boot, tmp_path: Path, ssh_control_dir: str) -> None:
     a, b, c = boot_hosts(["mx-bastion", "mx-inner", "mx-new"])

@@ -147,3 +147,40 @@ def test_same_facts_under_every_sh(shell: str, tmp_path: Path) -> None:
     assert facts.machine_id == Path("/etc/machine-id").read_text().strip()
     assert (facts.release.current, facts.release.build_stamp, facts.release.stamp_text) == ("r1", True, "ok")
     assert facts.disk is not None and facts.uptime_s is not None and facts.kernel == os.uname().release
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_sshd_listener_is_read_from_proc_net(shell: str, tmp_path: Path) -> None:
+    """The port of $SSH_CONNECTION (the session's local port) with a LISTEN socket on it: sshd still
+    accepts logins; none: it stopped (a client on an old master must not read that as reachable).
+    Real sockets, real /proc/net/tcp{,6}, under every sh."""
+    import socket
+
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} is not installed")
+    argv = [exe, "sh", "-c"] if shell == "busybox" else [exe, "-c"]
+
+    def listening(env_value: str | None) -> bool | None:
+        env = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
+        if env_value is not None:
+            env["SSH_CONNECTION"] = env_value
+        out = subprocess.run([*argv, load_script("status.sh"), "ddtree-probe", "", str(tmp_path), "5"],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.stderr == ""
+        return parse_status_output(out.stdout, unit=None).sshd_listening
+
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            server = socket.socket(family, socket.SOCK_STREAM)
+            server.bind((address, 0))
+        except OSError:
+            continue  # no IPv6 here
+        with server:
+            server.listen(1)
+            port = server.getsockname()[1]
+            assert listening(f"{address} 40000 {address} {port}") is True
+        # Closed: nothing listens on that port any more (a connected socket on it would not count).
+        assert listening(f"{address} 40000 {address} {port}") is False
+    assert listening(None) is None  # not reached over SSH: not known
+    assert listening("10.0.0.1 40000 10.0.0.2 not-a-port") is None

@@ -142,6 +142,21 @@ def test_pin_not_among_the_reported_keys_closes_the_master(start_sshd: Start) ->
         assert t.run("echo via paramiko").stdout == "via paramiko\n"
 
 
+def test_sshd_without_a_listener_closes_the_master(start_sshd: Start) -> None:
+    """What the probe saw of sshd's listener: unknown or listening keeps the master; not listening
+    closes it, and the fresh connection decides (here sshd still runs, so Paramiko gets in; on a
+    host whose sshd stopped it is refused: tests/e2e/test_status_reuse.py)."""
+    sshd = start_sshd()
+    with mux(sshd.host()) as t:
+        assert t.run("true").ok
+        assert t.confirm_sshd_listening(None) is True and t.confirm_sshd_listening(True) is True
+        assert control.master_pid(t.control_path) is not None and not t.via_paramiko
+        assert t.confirm_sshd_listening(False) is False
+        assert control.master_pid(t.control_path) is None and t.via_paramiko
+        assert t.run("echo via paramiko").stdout == "via paramiko\n"
+        assert t.confirm_sshd_listening(False) is True  # already a fresh connection
+
+
 def test_status_of_a_host_whose_keys_the_probe_cannot_see(start_sshd: Start, tmp_path: Path) -> None:
     """gather_status end to end on that host: answered, through Paramiko after the master."""
     from ddtreectl.inventory.loader import parse

@@ -86,6 +86,30 @@ for f in /etc/ssh/ssh_host_*_key.pub; do
 done
 echo "@@ddtree-end hostkeys rc=0"
 
+# Whether the sshd we came in through still accepts new connections: stopping sshd closes its
+# listener but keeps the connections it accepted, so a client on a master opened earlier still gets
+# answers from a host nobody can log in to any more. $SSH_CONNECTION's 4th word is the local port
+# of this session's connection; a LISTEN (0A) socket on that port in /proc/net/tcp{,6} means
+# something (sshd, or systemd's ssh.socket) still accepts there. Builtins only; no section when not
+# reached over SSH or /proc/net is unreadable.
+if [ -n "${SSH_CONNECTION:-}" ] && [ -r /proc/net/tcp ]; then
+  set -- $SSH_CONNECTION
+  case ${4:-x} in *[!0-9]*) ;; *)
+    hex=$(printf '%04X' "$4" 2>/dev/null)
+    listening=0
+    for f in /proc/net/tcp /proc/net/tcp6; do
+      [ -r "$f" ] || continue
+      while read -r _ addr _ st _; do
+        case $st:$addr in 0A:*:"$hex") listening=1; break ;; esac
+      done <"$f"
+      [ "$listening" = 1 ] && break
+    done
+    echo "@@ddtree-begin sshlisten"
+    echo "port=$4 listening=$listening"
+    echo "@@ddtree-end sshlisten rc=0" ;;
+  esac
+fi
+
 run_section gpus nvidia-smi 1 bounded nvidia-smi \
   --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,persistence_mode,compute_cap \
   --format=csv,noheader,nounits
