@@ -1,4 +1,4 @@
-"""`ddtreectl logs HOST... [-f] [--since]`: the service's journal, prefixed per host when several."""
+"""`ddtreectl logs HOST... [-f] [--since] [--json]`: the service's journal, prefixed per host when several."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteCommandError
+from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteCommandError, UsageError
 
 
 @app.command("logs")
@@ -20,19 +20,36 @@ def logs_command(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C."),
     since: Optional[str] = typer.Option(None, "--since", help="journalctl --since value, e.g. '1 hour ago'."),
     lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many past lines to show."),
+    json_out: bool = typer.Option(False, "--json", help="One ddtreectl.logs/1 document on stdout: per host the "
+                                  "unit and its journal entries (not with --follow: exit 2)."),
 ) -> None:
     """Show the journal of each host's service unit (several hosts: lines prefixed with the host).
 
-    Exit codes: 0 shown; 3 inventory invalid, unknown target or a host without a service profile;
-    4 unreachable; 5 journalctl failed (its message shown); 6 some hosts failed; 130 interrupted.
+    --json prints one `ddtreectl.logs/1` document (README, "JSON output"): `hosts`, every target in
+    order, each with `host`, `ok`, `error`, `unit` and `entries` (oldest first: `time` in UTC,
+    `unix_us`, `priority`, `identifier`, `pid`, `message`), from `journalctl -o json`.
+
+    Exit codes: 0 shown; 2 --json with --follow; 3 inventory invalid, unknown target or a host without
+    a service profile; 4 unreachable; 5 journalctl failed (its message shown); 6 some hosts failed;
+    130 interrupted.
     """
     from ddtreectl.transport import connect
 
+    if json_out and follow:
+        # One document is printed when the command ends; a follow never ends.
+        raise UsageError("--json cannot follow: it prints one document once the lines are read",
+                         hint="drop -f, and run it again (with --since) to poll")
+    if json_out:
+        from ddtreectl.ui import json_doc
+        from ddtreectl.ui.logs_view import LOGS_SCHEMA
+
+        json_doc.expect(LOGS_SCHEMA, fan_out=True)
     inventory = load_inventory()
     hosts = inventory.resolve(targets)
     prefix = len(hosts) > 1
     lock = threading.Lock()
-    failures: list[DdtreeError] = []
+    failures: dict[str, DdtreeError] = {}  # host -> why its journal was not shown
+    journals: dict[str, tuple[str, str]] = {}  # --json: host -> (unit, journalctl -o json output)
 
     def show(host_name: str, line: str) -> None:
         with lock:
@@ -42,23 +59,27 @@ def logs_command(
         host = hosts[host_index]
         service = inventory.service_of(host)
         if service is None:
-            failures.append(InventoryError("runs no service profile; no journal to show", host=host.name,
-                                           hint=f"set hosts.{host.name}.service in {inventory.path.name}"))
+            failures[host.name] = InventoryError("runs no service profile; no journal to show", host=host.name,
+                                                 hint=f"set hosts.{host.name}.service in {inventory.path.name}")
             return
-        argv = ["journalctl", "-u", service.unit, "--no-pager", "-n", str(lines), "-o", "short-iso"]
+        argv = ["journalctl", "-u", service.unit, "--no-pager", "-n", str(lines), "-o",
+                "json" if json_out else "short-iso"]
         argv += ["--since", since] if since else []
         argv += ["-f"] if follow else []
         try:
             with connect(host, inventory) as transport:
                 result = transport.run(shlex.join(argv), timeout=7 * 24 * 3600 if follow else 60,
-                                       on_line=lambda line: show(host.name, line))
+                                       on_line=None if json_out else (lambda line: show(host.name, line)))
+            if result.ok and json_out:
+                journals[host.name] = (service.unit, result.stdout)
             if not result.ok:  # e.g. a --since journalctl cannot parse: say so, never "no lines"
                 words = result.stderr.strip().splitlines()[-3:] or [f"exit {result.exit_code}"]
-                failures.append(RemoteCommandError(f"journalctl failed: {' / '.join(words)}", host=host.name,
-                                                   hint="check --since (e.g. '1 hour ago', '2026-11-30 05:00')"
-                                                   if since else f"run journalctl -u {service.unit} on the host"))
+                failures[host.name] = RemoteCommandError(
+                    f"journalctl failed: {' / '.join(words)}", host=host.name,
+                    hint="check --since (e.g. '1 hour ago', '2026-11-30 05:00')"
+                    if since else f"run journalctl -u {service.unit} on the host")
         except DdtreeError as err:
-            failures.append(err)
+            failures[host.name] = err
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(hosts))]
     for t in threads:
@@ -66,10 +87,18 @@ def logs_command(
     for t in threads:
         while t.is_alive():
             t.join(0.5)
+    codes = {int(err.exit_code) for err in failures.values()}
+    code = 0 if not failures else codes.pop() if len(codes) == 1 and len(failures) == len(hosts) \
+        else int(ExitCode.PARTIAL)
+    if json_out:
+        from ddtreectl.ui.logs_view import logs_json
+
+        services = {h.name: inventory.service_of(h) for h in hosts}
+        units = {name: service.unit if service else None for name, service in services.items()}
+        json_doc.emit(logs_json([h.name for h in hosts], units, journals, failures, code))
     if len(failures) == 1 and len(hosts) == 1:
-        raise failures[0]
-    for err in failures:  # each with its own hint; then one exit code for the fan-out
+        raise next(iter(failures.values()))
+    for err in failures.values():  # each with its own hint; then one exit code for the fan-out
         print(f"error: {err}" + (f"\nhint: {err.hint}" if err.hint else ""), file=sys.stderr)
-    codes = {int(err.exit_code) for err in failures}
     if failures:
-        raise typer.Exit(codes.pop() if len(codes) == 1 and len(failures) == len(hosts) else int(ExitCode.PARTIAL))
+        raise typer.Exit(code)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+import time
 
 import typer
 
 from ddtreectl.cli.app import app
+
+RUN_SCHEMA = "ddtreectl.run/1"
 
 
 @app.command()
@@ -16,6 +20,8 @@ def run(
     force: bool = typer.Option(False, "--force", help="Run without holding the host's development lease "
                                "(recorded in the audit log)."),
     timeout: float = typer.Option(86400.0, "--timeout", min=1.0, help="Kill the command after this many seconds."),
+    json_out: bool = typer.Option(False, "--json", help="Collect the output into one ddtreectl.run/1 document "
+                                  "on stdout instead of streaming it."),
 ) -> None:
     """Run CMD in <remote_root>/current on HOST, streaming its output; exit with CMD's exit status.
 
@@ -26,21 +32,38 @@ def run(
     command keeps running on the host until it ends or --timeout (`ddtreectl gpus HOST` shows it,
     and `mode HOST prod` refuses while it holds a GPU).
 
+    --json prints one `ddtreectl.run/1` document when CMD ends (README, "JSON output"): `host`, `ok`,
+    `error` (null once CMD ran, whatever its status), `command`, `command_exit_code`, `output` (its
+    stdout and stderr lines, in order) and `duration_s`; a refusal has `error` set.
+
     Exit codes: CMD's own exit status once it ran; before that 7 host in production, 8 another
-    holder, 5 no release deployed, 4 unreachable, 3 inventory invalid or unknown host.
+    holder, 5 no release deployed or --timeout reached, 4 unreachable, 3 inventory invalid or unknown host.
     """
     from ddtreectl.cli.common import load_inventory
     from ddtreectl.operations.dev_run import run_dev
     from ddtreectl.transport import connect
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        json_doc.expect(RUN_SCHEMA, fan_out=False, host=host_name)
     inventory = load_inventory()
     host = inventory.host(host_name)
+    output: list[str] = []
 
     def emit(line: str) -> None:
+        if json_out:
+            output.append(line)
+            return
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    started = time.monotonic()
     with connect(host, inventory) as transport:
         code = run_dev(transport, host, command, force=force, timeout_s=timeout, on_line=emit)
+    if json_out:
+        json_doc.emit({"schema": RUN_SCHEMA, "exit_code": code, "ok": code == 0, "error": None, "host": host.name,
+                       "command": shlex.join(command), "command_exit_code": code, "output": output,
+                       "duration_s": round(time.monotonic() - started, 3)})
     if code:
         raise typer.Exit(code)

@@ -44,7 +44,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]
 
 def document(world: tuple[str, dict[str, str]], *args: str) -> tuple[int, dict[str, Any]]:
     inventory, env = world
-    run = ddtreectl(env, "-i", inventory, *args, "--json")
+    # `run HOST -- CMD`: --json goes before the `--` (after it, it would be part of CMD)
+    cut = args.index("--") if "--" in args else len(args)
+    run = ddtreectl(env, "-i", inventory, *args[:cut], "--json", *args[cut:])
     assert "Traceback" not in run.stderr, run.stderr
     try:
         doc = json.loads(run.stdout)  # exactly one JSON value, nothing else on stdout
@@ -76,6 +78,7 @@ FAN_OUT = [
     (["deploy", "dead"], "deploy", ["dead"], 4, {"dead": 4}),
     (["rollback", "-H", "dead"], "rollback", ["dead"], 4, {"dead": 4}),
     (["restore-service", "dead", "box"], "restore-service", ["dead", "box"], 6, {"dead": 4, "box": 3}),
+    (["logs", "dead", "box"], "logs", ["dead", "box"], 6, {"dead": 4, "box": 3}),
 ]
 
 
@@ -102,6 +105,8 @@ SINGLE = [
     (["trust", "dead", "--yes"], "trust", "dead", 4),
     (["lock", "status", "box"], "lock-status", "box", 0),
     (["lock", "status", "dead"], "lock-status", "dead", 4),
+    (["run", "box", "--", "true"], "run", "box", 7),  # nobody holds it for development
+    (["run", "dead", "--", "true"], "run", "dead", 4),
 ]
 
 
@@ -115,7 +120,7 @@ def test_single_host_commands_carry_host_and_ok(world: tuple[str, dict[str, str]
 
 @pytest.mark.parametrize("args,schema", [(["status", "nosuchhost"], "status"), (["deploy", "nosuchhost"], "deploy"),
                                          (["restore-service", "nosuchhost"], "restore-service"),
-                                         (["gpus", "nosuchhost"], "gpus")])
+                                         (["gpus", "nosuchhost"], "gpus"), (["logs", "nosuchhost"], "logs")])
 def test_a_command_that_fails_before_any_host_still_prints_its_document(
         world: tuple[str, dict[str, str]], args: list[str], schema: str) -> None:
     exit_code, doc = document(world, *args)

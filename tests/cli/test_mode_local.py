@@ -38,10 +38,16 @@ def test_dev_run_prod_on_a_box_without_service(box: tuple[Path, Path, dict[str, 
     assert result["gpus"]["verdict"] == "idle" and result["lease"]["holder"].startswith("carol@")
     ran = ddtreectl(env, "-i", i, "run", "box", "--", "sh", "-c", "pwd -P; exit 4")
     assert ran.returncode == 4 and ran.stdout.strip() == str(root / "releases" / "r1")
+    as_json = ddtreectl(env, "-i", i, "run", "box", "--json", "--", "sh", "-c", "echo out; echo err >&2; exit 4")
+    doc = json.loads(as_json.stdout)
+    assert as_json.returncode == 4 and (doc["schema"], doc["exit_code"], doc["ok"], doc["error"]) == \
+        ("ddtreectl.run/1", 4, False, None), doc
+    assert (doc["host"], doc["command_exit_code"], doc["output"]) == ("box", 4, ["out", "err"]), doc
     forced = ddtreectl({**env, "USER": "dave"}, "-i", i, "run", "box", "--force", "--", "true")
     assert forced.returncode == 0
     prod = ddtreectl(env, "-i", i, "mode", "box", "prod", "--json")
     assert prod.returncode == 0 and json.loads(prod.stdout)["lease"]["mode"] == "prod"
     log = [json.loads(line) for line in (root / "state" / "audit.log").read_text().splitlines()]
-    assert [(a["action"], a.get("to")) for a in log] == [("mode", "dev"), ("run", None), ("run", None), ("mode", "prod")]
-    assert log[2]["by"].startswith("dave@") and "not yours" in log[2]["forced"]
+    assert [(a["action"], a.get("to")) for a in log] == [("mode", "dev"), ("run", None), ("run", None), ("run", None),
+                                                         ("mode", "prod")]
+    assert log[3]["by"].startswith("dave@") and "not yours" in log[3]["forced"]
