@@ -27,6 +27,8 @@ def gpus(
     serving or ddtree-dev-* unit active), busy (which signal: processes, memory, utilization, unit),
     or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, fewer GPUs than
     the inventory says) — unknown is never idle. One round trip per host samples everything.
+    --json (`ddtreectl.gpus/1`): `samples` counts the nvidia-smi readings taken: 0, with
+    `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed.
 
     Exit codes: 0 every host idle; 7 some host busy or unknown; 4/6 a host could not be asked
     (4 alone, 6 among several).

@@ -72,7 +72,7 @@ class HostVerdict:
     signals: tuple[Signal, ...]
     gpus: tuple[GpuReport, ...]
     processes: tuple[GpuProcess, ...]
-    samples: int
+    samples: int  # nvidia-smi readings taken (0 when it is not installed)
     interval_s: float
     nvidia_smi_ms: int | None  # slowest nvidia-smi query of the window
     # Unknown in a way sampling again cannot change (nvidia-smi is not installed): waiting is pointless.
@@ -144,7 +144,9 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     signals: list[Signal] = []
     unknown = False
     states = samples.samples
-    slowest = max((s.duration_ms for s in states if s.duration_ms is not None), default=None)
+    # A missing nvidia-smi reads "ms=0": no query ran, so no time (None), not 0 ms.
+    slowest = max((s.duration_ms for s in states if s.duration_ms is not None and s.status != "missing"),
+                  default=None)
     failed = [s for s in states if s.status != "ok"]
     if failed:
         unknown = True
@@ -202,5 +204,6 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     verdict: Verdict = "busy" if signals else ("unknown" if unknown else "idle")
     missing = bool(states) and all(s.status == "missing" for s in states)
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
-                       processes=processes, samples=len(states), interval_s=samples.interval_s,
+                       # Without nvidia-smi the sampler stops at its first query: no reading was taken.
+                       processes=processes, samples=0 if missing else len(states), interval_s=samples.interval_s,
                        nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing)

@@ -26,6 +26,7 @@ def verdict_json(v: HostVerdict) -> dict[str, Any]:
     return {
         "verdict": v.verdict, "signals": list(v.signals), "reasons": list(v.reasons),
         "samples": v.samples, "interval_s": v.interval_s, "nvidia_smi_ms": v.nvidia_smi_ms,
+        "nvidia_smi_missing": v.nvidia_smi_missing,
         "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "verdict": g.verdict,
                   "signals": list(g.signals), "unknowns": list(g.unknowns),
                   "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,

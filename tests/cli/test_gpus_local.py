@@ -109,3 +109,21 @@ def test_the_text_line_says_how_the_verdict_was_sampled(tmp_path: Path) -> None:
     assert missing.returncode == 7, missing.stderr
     assert "UNKNOWN" in missing.stdout and "not sampled: nvidia-smi is not installed" in missing.stdout, missing.stdout
     assert "sample(s)" not in missing.stdout and "apart" not in missing.stdout, missing.stdout
+
+
+def test_json_says_nothing_was_sampled_without_nvidia_smi(tmp_path: Path) -> None:
+    """The text line was fixed (above), but --json still said `samples: 1` whatever --samples said,
+    as if one nvidia-smi reading had been taken. Now: `samples: 0` and `nvidia_smi_missing: true`;
+    with nvidia-smi, `samples` is what --samples asked for and `nvidia_smi_missing` false."""
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    (sampled,) = json.loads(ddtreectl(inventory, env, "--json", "--samples", "2", "--interval", "0.1").stdout)["hosts"]
+    assert (sampled["samples"], sampled["nvidia_smi_missing"]) == (2, False), sampled
+    bare = "/usr/sbin:/usr/bin:/sbin:/bin"
+    if shutil.which("nvidia-smi", path=bare):
+        pytest.skip("this machine has an nvidia-smi")
+    env["PATH"] = bare
+    run = ddtreectl(inventory, env, "--json", "--samples", "5")
+    assert run.returncode == 7, run.stderr
+    (host,) = json.loads(run.stdout)["hosts"]
+    assert (host["verdict"], host["samples"], host["nvidia_smi_missing"], host["nvidia_smi_ms"]) == \
+        ("unknown", 0, True, None), host
