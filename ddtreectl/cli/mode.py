@@ -37,7 +37,8 @@ def mode(
     restore-service, including a unit of an older name still running) starts nothing and keeps the
     lease; so does a failed `systemctl start` (the unit is disabled again). A
     `systemctl start` that runs past the host's command_timeout is judged by the unit's state after it:
-    running, starting or with its job queued, the start took (gate, lease ended); else it failed.
+    running, starting or with its job queued, the start took (gate, lease ended); else it failed. The
+    enable before it has the same bound; one that runs past it is a failed start (enable undone).
 
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).

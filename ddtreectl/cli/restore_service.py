@@ -25,7 +25,7 @@ def restore_service_command(
     """Bring the production service back, verified healthy.
 
     Preflight (release built, unit installed and not drifted, GPUs free of foreign processes),
-    enable at boot, start, then gate phase by phase: unit active, port open, /health, readiness,
+    enable at boot, start (each bounded by the host's command_timeout), then gate phase by phase: unit active, port open, /health, readiness,
     model listed in /v1/models, /server_info matches the rendered config. HTTP checks run through the
     SSH connection. A multi-node service starts every rank and gates on rank 0.
 

@@ -267,7 +267,7 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
                     _stop_service(transport, service.unit, service.stop_timeout)
                 else:  # already down (or never installed): only make sure a reboot does not start it
                     transport.run(f"systemctl disable --quiet -- {shlex.quote(service.unit)} 2>/dev/null || true",
-                                  timeout=60)
+                                  timeout=host.command_timeout)
                 on_step("verifying the GPUs went idle")
                 check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
             except KeyboardInterrupt:
@@ -360,7 +360,7 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
             try:
                 result.restore = restore_host(transport, inventory, host, options, on_event=on_event)
             except ServiceStartError as err:
-                return _start_failed(transport, root, result, state, service.unit, err, was_enabled)
+                return _start_failed(transport, host, result, state, service.unit, err, was_enabled)
             result.warnings.extend(result.restore.warnings)
         # Past this point the unit is enabled and started, healthy or not: the host is production's
         # now (systemd may keep restarting a failing service on those GPUs), so the development lease
@@ -383,7 +383,7 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
 
 
 
-def _start_failed(transport: Transport, root: str, result: SwitchResult, state: HostMode, unit: str,
+def _start_failed(transport: Transport, host: Host, result: SwitchResult, state: HostMode, unit: str,
                   err: ServiceStartError, was_enabled: bool) -> SwitchResult:
     """`systemctl start` failed after the enable: nothing runs, so the host is still the development
     holder's. The enable is put back (disabled, as `mode dev` left it): an enabled unit under a dev
@@ -392,7 +392,7 @@ def _start_failed(transport: Transport, root: str, result: SwitchResult, state: 
     result.warnings.extend(err.warnings)
     u = shlex.quote(unit)
     if err.enabled and not was_enabled:
-        undo = transport.run(f"systemctl disable --quiet -- {u}", timeout=60)
+        undo = transport.run(f"systemctl disable --quiet -- {u}", timeout=host.command_timeout)
         result.put_back = f"{unit} disabled again" if undo.ok else \
             f"{unit} is left ENABLED: disabling it failed: {undo.stderr.strip()[-200:]}; run `systemctl disable {unit}`"
     else:
@@ -401,7 +401,7 @@ def _start_failed(transport: Transport, root: str, result: SwitchResult, state: 
     result.put_back += f", {active or 'unknown'}"
     result.lease, result.lease_kept = state.lease, True
     not_audited = append_audit(
-        transport, root, "mode", to="prod", ok=False, previous=state.mode,
+        transport, host.remote_root, "mode", to="prod", ok=False, previous=state.mode,
         previous_holder=state.lease.holder if state.lease else None, failed_phase="start",
         lease_kept=True, put_back=result.put_back, forced=result.forced or None)
     if not_audited:

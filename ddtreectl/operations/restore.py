@@ -176,7 +176,16 @@ def start_service(transport: Transport, host: Host, unit: str, *,
     looping = sub == "auto-restart"
     running = active in ("active", "activating", "reloading") and not looping
     if enable:
-        result = transport.run(f"systemctl enable --quiet -- {quoted}", timeout=60)
+        # Bounded by the host's command_timeout like the start (it was a fixed 60 s). A timed-out
+        # enable may have taken: it is a failed start with the enable to put back (mode prod does).
+        try:
+            result = transport.run(f"systemctl enable --quiet -- {quoted}", timeout=host.command_timeout)
+        except CommandTimeoutError:
+            raise ServiceStartError(
+                f"enabling {unit} timed out after {host.command_timeout:g} s (systemd or D-Bus slow to answer); "
+                "nothing was started", enabled=True,
+                hint=f"check systemd on the host (`systemctl list-jobs`); command_timeout in the inventory bounds "
+                     f"it; `ddtreectl status {host.name}` shows the unit", host=host.name) from None
         if not result.ok:
             raise RemoteCommandError(
                 f"enabling {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",

@@ -11,7 +11,8 @@ and the host agree.
 
 The slow client is a `systemctl` in /usr/local/bin (ahead of /usr/bin on the SSH user's PATH) that,
 only for start/restart and only while /run/slow-start says so, calls the real systemctl and then
-hangs ("after": the job is queued), or hangs before reaching systemd ("before": nothing queued).
+hangs ("after": the job is queued), or hangs before reaching systemd ("before": nothing queued);
+"enable-after" does the same to `systemctl enable`.
 systemd, sshd, the unit and the server are real.
 """
 
@@ -32,7 +33,10 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 8  # the host's command_timeout, which bounds `systemctl start`
 SLOW_SYSTEMCTL = """#!/bin/sh
 mode=$(cat /run/slow-start 2>/dev/null)
-case " $* " in *" start "*|*" restart "*) ;; *) mode= ;; esac
+case "$mode" in
+  enable-*) case " $* " in *" enable "*) mode=${mode#enable-} ;; *) mode= ;; esac ;;
+  *) case " $* " in *" start "*|*" restart "*) ;; *) mode= ;; esac ;;
+esac
 case "$mode" in
   before) sleep 600; exit 1 ;;  # never reaches systemd, even if the kill missed it
   after) /usr/bin/systemctl "$@"; rc=$?; sleep 600; exit $rc ;;
@@ -115,6 +119,29 @@ def test_start_that_times_out_before_systemd_has_it_keeps_the_lease(slow_host: A
         assert (last["action"], last["to"], last["ok"], last["lease_kept"]) == ("mode", "prod", False, True), last
     finally:
         slow_start(host, "")
+    fixed = ddtreectl("-i", i, "mode", host.name, "prod")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert lease(host)["mode"] == "prod" and unit_state(host) == ("active", "enabled")
+
+
+def test_an_enable_that_hangs_is_bounded_by_command_timeout_and_put_back(slow_host: Any) -> None:
+    """`systemctl enable` had a fixed 60 s bound, whatever the host's command_timeout said, and its
+    timeout was a bare "command timed out" raised past mode prod's put-back: the unit could be left
+    enabled (production at the next boot) under the kept development lease. Now it is bounded by
+    command_timeout like the start, and treated as a failed start: nothing started, the enable undone,
+    the lease kept."""
+    host, i = slow_host
+    hold_for_development(host, i)
+    slow_start(host, "enable-after")  # the enable reaches systemd, then the client hangs
+    try:
+        doc = as_json(ddtreectl("-i", i, "mode", host.name, "prod", "--json"))
+    finally:
+        slow_start(host, "")
+    assert (doc["exit_code"], doc["ok"], doc["lease"]["mode"], doc["lease_kept"]) == (5, False, "dev", True), doc
+    assert f"enabling {UNIT} timed out" in doc["start_failure"]["error"], doc
+    assert f"after {START_TIMEOUT:g} s" in doc["start_failure"]["error"], doc  # the host's bound, not 60 s
+    assert doc["start_failure"]["put_back"] == f"{UNIT} disabled again, inactive", doc
+    assert unit_state(host) == ("inactive", "disabled") and lease(host)["mode"] == "dev"
     fixed = ddtreectl("-i", i, "mode", host.name, "prod")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert lease(host)["mode"] == "prod" and unit_state(host) == ("active", "enabled")
