@@ -169,3 +169,34 @@ def test_unfused_fast_mode_stays_selectable(monkeypatch: pytest.MonkeyPatch) -> 
     assert _rel(_tree_logits(old, prompt, 40), _tree_logits(new, prompt, 40)) < 1e-5
     assert old.fast_weight_bytes() == new.fast_weight_bytes()
     assert not TinyDrafter(old, block_len=3).fast and TinyDrafter(new, block_len=3).fast
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 12, 16, 17, 40])
+def test_gemm_operand_swapped_rows_are_the_same_product(rows: int) -> None:
+    """`gemm` runs fp32 products of 8-16 rows as (w a^T)^T (a cuBLAS kernel choice, model.gemm says why):
+    the same function as linear / addmm at every row count, contiguous [M, N], with and without the residual,
+    and with the same gradients (the fast drafter trains through it)."""
+    from ddtree_engine.model import SLOW_FP32_GEMM_ROWS, gemm
+
+    g = torch.Generator().manual_seed(rows)
+    a = torch.randn(rows, 48, generator=g, requires_grad=True)
+    w = torch.randn(80, 48, generator=g, requires_grad=True)
+    r = torch.randn(rows, 80, generator=g)
+    ref = torch.nn.functional.linear(a, w)
+    out = gemm(a, w)
+    assert out.shape == (rows, 80) and out.is_contiguous()
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-5)
+    res = gemm(a, w, residual=r)
+    assert res.is_contiguous()
+    torch.testing.assert_close(res, r + ref, rtol=1e-6, atol=1e-5)
+    (ga, gw) = torch.autograd.grad((res * r).sum(), (a, w))
+    (ra, rw) = torch.autograd.grad(((r + ref) * r).sum(), (a, w))
+    torch.testing.assert_close(ga, ra, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gw, rw, rtol=1e-5, atol=1e-4)
+    # bf16 and out-of-range row counts keep the plain GEMM; 8-16 fp32 rows take the swapped form.
+    lo, hi = SLOW_FP32_GEMM_ROWS
+    swapped = lo <= rows <= hi
+    with torch.autograd.profiler.profile() as prof:
+        gemm(a.detach(), w.detach())
+    names = {e.name for e in prof.function_events}
+    assert ("aten::mm" in names and "aten::linear" not in names) if swapped else ("aten::linear" in names)

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import torch
 
-from ddtree_engine.model import TinyTransformer
+from ddtree_engine.model import TinyTransformer, gemm
 
 
 class Drafter(Protocol):
@@ -117,11 +117,10 @@ class TinyDrafter:
         dt = w["w1"].dtype
         rms = torch.nn.functional.rms_norm
         z = torch.cat([rms(hidden.to(dt), (d,), None, self.eps), self.embed[root.long()].to(dt)], dim=-1)
-        x = (torch.nn.functional.linear(z, w["w_in"])[:, None, :] + w["pos_emb"][None]).reshape(B * L, d)
-        x = torch.addmm(x, torch.nn.functional.silu(torch.nn.functional.linear(rms(x, (d,), None, self.eps),
-                                                                               w["w1"])), w["w2"].t())
+        x = (gemm(z, w["w_in"])[:, None, :] + w["pos_emb"][None]).reshape(B * L, d)
+        x = gemm(torch.nn.functional.silu(gemm(rms(x, (d,), None, self.eps), w["w1"])), w["w2"], residual=x)
         h = rms(x.to(self.lm_head.dtype), (d,), self.final_norm, self.eps)
-        return torch.nn.functional.linear(h, self.lm_head).view(B, L, -1)
+        return gemm(h, self.lm_head).view(B, L, -1)
 
     def train_logits(self, root: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         if self.fast:

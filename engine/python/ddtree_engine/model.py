@@ -47,6 +47,28 @@ import torch
 from ddtree_engine.backend import OpBackend
 
 
+# Row counts (inclusive) whose fp32 GEMMs `gemm` runs operand-swapped.
+SLOW_FP32_GEMM_ROWS = (8, 16)
+
+
+def gemm(a: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """a [M, K] @ w[N, K]^T (+ residual [M, N]) as a contiguous [M, N]: the fast path's and the fast drafter's
+    GEMMs. fp32 products of 8-16 rows go through the operand-swapped form (w a^T)^T: cuBLAS (CUDA 13, H200)
+    runs fp32 GEMMs of 8 <= M <= 16 rows on a kernel that took 24-52 µs for the toy's shapes against 2-10 µs
+    at M = 1 or M >= 17, and 6.6-7.6 µs swapped (bf16 is unaffected: ~2.5 µs at every M; NOTES "Session 9
+    (lead): the AR peer's batch-8 GEMMs"). Without it the toy's batch-8 AR peer spent 330 of its 473 µs round
+    in nine such GEMMs. The same products either way (one fp32 dot product per output element), so it is
+    applied on every device: the CPU tests run this branch too. Autograd flows through both forms."""
+    lo, hi = SLOW_FP32_GEMM_ROWS
+    if a.dtype == torch.float32 and a.dim() == 2 and lo <= a.shape[0] <= hi:
+        if residual is None:
+            return torch.mm(w, a.t()).t().contiguous()
+        return torch.addmm(residual.t(), w, a.t()).t().contiguous()
+    if residual is None:
+        return torch.nn.functional.linear(a, w)
+    return torch.addmm(residual, a, w.t())
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     # Defaults = the server's test model. head_dim 64 because the CUDA tree-attention kernel takes
@@ -258,6 +280,9 @@ class TinyTransformer:
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return torch.nn.functional.rms_norm(x, (self.cfg.d_model,), self.f[name], self.cfg.norm_eps)
 
+    def _gemm(self, a: torch.Tensor, name: str, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return gemm(a, self.f[name], residual)
+
     def _rope_tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos [T, 1, D] and sign-folded sin [T, 1, D] (-sin on the first half) in act_dtype, once per
         forward: rope(x) = x * cos + swap_halves(x) * sin."""
@@ -279,30 +304,30 @@ class TinyTransformer:
         one rotated [T, Hq + Hkv, D] tensor."""
         cfg, p = self.cfg, f"layers.{i}."
         T, hq, hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        qkv = torch.nn.functional.linear(self._norm(x, p + "attn_norm"), self.f[p + "wqkv"])
+        qkv = self._gemm(self._norm(x, p + "attn_norm"), p + "wqkv")
         qk = self._fast_rope(qkv[:, : (hq + hkv) * D].view(T, hq + hkv, D), tables)
         v = qkv[:, (hq + hkv) * D :].view(T, hkv, D)
         return qk[:, :hq], qk[:, hq:], v
 
     def _fast_attn_out(self, o: torch.Tensor, x: torch.Tensor, i: int) -> torch.Tensor:
         """x + o @ wo^T in one GEMM (addmm: the residual add is the GEMM's epilogue)."""
-        return torch.addmm(x, o, self.f[f"layers.{i}.wo"].t())
+        return self._gemm(o, f"layers.{i}.wo", residual=x)
 
     def _fast_mlp(self, x: torch.Tensor, i: int) -> torch.Tensor:
         p = f"layers.{i}."
-        gate, up = torch.nn.functional.linear(self._norm(x, p + "mlp_norm"), self.f[p + "w_gu"]).chunk(2, dim=-1)
-        return torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, self.f[p + "w_down"])
+        gate, up = self._gemm(self._norm(x, p + "mlp_norm"), p + "w_gu").chunk(2, dim=-1)
+        return self._gemm(torch.nn.functional.silu(gate) * up, p + "w_down")
 
     def _fast_mlp_residual(self, x: torch.Tensor, i: int) -> torch.Tensor:
         p = f"layers.{i}."
-        gate, up = torch.nn.functional.linear(self._norm(x, p + "mlp_norm"), self.f[p + "w_gu"]).chunk(2, dim=-1)
-        return torch.addmm(x, torch.nn.functional.silu(gate) * up, self.f[p + "w_down"].t())
+        gate, up = self._gemm(self._norm(x, p + "mlp_norm"), p + "w_gu").chunk(2, dim=-1)
+        return self._gemm(torch.nn.functional.silu(gate) * up, p + "w_down", residual=x)
 
     def _fast_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self._norm(x, "final_norm")
         if self._mm_f32:
             return torch.mm(h, self.f["lm_head"].t(), out_dtype=torch.float32), h
-        return torch.nn.functional.linear(h, self.f["lm_head"]).to(torch.float32), h
+        return self._gemm(h, "lm_head").to(torch.float32), h
 
     def _fast_forward_tree(
         self, backend: OpBackend, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
