@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 from ddtree_engine.backend import OpBackend  # noqa: E402
 from ddtree_engine.decode import ar_generate, chain_anc  # noqa: E402
 from ddtree_engine.model import DenseKV, ModelConfig, TinyTransformer, load_model, random_weights, save_model  # noqa: E402
-from ddtree_engine.paged_kv import PagedKVCache  # noqa: E402
+
+from chunked_prefill import chunked_tree_logits  # noqa: E402
 
 CFG = ModelConfig(vocab_size=320, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=176)
 
@@ -24,20 +25,7 @@ def _attention_only_backend() -> OpBackend:
 
 
 def _prefill_paged(model: TinyTransformer, prompt: torch.Tensor, chunk: int, page: int) -> torch.Tensor:
-    cache = PagedKVCache(n_layers=CFG.n_layers, n_kv_heads=CFG.n_kv_heads, head_dim=CFG.head_dim, slots=3,
-                         max_slot_tokens=prompt.shape[0], page_size=page, dtype=model.kv_dtype, seed=5)
-    be = _attention_only_backend()
-    ctx = torch.zeros(1, dtype=torch.int32)
-    out = []
-    for s in range(0, prompt.shape[0], chunk):
-        toks = prompt[s : s + chunk].to(torch.int32)
-        n = toks.shape[0]
-        pos = (ctx.long() + torch.arange(n)).to(torch.int32)
-        logits, _ = model.forward_tree(be, cache.k, cache.v, cache.block_table[1:2], toks[None], pos[None], ctx,
-                                       chain_anc(n, "cpu"))
-        ctx += n
-        out.append(logits[0])
-    return torch.cat(out)
+    return chunked_tree_logits(model, prompt, chunk, page=page, backend=_attention_only_backend(), table_row=1)[0]
 
 
 @pytest.mark.parametrize("chunk,page", [(37, 16), (100, 7), (1, 16)])

@@ -13,10 +13,11 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from ddtree_engine.backend import reference_backend  # noqa: E402
-from ddtree_engine.decode import DDTreeEngine, Request, ar_generate, chain_anc  # noqa: E402
+from ddtree_engine.decode import DDTreeEngine, Request, ar_generate  # noqa: E402
 from ddtree_engine.drafter import TinyDrafter, distill_drafter_batched  # noqa: E402
 from ddtree_engine.model import DenseKV, ModelConfig, TinyTransformer, random_weights  # noqa: E402
-from ddtree_engine.paged_kv import PagedKVCache  # noqa: E402
+
+from chunked_prefill import chunked_tree_logits  # noqa: E402
 
 CFG = ModelConfig(vocab_size=320, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=176)
 
@@ -26,21 +27,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _tree_logits(model: TinyTransformer, prompt: torch.Tensor, chunk: int) -> torch.Tensor:
-    cache = PagedKVCache(n_layers=CFG.n_layers, n_kv_heads=CFG.n_kv_heads, head_dim=CFG.head_dim, slots=3,
-                         max_slot_tokens=prompt.shape[0], page_size=7, dtype=model.kv_dtype, seed=5)
-    be = reference_backend()
-    ctx = torch.zeros(1, dtype=torch.int32)
-    out = []
-    for s in range(0, prompt.shape[0], chunk):
-        toks = prompt[s : s + chunk].to(torch.int32)
-        n = toks.shape[0]
-        pos = (ctx.long() + torch.arange(n)).to(torch.int32)
-        logits, hid = model.forward_tree(be, cache.k, cache.v, cache.block_table[2:3], toks[None], pos[None], ctx,
-                                         chain_anc(n, "cpu"))
-        assert logits.dtype == torch.float32 and hid.dtype == model.act_dtype
-        ctx += n
-        out.append(logits[0])
-    return torch.cat(out)
+    logits, hiddens = chunked_tree_logits(model, prompt, chunk, page=7, backend=reference_backend(), table_row=2)
+    assert logits.dtype == torch.float32 and all(h.dtype == model.act_dtype for h in hiddens)
+    return logits
 
 
 def test_fast_fp32_is_the_exact_function() -> None:

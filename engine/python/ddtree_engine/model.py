@@ -125,6 +125,14 @@ def random_weights(cfg: ModelConfig, seed: int, *, device: str | torch.device = 
     return w
 
 
+def tree_cache_slots(block_table: torch.Tensor, ctx_len: torch.Tensor, n: int, page: int) -> torch.Tensor:
+    """Flat cache rows [B*n] (distinct) of slots ctx_len[b] + j, j < n, through the block table: where both
+    forward paths write the tree's K/V."""
+    slot = ctx_len.long()[:, None] + torch.arange(n, device=ctx_len.device)[None, :]  # [B, n]
+    page_idx = torch.gather(block_table.long(), 1, torch.div(slot, page, rounding_mode="floor"))
+    return (page_idx * page + slot % page).reshape(-1)
+
+
 @dataclass
 class DenseKV:
     """Contiguous K/V of one request for the AR reference path: per layer [S, Hkv, D] float64."""
@@ -337,10 +345,7 @@ class TinyTransformer:
         """forward_tree's contract on the fast layer functions (see the module docstring)."""
         B, N = tokens.shape
         cfg = self.cfg
-        page = k_caches[0].shape[1]
-        slot = ctx_len.long()[:, None] + torch.arange(N, device=tokens.device)[None, :]  # [B, N]
-        page_idx = torch.gather(block_table.long(), 1, torch.div(slot, page, rounding_mode="floor"))
-        flat_slot = (page_idx * page + slot % page).reshape(-1)  # [B*N], distinct
+        flat_slot = tree_cache_slots(block_table, ctx_len, N, k_caches[0].shape[1])
         qo_indptr = torch.arange(0, (B + 1) * N, N, device=tokens.device, dtype=torch.int32)
         tables = self._rope_tables(positions.reshape(-1))
         x = self.embed(tokens.reshape(-1).clamp(min=0))
@@ -377,10 +382,7 @@ class TinyTransformer:
             return self._fast_forward_tree(backend, k_caches, v_caches, block_table, tokens, positions, ctx_len, anc)
         B, N = tokens.shape
         cfg = self.cfg
-        page = k_caches[0].shape[1]
-        slot = ctx_len.long()[:, None] + torch.arange(N, device=tokens.device)[None, :]  # [B, N]
-        page_idx = torch.gather(block_table.long(), 1, torch.div(slot, page, rounding_mode="floor"))
-        flat_slot = (page_idx * page + slot % page).reshape(-1)  # [B*N], distinct
+        flat_slot = tree_cache_slots(block_table, ctx_len, N, k_caches[0].shape[1])
         pos = positions.reshape(-1)
         qo_indptr = torch.arange(0, (B + 1) * N, N, device=tokens.device, dtype=torch.int32)
         x = self.embed(tokens.reshape(-1).clamp(min=0))
