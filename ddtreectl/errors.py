@@ -75,14 +75,17 @@ class CommandTimeoutError(RemoteCommandError):
 
 
 class ServiceStartError(RemoteCommandError):
-    """`systemctl start` itself failed (nothing was queued); `enabled` says whether the unit had just
-    been enabled by the same step, so a caller can put that back."""
+    """`systemctl enable` or `start` itself failed (nothing was queued); `enabled` says whether the
+    unit had just been enabled by the same step, so a caller can put that back; `units_removed` the
+    stopped units of an older name the restore had already removed before it (a change on the host
+    that every report of the failure must still show)."""
 
     def __init__(self, message: str, *, enabled: bool, warnings: list[str] | None = None,
                  hint: str | None = None, host: str | None = None) -> None:
         super().__init__(message, hint=hint, host=host)
         self.enabled = enabled
         self.warnings = list(warnings or [])
+        self.units_removed: list[str] = []
 
 
 class PartialFailureError(DdtreeError):

@@ -35,7 +35,8 @@ def mode(
     A gate that fails after the start ends the lease too (the service is enabled and started: the
     host is production's); the error says so and names the next step. A refused preflight (as for
     restore-service, including a unit of an older name still running) starts nothing and keeps the
-    lease; so does a failed `systemctl start` (the unit is disabled again). A
+    lease; so does a failed `systemctl start` (the unit is disabled again; --json `restore` then says
+    started false and which stopped units of an older name were removed before it). A
     `systemctl start` that runs past the host's command_timeout is judged by the unit's state after it:
     running, starting or with its job queued, the start took (gate, lease ended); else it failed. The
     enable before it has the same bound; one that runs past it is a failed start (enable undone).

@@ -32,7 +32,8 @@ def restore_service_command(
     A host held for development (`mode HOST dev`) is refused, --force or not: `mode HOST prod` ends
     the lease and restores through the same gate. So is a unit of an older name (the profile's
     unit_name changed) that still runs: the two would fight for the port and GPUs (`deploy HOST
-    --restart` replaces it); a stopped one is disabled and deleted first, audited, as deploy does.
+    --restart` replaces it); a stopped one is disabled and deleted first, audited, as deploy does
+    (--json `units_removed`, kept in a host's entry when the enable or start after it fails).
 
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown) or a refusal (no built
     release, unit missing or drifted, an old unit running), 7 GPUs held by other

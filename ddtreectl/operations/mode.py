@@ -71,6 +71,7 @@ class SwitchResult:
     start_failure: str | None = None
     unit: str | None = None
     put_back: str | None = None
+    units_removed: list[str] = field(default_factory=list)  # removed by the restore before that failed start
     lease_kept: bool = False  # `lease` is the development lease still in force, not one written
 
     @property
@@ -390,6 +391,7 @@ def _start_failed(transport: Transport, host: Host, result: SwitchResult, state:
     lease would start production on the holder's GPUs at the next reboot. The lease stays."""
     result.start_failure, result.unit = err.message, unit
     result.warnings.extend(err.warnings)
+    result.units_removed = list(err.units_removed)
     u = shlex.quote(unit)
     if err.enabled and not was_enabled:
         undo = transport.run(f"systemctl disable --quiet -- {u}", timeout=host.command_timeout)
@@ -403,7 +405,8 @@ def _start_failed(transport: Transport, host: Host, result: SwitchResult, state:
     not_audited = append_audit(
         transport, host.remote_root, "mode", to="prod", ok=False, previous=state.mode,
         previous_holder=state.lease.holder if state.lease else None, failed_phase="start",
-        lease_kept=True, put_back=result.put_back, forced=result.forced or None)
+        lease_kept=True, put_back=result.put_back, forced=result.forced or None,
+        units_removed=result.units_removed or None)
     if not_audited:
         result.warnings.append(not_audited)
     return result

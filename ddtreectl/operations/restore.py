@@ -187,9 +187,11 @@ def start_service(transport: Transport, host: Host, unit: str, *,
                 hint=f"check systemd on the host (`systemctl list-jobs`); command_timeout in the inventory bounds "
                      f"it; `ddtreectl status {host.name}` shows the unit", host=host.name) from None
         if not result.ok:
-            raise RemoteCommandError(
+            # Nothing was started: a failed start like the others (mode prod keeps the lease), and one
+            # that carries what the restore changed before it (units_removed).
+            raise ServiceStartError(
                 f"enabling {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
-                hint=f"ddtreectl logs {host.name}", host=host.name)
+                enabled=False, hint=f"ddtreectl logs {host.name}", host=host.name)
     notes: list[str] = []
     if not running:
         # Apart from the enable: a failed start must say the unit was enabled by this step (mode prod
@@ -266,6 +268,7 @@ def restore_host(
         result.started, since, notes = start_service(transport, host, rendered.unit, enable=options.enable)
     except ServiceStartError as err:
         err.warnings = result.warnings + err.warnings  # what --force let through, e.g. a drop-in
+        err.units_removed = list(result.units_removed)  # done on the host whatever the start did
         raise
     result.warnings.extend(notes)
     result.enabled = options.enable

@@ -36,25 +36,33 @@ def show_mode(host: str, state: HostMode, *, as_json: bool) -> None:
 
 
 def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None) -> dict[str, Any]:
-    restore = result.restore
     return {
         "schema": SCHEMA, "exit_code": int(error.exit_code) if error else 0, "error": error_json(error),
         "host": result.host, "to": result.to, "ok": result.ok,
         "lease": result.lease.to_json(now) if result.lease else None,
         "drain": result.drain.to_json() if result.drain else None, "stopped": result.stopped,
         "gpus": verdict_json(result.verdict) if result.verdict else None,
-        "restore": None if restore is None else {
-            "ok": restore.ok, "started": restore.started, "duration_s": round(restore.duration_s, 3),
-            "units_removed": restore.units_removed,
-            "failure": None if restore.failure is None else {
-                "phase": restore.failure.phase, "reason": restore.failure.reason,
-                "journal": restore.failure.journal}},
+        "restore": _restore_json(result),
         "forced": result.forced, "warnings": result.warnings,
         # A failed `systemctl start`: nothing started, the enable put back, `lease` the one kept.
         "start_failure": None if result.start_failure is None else {
             "error": result.start_failure, "unit": result.unit, "put_back": result.put_back},
         "lease_kept": result.lease_kept,
     }
+
+
+def _restore_json(result: SwitchResult) -> dict[str, Any] | None:
+    """What the restore did, also when its enable or start failed (no RestoreResult then): what it
+    changed before that (units_removed) is on the host all the same."""
+    restore = result.restore
+    if restore is None and result.start_failure is not None:
+        return {"ok": False, "started": False, "duration_s": None, "units_removed": result.units_removed,
+                "failure": {"phase": "start", "reason": result.start_failure, "journal": None}}
+    return None if restore is None else {
+        "ok": restore.ok, "started": restore.started, "duration_s": round(restore.duration_s, 3),
+        "units_removed": restore.units_removed,
+        "failure": None if restore.failure is None else {
+            "phase": restore.failure.phase, "reason": restore.failure.reason, "journal": restore.failure.journal}}
 
 
 def show_switch(result: SwitchResult, now: int, *, as_json: bool, error: DdtreeError | None = None) -> None:

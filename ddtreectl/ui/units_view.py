@@ -6,6 +6,7 @@ from typing import Sequence
 
 from rich.markup import escape
 
+from ddtreectl.errors import ServiceStartError
 from ddtreectl.operations.restore import RestoreResult
 from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.units import Drift
@@ -72,6 +73,18 @@ def restore_entry(r: RestoreResult) -> dict[str, object]:
     }
 
 
+def failed_entry(host: str, unit: str | None, e: BaseException) -> dict[str, object]:
+    """A host that raised instead of reaching the gate. What it did on the host before the error
+    stays in the entry: a failed enable/start (ServiceStartError) may follow the removal of stopped
+    units of an older name, and its enable may have taken."""
+    done = e if isinstance(e, ServiceStartError) else None
+    return {"host": host, "unit": unit, "ok": False, "started": False,
+            "enabled": done.enabled if done else False, "duration_s": None,
+            "warnings": list(done.warnings) if done else [],
+            "units_removed": list(done.units_removed) if done else [], "phases": [], "failure": None,
+            "error": error_json(e)}
+
+
 def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
                  errors: Sequence[tuple[str, str | None, BaseException]] = (), exit_code: int = 0,
                  targets: Sequence[str] = ()) -> None:
@@ -81,13 +94,14 @@ def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
     if as_json:
         entries: dict[str, dict[str, object]] = {r.host: restore_entry(r) for r in results}
         for host, unit, e in errors:
-            entries[host] = {"host": host, "unit": unit, "ok": False, "started": False, "enabled": False,
-                             "duration_s": None, "warnings": [], "units_removed": [], "phases": [], "failure": None,
-                             "error": error_json(e)}
+            entries[host] = failed_entry(host, unit, e)
         order = list(targets) + [h for h in entries if h not in targets]
         json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
                        "hosts": [entries[h] for h in order if h in entries]})
         return
+    for host, _, e in errors:  # a failed start still says what was done before it (units removed)
+        for w in e.warnings if isinstance(e, ServiceStartError) else []:
+            out.print(f"[yellow]{escape(host)}: warning: {escape(w)}[/yellow]")
     for r in results:
         for w in r.warnings:
             out.print(f"[yellow]{escape(r.host)}: warning: {escape(w)}[/yellow]")

@@ -99,3 +99,59 @@ def test_mode_prod_keeps_the_lease_beside_a_running_old_unit_and_removes_a_stopp
     assert unit_state(host, UNIT) == ("active", "enabled")
     assert not (host.root / "etc/systemd/system/md-old.service").exists()
     assert unit_state(host, "md-old.service")[1] != "enabled"
+
+
+def refuse_start(host: Any, unit: str) -> None:
+    """An operator's drop-in under which systemd refuses the start (let through by --force as drift)."""
+    host.sh(f"mkdir -p /etc/systemd/system/{unit}.d && "
+            f"printf '[Unit]\\nRefuseManualStart=yes\\n' > /etc/systemd/system/{unit}.d/hold.conf")
+    host.systemctl("daemon-reload")
+
+
+def test_a_start_that_fails_after_the_removal_still_reports_the_removed_unit(
+        testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
+    """The old unit is removed, then systemd refuses the new unit's start: the --json document used to
+    say `units_removed: []` (restore-service) or `restore: null` (mode prod), and the text output
+    nothing, though the old unit was gone from the host."""
+    host, inventory = renamed_host(testbed, boot_hosts, tmp_path, "rs-stfail")
+    install_service_units(inventory, host.name)
+    host.systemctl("stop", OLD_UNIT)
+    refuse_start(host, NEW_UNIT)
+    run = ddtreectl(inventory, "restore-service", host.name, "--force", "--json")
+    assert run.returncode == 5, (run.stdout, run.stderr)
+    entry = host_doc(run)
+    assert f"starting {NEW_UNIT} failed" in entry["error"]["message"], entry
+    assert (entry["ok"], entry["started"], entry["units_removed"]) == (False, False, [OLD_UNIT]), entry
+    assert entry["enabled"] is True and unit_state(host, NEW_UNIT) == ("inactive", "enabled"), entry
+    assert any(f"removed stale unit {OLD_UNIT}" in w for w in entry["warnings"]), entry
+    assert not (host.root / "etc/systemd/system" / OLD_UNIT).exists()
+
+
+def test_mode_prod_whose_start_fails_after_the_removal_reports_it(
+        testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
+    (host,) = boot_hosts(["mp-stfail"], gpus_stub={"mp-stfail": nvidia_smi_stand_in()})
+    overrides = {host.name: {"service": "ref", "role": "prod", "gpus": 1}}
+    old = {"ref": {**SERVICES["ref"], "unit_name": "md-old", "exec_start": "/bin/sleep infinity"}}
+    path = testbed.inventory([host], tmp_path / "hosts.yaml", services=old, host_overrides=overrides)
+    shutil.copytree(REPO / "templates", path.parent / "templates")
+    lay_out_release(host)
+    install_service_units(path, host.name)
+    host.systemctl("enable", "md-old.service")  # stopped, enabled: it would start at the next boot
+    testbed.inventory([host], path, services=SERVICES, host_overrides=overrides)  # the unit is UNIT now
+    install_service_units(path, host.name)
+    i = str(path)
+    assert ddtreectl_as("-i", i, "mode", host.name, "dev", "--reason", "bench").returncode == 0
+    refuse_start(host, UNIT)
+
+    doc = as_json(ddtreectl_as("-i", i, "mode", host.name, "prod", "--force", "--json"))
+    assert (doc["exit_code"], doc["ok"], doc["lease_kept"]) == (5, False, True), doc
+    assert doc["restore"] is not None, doc
+    assert (doc["restore"]["ok"], doc["restore"]["started"]) == (False, False), doc
+    assert doc["restore"]["units_removed"] == ["md-old.service"], doc
+    assert doc["restore"]["failure"]["phase"] == "start" and f"starting {UNIT} failed" in \
+        doc["restore"]["failure"]["reason"], doc
+    assert any("removed stale unit md-old.service" in w for w in doc["warnings"]), doc
+    assert lease(host)["mode"] == "dev" and unit_state(host, UNIT) == ("inactive", "disabled")
+    assert not (host.root / "etc/systemd/system/md-old.service").exists()
+    last = audit(host)[-1]
+    assert (last["action"], last["failed_phase"], last["units_removed"]) == ("mode", "start", ["md-old.service"])
