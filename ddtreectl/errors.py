@@ -74,6 +74,11 @@ class CommandTimeoutError(RemoteCommandError):
     `systemctl start` may well have queued its job, so a caller that must know looks at the host."""
 
 
+class RunTimeoutError(CommandTimeoutError):
+    """`ddtreectl run`'s own command ran past --timeout and was killed (it had started: its output
+    until then is real), as opposed to a step before it timing out."""
+
+
 class ServiceStartError(RemoteCommandError):
     """`systemctl enable` or `start` itself failed (nothing was queued); `enabled` says whether the
     unit had just been enabled by the same step, so a caller can put that back; `units_removed` the

@@ -34,12 +34,15 @@ def run(
 
     --json prints one `ddtreectl.run/1` document when CMD ends (README, "JSON output"): `host`, `ok`,
     `error` (null once CMD ran, whatever its status), `command`, `command_exit_code`, `output` (its
-    stdout and stderr lines, in order) and `duration_s`; a refusal has `error` set.
+    stdout and stderr lines, in order), `timed_out` and `duration_s`; a refusal has `error` set. A CMD
+    killed at --timeout: exit 5, `error` set, `timed_out` true, `command_exit_code` null and `output`
+    what it printed until then (its last line too when that had no newline yet).
 
     Exit codes: CMD's own exit status once it ran; before that 7 host in production, 8 another
     holder, 5 no release deployed or --timeout reached, 4 unreachable, 3 inventory invalid or unknown host.
     """
     from ddtreectl.cli.common import load_inventory
+    from ddtreectl.errors import RunTimeoutError
     from ddtreectl.operations.dev_run import run_dev
     from ddtreectl.transport import connect
 
@@ -59,11 +62,22 @@ def run(
         sys.stdout.flush()
 
     started = time.monotonic()
-    with connect(host, inventory) as transport:
-        code = run_dev(transport, host, command, force=force, timeout_s=timeout, on_line=emit)
+
+    def document(code: int, error: dict[str, object] | None, timed_out: bool = False) -> None:
+        json_doc.emit({"schema": RUN_SCHEMA, "exit_code": code, "ok": code == 0, "error": error, "host": host.name,
+                       "command": shlex.join(command), "command_exit_code": None if timed_out else code,
+                       "output": output, "timed_out": timed_out, "duration_s": round(time.monotonic() - started, 3)})
+
+    try:
+        with connect(host, inventory) as transport:
+            code = run_dev(transport, host, command, force=force, timeout_s=timeout, on_line=emit)
+    except RunTimeoutError as err:
+        # The command ran and was killed at --timeout: what it printed until then is the document's
+        # (a refusal before it started has no output and gets the error boundary's document).
+        if json_out:
+            document(int(err.exit_code), json_doc.error_json(err), timed_out=True)
+        raise
     if json_out:
-        json_doc.emit({"schema": RUN_SCHEMA, "exit_code": code, "ok": code == 0, "error": None, "host": host.name,
-                       "command": shlex.join(command), "command_exit_code": code, "output": output,
-                       "duration_s": round(time.monotonic() - started, 3)})
+        document(code, None)
     if code:
         raise typer.Exit(code)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Callable, Sequence
 
-from ddtreectl.errors import GpusBusyError, LockHeldError, RemoteCommandError
+from ddtreectl.errors import CommandTimeoutError, GpusBusyError, LockHeldError, RemoteCommandError, RunTimeoutError
 from ddtreectl.inventory.models import Host
 from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.mode import HostMode, read_mode
@@ -38,7 +38,8 @@ def check_run_allowed(state: HostMode, host: Host, me: str) -> None:
 def run_dev(transport: Transport, host: Host, argv: Sequence[str], *, force: bool = False,
             timeout_s: float = 86400.0, on_line: Callable[[str], None] = lambda line: None) -> int:
     """Run `argv` in `<remote_root>/current` with stdout and stderr streamed line by line to `on_line`;
-    returns the command's exit status."""
+    returns the command's exit status. Killed at `timeout_s`: RunTimeoutError, after `on_line` had every
+    line it printed until then."""
     if not argv:
         raise RemoteCommandError("no command given", hint=f"ddtreectl run {host.name} -- CMD [ARGS...]",
                                  host=host.name)
@@ -61,4 +62,10 @@ def run_dev(transport: Transport, host: Host, argv: Sequence[str], *, force: boo
     # stderr joins stdout so both stream in order. No `exec`: the shell stays to turn a death by signal
     # into 128+N (SSH reports no exit status for a command killed by a signal).
     wrapped = f"cd {remote_path(host.remote_root, 'current')}/ && exec 2>&1 && {command}"
-    return transport.run(wrapped, timeout=timeout_s, on_line=on_line).exit_code
+    try:
+        return transport.run(wrapped, timeout=timeout_s, on_line=on_line).exit_code
+    except CommandTimeoutError:
+        raise RunTimeoutError(
+            f"`{command}` ran past --timeout {timeout_s:g} s and was killed", host=host.name,
+            hint=f"raise --timeout (seconds): ddtreectl run {host.name} --timeout 7200 -- …",
+        ) from None

@@ -102,6 +102,7 @@ class LocalTransport:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     _kill_group(proc)
+                    lines.flush()  # a last line without its newline was output too (`run --json` keeps it)
                     raise timed_out
                 for key, _ in sel.select(min(remaining, 1.0)):
                     data = os.read(key.fd, 65536)

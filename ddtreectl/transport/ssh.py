@@ -331,6 +331,7 @@ class SshTransport:
                 timed_out = not chan.status_event.wait(max(0.0, deadline - time.monotonic()))
             if timed_out:
                 chan.close()  # the remote `timeout` wrapper kills the process group on its side
+                lines.flush()  # as the OpenSSH transport does: a last line without its newline was output too
                 raise CommandTimeoutError(
                     f"command timed out after {limit:g} s: {command[:117]}",
                     hint="raise the timeout (command_timeout in the inventory) or check the host",

@@ -43,11 +43,15 @@ def test_dev_run_prod_on_a_box_without_service(box: tuple[Path, Path, dict[str, 
     assert as_json.returncode == 4 and (doc["schema"], doc["exit_code"], doc["ok"], doc["error"]) == \
         ("ddtreectl.run/1", 4, False, None), doc
     assert (doc["host"], doc["command_exit_code"], doc["output"]) == ("box", 4, ["out", "err"]), doc
+    cut = ddtreectl(env, "-i", i, "run", "box", "--json", "--timeout", "2", "--",
+                    "sh", "-c", "echo before; printf partial; sleep 30")
+    doc = json.loads(cut.stdout)  # one document, with what ran before the kill
+    assert cut.returncode == 5 and (doc["exit_code"], doc["timed_out"], doc["command_exit_code"]) == (5, True, None)
+    assert doc["output"] == ["before", "partial"] and "ran past --timeout 2 s" in doc["error"]["message"], doc
     forced = ddtreectl({**env, "USER": "dave"}, "-i", i, "run", "box", "--force", "--", "true")
     assert forced.returncode == 0
     prod = ddtreectl(env, "-i", i, "mode", "box", "prod", "--json")
     assert prod.returncode == 0 and json.loads(prod.stdout)["lease"]["mode"] == "prod"
     log = [json.loads(line) for line in (root / "state" / "audit.log").read_text().splitlines()]
-    assert [(a["action"], a.get("to")) for a in log] == [("mode", "dev"), ("run", None), ("run", None), ("run", None),
-                                                         ("mode", "prod")]
-    assert log[3]["by"].startswith("dave@") and "not yours" in log[3]["forced"]
+    assert [(a["action"], a.get("to")) for a in log] == [("mode", "dev"), *[("run", None)] * 4, ("mode", "prod")]
+    assert log[4]["by"].startswith("dave@") and "not yours" in log[4]["forced"]

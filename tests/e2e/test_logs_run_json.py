@@ -100,3 +100,15 @@ def test_logs_and_run_json_on_real_hosts(testbed: Any, boot_hosts: Any, tmp_path
     assert (doc["exit_code"], doc["ok"], doc["error"], doc["command_exit_code"]) == (3, False, None, 3), doc
     assert doc["output"] == ["/opt/ddtree/releases/r1", "to-stderr"], doc
     assert doc["command"] == "sh -c 'pwd -P; echo to-stderr >&2; exit 3'" and doc["duration_s"] >= 0, doc
+    assert doc["timed_out"] is False, doc
+
+    # Killed at --timeout: the document keeps what the command printed until then (the error boundary's
+    # document used to replace it: no output at all), its last line without a newline too.
+    cut = ddtreectl(inventory, "run", served.name, "--force", "--json", "--timeout", "3", "--",
+                    "sh", "-c", "echo before; echo on-stderr >&2; printf partial; sleep 60")
+    assert cut.returncode == 5, (cut.stdout, cut.stderr)
+    doc = document(cut)
+    assert (doc["exit_code"], doc["ok"], doc["timed_out"], doc["command_exit_code"]) == (5, False, True, None), doc
+    assert doc["output"] == ["before", "on-stderr", "partial"], doc
+    assert "ran past --timeout 3 s" in doc["error"]["message"] and "--timeout" in doc["error"]["hint"], doc
+    assert "error:" in cut.stderr and "ran past --timeout" in cut.stderr, cut.stderr
