@@ -36,6 +36,11 @@ def verdict_json(v: HostVerdict) -> dict[str, Any]:
     }
 
 
+# An answered host's fields beyond name/host/ok/verdict/error (verdict_json's and the wait's).
+_ANSWERED = ("signals", "reasons", "samples", "interval_s", "nvidia_smi_ms", "nvidia_smi_missing", "gpus",
+             "processes", "waited_s", "rounds")
+
+
 def gpus_json(targets: Sequence[str], checks: Sequence[GpuCheck], errors: Sequence[tuple[str, BaseException]],
               exit_code: int) -> dict[str, Any]:
     """`ddtreectl.gpus/1`: every targeted host in target order; `ok` is an idle verdict."""
@@ -43,7 +48,9 @@ def gpus_json(targets: Sequence[str], checks: Sequence[GpuCheck], errors: Sequen
         c.host: {"name": c.host, "host": c.host, "ok": c.verdict.idle, **verdict_json(c.verdict),
                  "waited_s": round(c.waited_s, 3), "rounds": c.rounds, "error": None} for c in checks}
     for name, err in errors:
-        entries[name] = {"name": name, "host": name, "ok": False, "verdict": "unknown", "error": error_json(err)}
+        # The same keys as an answered host (README "JSON output"): what only the host could say is null.
+        entries[name] = {"name": name, "host": name, "ok": False, "verdict": "unknown",
+                         **dict.fromkeys(_ANSWERED), "error": error_json(err)}
     return {"schema": SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
             "hosts": [entries[n] for n in [*targets, *(n for n in entries if n not in targets)] if n in entries]}
 

@@ -3,8 +3,9 @@
 Common to every document: `schema` ("ddtreectl.<command>/1"), `exit_code` (the process's exit
 status), `ok` (exit_code is 0) and `error` (null, or {"message", "hint", "exit_code"} when the command as a whole failed).
 A command over several hosts lists EVERY targeted host under `hosts`, the failed ones too, each
-entry with `host`, `ok` and `error`; a command on one host puts that host's fields at the top level,
-with `host` and `ok`.
+entry with `host`, `ok` and `error`, a failed one with the same keys as an answered one (null where
+only the host could answer; inventory facts and what was already done on the host keep their values);
+a command on one host puts that host's fields at the top level, with `host` and `ok`.
 
 A command that was asked for JSON calls `expect` first; the CLI's error boundary then calls
 `emit_failure` for an error that ended the command before it printed its document (an invalid

@@ -70,3 +70,35 @@ def test_restore_service_json_lists_every_host(inventory: Path) -> None:
     error = _dead(doc["hosts"])["error"]
     assert isinstance(error, dict)
     assert "connection refused" in str(error["message"]) and error["exit_code"] == 4
+
+
+def test_a_failed_hosts_entry_has_the_keys_of_an_answered_one(inventory: Path) -> None:
+    """README "JSON output": a failed host's entry has an answered one's keys, null where only the host
+    could answer (`gpus` used to leave them out: `entry["samples"]` was a KeyError for an unreachable
+    host); inventory facts such as `unit` keep their value."""
+    from ddtreectl.operations.restore import RestoreResult
+    from ddtreectl.ui.logs_view import logs_json
+    from ddtreectl.ui.units_view import restore_entry
+
+    for command in (["gpus", "--samples", "1", "--interval", "0"], ["status"]):
+        run = ddtreectl("-i", str(inventory), *command, "dead", "box", "--json")
+        dead, box = json.loads(run.stdout)["hosts"]
+        assert (dead["host"], dead["ok"], box["host"]) == ("dead", False, "box"), run.stdout
+        assert set(dead) == set(box), (command, set(dead) ^ set(box))
+        assert dead["error"]["exit_code"] == (6 if command == ["status"] else 4)  # status --help: 6 unreachable
+    assert [k for k, v in dead.items() if v is not None] == [  # status: what the inventory says, and that it failed
+        "name", "host", "ok", "address", "port", "role", "transport", "outcome", "error", "warnings"], dead
+
+    run = ddtreectl("-i", str(inventory), "gpus", "dead", "--json", "--samples", "1")
+    (dead,) = json.loads(run.stdout)["hosts"]
+    assert {k for k, v in dead.items() if v is not None} == {"name", "host", "ok", "verdict", "error"}, dead
+    assert dead["verdict"] == "unknown"
+
+    # Both hosts fail for restore-service and logs here: their entries against an answered one's shape.
+    answered_restore = restore_entry(RestoreResult(host="box", unit="svc.service"))
+    answered_logs = logs_json(["box"], {"box": "svc.service"}, {"box": ("svc.service", "")}, {}, 0)["hosts"][0]
+    for command, answered in ((["restore-service"], answered_restore), (["logs"], answered_logs)):
+        run = ddtreectl("-i", str(inventory), *command, "dead", "--json")
+        (dead,) = json.loads(run.stdout)["hosts"]
+        assert set(dead) == set(answered), (command, set(dead) ^ set(answered))
+        assert (dead["unit"], dead["error"]["exit_code"]) == ("svc.service", 4), dead
