@@ -35,15 +35,15 @@ def logs_command(
     """
     from ddtreectl.transport import connect
 
-    if json_out and follow:
-        # One document is printed when the command ends; a follow never ends.
-        raise UsageError("--json cannot follow: it prints one document once the lines are read",
-                         hint="drop -f, and run it again (with --since) to poll")
     if json_out:
         from ddtreectl.ui import json_doc
         from ddtreectl.ui.logs_view import LOGS_SCHEMA
 
-        json_doc.expect(LOGS_SCHEMA, fan_out=True)
+        json_doc.expect(LOGS_SCHEMA, fan_out=True)  # first: the refusal below is a document too
+    if json_out and follow:
+        # One document is printed when the command ends; a follow never ends.
+        raise UsageError("--json cannot follow: it prints one document once the lines are read",
+                         hint="drop -f, and run it again (with --since) to poll")
     inventory = load_inventory()
     hosts = inventory.resolve(targets)
     prefix = len(hosts) > 1

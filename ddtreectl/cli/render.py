@@ -31,14 +31,16 @@ def render_command(
     from ddtreectl.transport import connect
     from ddtreectl.ui import units_view
 
+    if json_out:
+        from ddtreectl.ui import json_doc
+
+        # Also without --diff: the usage error below is then a render-diff document, as every
+        # refusal ddtreectl itself makes under --json (README "JSON output").
+        json_doc.expect(units_view.DRIFT_SCHEMA, fan_out=False, host=host)
     if json_out and not diff:
         # It used to print the unit text anyway, exit 0: a script that asked for JSON got a unit file.
         raise UsageError("--json goes with --diff (the drift list); the rendered files are printed as text",
                          hint=f"ddtreectl render {host} --diff --json, or ddtreectl render {host} for the files")
-    if json_out and diff:
-        from ddtreectl.ui import json_doc
-
-        json_doc.expect(units_view.DRIFT_SCHEMA, fan_out=False, host=host)
     inventory = load_inventory()
     target = inventory.host(host)
     rendered = render_service(inventory, target)

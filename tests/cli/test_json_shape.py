@@ -134,7 +134,37 @@ def test_render_json_without_diff_is_refused_not_answered_with_a_unit_file(
     got a systemd unit. Only `render --diff` has a document; without --diff, --json is a usage error."""
     inventory, env = world
     run = ddtreectl(env, "-i", inventory, "render", "dead", "--json")
-    assert (run.returncode, run.stdout) == (2, ""), (run.returncode, run.stdout, run.stderr)
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    doc = json.loads(run.stdout)  # the refusal's document (render-diff), not a unit file
+    assert (doc["schema"], doc["host"], doc["error"]["exit_code"]) == ("ddtreectl.render-diff/1", "dead", 2), doc
+    assert "[Service]" not in run.stdout
     assert "--json goes with --diff" in run.stderr and "ddtreectl render dead --diff --json" in run.stderr
     run = ddtreectl(env, "-i", inventory, "render", "dead")  # the text form is unchanged
     assert run.returncode == 0 and "[Service]" in run.stdout, run.stderr
+
+
+@pytest.mark.parametrize("args,schema,words", [
+    (["mode", "box", "foo"], "mode", "unknown mode"),
+    (["mode", "box", "dev"], "mode", "--reason is required"),
+    (["deploy"], "deploy", "name what to deploy"),
+    (["rollback"], "rollback", "name what to roll back"),
+    (["logs", "box", "-f"], "logs", "--json cannot follow"),
+    (["render", "box"], "render-diff", "--json goes with --diff"),
+])
+def test_a_usage_error_of_ddtreectl_itself_is_a_document_too(
+        world: tuple[str, dict[str, str]], args: list[str], schema: str, words: str) -> None:
+    """Exit 2 raised by ddtreectl (not by Click's parser) comes with the command's document: `logs -f`
+    and `render` without --diff printed nothing on stdout while `mode box foo` printed one."""
+    exit_code, doc = document(world, *args)
+    assert (exit_code, doc["schema"], doc["error"]["exit_code"]) == (2, f"ddtreectl.{schema}/1", 2), doc
+    assert words in doc["error"]["message"] and doc["error"]["hint"], doc
+
+
+@pytest.mark.parametrize("args", [["status", "--bogus"], ["gpus", "--samples", "0"], ["lock", "status"],
+                                  ["run", "box"]])
+def test_a_command_line_click_rejects_has_no_document(world: tuple[str, dict[str, str]], args: list[str]) -> None:
+    """README: a command line Click rejects before the command runs exits 2 with nothing on stdout."""
+    inventory, env = world
+    run = ddtreectl(env, "-i", inventory, *args, "--json")
+    assert (run.returncode, run.stdout) == (2, ""), (run.stdout, run.stderr)
+    assert "Usage: ddtreectl" in run.stderr and "Traceback" not in run.stderr
