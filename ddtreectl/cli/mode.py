@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import typer
 
 from ddtreectl.cli.app import app
-from ddtreectl.errors import UsageError
+from ddtreectl.errors import DdtreeError, UsageError
 
 
 @app.command()
@@ -44,12 +45,15 @@ def mode(
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).
 
+    --json (`ddtreectl.mode/1`): a switch prints its document also when it fails, with what it had
+    done by then (`stopped`, `drain`, `gpus`, `restore`) beside `error`.
+
     Exit codes: 0 done; 7 GPUs busy/unknown; 8 someone else holds the host (lease or switch lock);
     5 a step failed (the gate's phase and journal are shown); 4 unreachable.
     """
     from ddtreectl.cli.common import load_inventory
     from ddtreectl.operations.gpus import SampleOptions
-    from ddtreectl.operations.mode import read_mode, switch_to_dev, switch_to_prod
+    from ddtreectl.operations.mode import SwitchResult, read_mode, switch_to_dev, switch_to_prod
     from ddtreectl.probes.mode_lease import parse_duration
     from ddtreectl.transport import connect
     from ddtreectl.ui import console, mode_view, units_view
@@ -74,18 +78,26 @@ def mode(
         if not json_out:
             console.stderr().print(f"{host.name}: {text}")
 
-    with connect(host, inventory) as transport:
-        if target is None:
-            mode_view.show_mode(host.name, read_mode(transport, host.remote_root), as_json=json_out)
-            return
-        if target == "dev":
-            result = switch_to_dev(transport, inventory, host, reason=reason.strip(), ttl_s=ttl_s,
-                                   drain_timeout_s=drain_timeout, idle_timeout_s=idle_timeout, force=force,
-                                   sample=SampleOptions(), on_step=step)
-        else:
-            result = switch_to_prod(transport, inventory, host, force=force, on_step=step,
-                                    on_event=(lambda event: None) if json_out else units_view.phase_printer)
-        now = read_mode(transport, host.remote_root).now
+    # Filled in as the switch goes: a switch that fails after it changed the host (production stopped,
+    # then the GPUs never went idle) still prints the switch document saying so, not a bare error.
+    partial = SwitchResult(host.name, target) if target is not None else None
+    try:
+        with connect(host, inventory) as transport:
+            if target is None:
+                mode_view.show_mode(host.name, read_mode(transport, host.remote_root), as_json=json_out)
+                return
+            if target == "dev":
+                result = switch_to_dev(transport, inventory, host, reason=reason.strip(), ttl_s=ttl_s,
+                                       drain_timeout_s=drain_timeout, idle_timeout_s=idle_timeout, force=force,
+                                       sample=SampleOptions(), on_step=step, result=partial)
+            else:
+                result = switch_to_prod(transport, inventory, host, force=force, on_step=step, result=partial,
+                                        on_event=(lambda event: None) if json_out else units_view.phase_printer)
+            now = read_mode(transport, host.remote_root).now
+    except DdtreeError as err:
+        if json_out and partial is not None:
+            mode_view.show_switch(partial, int(time.time()), as_json=True, error=err)
+        raise
     failure = result.failure_error()
     mode_view.show_switch(result, now, as_json=json_out, error=failure)
     if failure is not None:

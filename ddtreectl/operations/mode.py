@@ -223,15 +223,17 @@ def _interrupted_after_stop(transport: Transport, host: Host, touched: str, reas
 def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, reason: str, ttl_s: int,
                   drain_timeout_s: float, idle_timeout_s: float, force: bool = False,
                   sample: SampleOptions = SampleOptions(),
-                  on_step: Callable[[str], None] = lambda text: None) -> SwitchResult:
-    """Take the host for development: drain, stop, verify idle GPUs, record the lease."""
+                  on_step: Callable[[str], None] = lambda text: None,
+                  result: SwitchResult | None = None) -> SwitchResult:
+    """Take the host for development: drain, stop, verify idle GPUs, record the lease. `result`, when
+    given, is filled in as the switch goes, so a caller still has what was done when it raises."""
     me = operator()
     root = host.remote_root
     service = inventory.service_of(host)
     lock_ttl = int(drain_timeout_s + idle_timeout_s + (service.stop_timeout if service else 0) + 600)
     _lock(transport, host, f"mode dev: {reason}", lock_ttl, me)
     try:
-        result = SwitchResult(host.name, "dev")
+        result = result if result is not None else SwitchResult(host.name, "dev")
         state = read_mode(transport, root)
         other = _held_by_other(state, me)
         if other is not None:
@@ -321,17 +323,19 @@ def _renew(transport: Transport, root: str, result: SwitchResult, lease: ModeLea
 def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, force: bool = False,
                    sample: SampleOptions = SampleOptions(),
                    on_step: Callable[[str], None] = lambda text: None,
-                   on_event: Callable[[PhaseEvent], None] = lambda event: None) -> SwitchResult:
+                   on_event: Callable[[PhaseEvent], None] = lambda event: None,
+                   result: SwitchResult | None = None) -> SwitchResult:
     """Give the host back to production: no development process may hold a GPU (unless --force),
     then restore_host's preflight + start + phased gate. The lease says prod once the service was
-    started, also when its gate then failed (result.ok False); a refused preflight keeps it."""
+    started, also when its gate then failed (result.ok False); a refused preflight keeps it.
+    `result` as for switch_to_dev."""
     me = operator()
     root = host.remote_root
     service = inventory.service_of(host)
     lock_ttl = int((service.health.total_timeout if service else 0) + 600)
     _lock(transport, host, "mode prod", lock_ttl, me)
     try:
-        result = SwitchResult(host.name, "prod")
+        result = result if result is not None else SwitchResult(host.name, "prod")
         state = read_mode(transport, root)
         other = _held_by_other(state, me)
         if other is not None and not other.expired(state.now):

@@ -38,7 +38,7 @@ def show_mode(host: str, state: HostMode, *, as_json: bool) -> None:
 def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "exit_code": int(error.exit_code) if error else 0, "error": error_json(error),
-        "host": result.host, "to": result.to, "ok": result.ok,
+        "host": result.host, "to": result.to, "ok": result.ok and error is None,
         "lease": result.lease.to_json(now) if result.lease else None,
         "drain": result.drain.to_json() if result.drain else None, "stopped": result.stopped,
         "gpus": verdict_json(result.verdict) if result.verdict else None,

@@ -227,10 +227,16 @@ def test_racing_operators_and_lease_expiry(hosts: Any) -> None:
     host.sh("sleep 300 >/dev/null 2>&1 & echo $! > /run/gpu-holders")
     stray = int(host.read_file("/run/gpu-holders"))
     try:
-        busy = ddtreectl("-i", i, "mode", "md-race", "dev", "--reason", "x", "--idle-timeout", "2")
+        busy = ddtreectl("-i", i, "mode", "md-race", "dev", "--reason", "x", "--idle-timeout", "2", "--json")
         assert busy.returncode == 7, busy.stdout + busy.stderr
         assert f"pid {stray} (root" in busy.stderr and "sleep 300" in busy.stderr
         assert "is stopped and disabled" in busy.stderr
+        # --json: the switch's document says what it did before the refusal (it used to be the bare
+        # error document: nothing said production had been stopped).
+        doc = as_json(busy)
+        assert (doc["schema"], doc["exit_code"], doc["ok"], doc["to"]) == ("ddtreectl.mode/1", 7, False, "dev"), doc
+        assert doc["stopped"] is True and doc["gpus"]["verdict"] == "busy" and doc["lease"] is None, doc
+        assert "is stopped and disabled" in doc["error"]["message"], doc
         assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
         assert lease(host)["mode"] == "prod" and audit(host)[-1]["ok"] is False
     finally:
