@@ -126,6 +126,16 @@ def test_a_start_that_fails_after_the_removal_still_reports_the_removed_unit(
     assert any(f"removed stale unit {OLD_UNIT}" in w for w in entry["warnings"]), entry
     assert not (host.root / "etc/systemd/system" / OLD_UNIT).exists()
 
+    # The text output says it too (its warnings used to be printed only for a host that reached the gate).
+    (tmp_path / "text").mkdir()
+    host, inventory = renamed_host(testbed, boot_hosts, tmp_path / "text", "rs-stfail-t")
+    install_service_units(inventory, host.name)
+    host.systemctl("stop", OLD_UNIT)
+    refuse_start(host, NEW_UNIT)
+    text = ddtreectl(inventory, "restore-service", host.name, "--force")
+    assert text.returncode == 5 and f"starting {NEW_UNIT} failed" in text.stderr, (text.stdout, text.stderr)
+    assert f"{host.name}: warning: removed stale unit {OLD_UNIT}" in " ".join(text.stdout.split()), text.stdout
+
 
 def test_mode_prod_whose_start_fails_after_the_removal_reports_it(
         testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
