@@ -28,6 +28,23 @@ pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 
 
+def host_with_old_md_unit(testbed: Any, boot_hosts: Any, tmp_path: Path, name: str,
+                          *enable: str) -> tuple[Any, Path]:
+    """A prod host (one stand-in GPU) whose profile first rendered unit md-old (`systemctl *enable` applied to it),
+    then the inventory renamed it to UNIT and the new unit was installed: (host, inventory path)."""
+    (host,) = boot_hosts([name], gpus_stub={name: nvidia_smi_stand_in()})
+    overrides = {host.name: {"service": "ref", "role": "prod", "gpus": 1}}
+    old = {"ref": {**SERVICES["ref"], "unit_name": "md-old", "exec_start": "/bin/sleep infinity"}}
+    path = testbed.inventory([host], tmp_path / "hosts.yaml", services=old, host_overrides=overrides)
+    shutil.copytree(REPO / "templates", path.parent / "templates")
+    lay_out_release(host)
+    install_service_units(path, host.name)
+    host.systemctl(*enable, "md-old.service")
+    testbed.inventory([host], path, services=SERVICES, host_overrides=overrides)  # the unit is UNIT now
+    install_service_units(path, host.name)
+    return host, path
+
+
 def test_restore_service_refuses_beside_a_running_old_unit_and_removes_a_stopped_one(
         testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     host, inventory = renamed_host(testbed, boot_hosts, tmp_path, "rs-stale")
@@ -67,16 +84,7 @@ def test_restore_service_refuses_beside_a_running_old_unit_and_removes_a_stopped
 
 def test_mode_prod_keeps_the_lease_beside_a_running_old_unit_and_removes_a_stopped_one(
         testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
-    (host,) = boot_hosts(["mp-stale"], gpus_stub={"mp-stale": nvidia_smi_stand_in()})
-    overrides = {host.name: {"service": "ref", "role": "prod", "gpus": 1}}
-    old = {"ref": {**SERVICES["ref"], "unit_name": "md-old", "exec_start": "/bin/sleep infinity"}}
-    path = testbed.inventory([host], tmp_path / "hosts.yaml", services=old, host_overrides=overrides)
-    shutil.copytree(REPO / "templates", path.parent / "templates")
-    lay_out_release(host)
-    install_service_units(path, host.name)
-    host.systemctl("enable", "--now", "md-old.service")
-    testbed.inventory([host], path, services=SERVICES, host_overrides=overrides)  # the unit is UNIT now
-    install_service_units(path, host.name)
+    host, path = host_with_old_md_unit(testbed, boot_hosts, tmp_path, "mp-stale", "enable", "--now")
     i = str(path)
     dev = ddtreectl_as("-i", i, "mode", host.name, "dev", "--reason", "bench")
     assert dev.returncode == 0, dev.stdout + dev.stderr
@@ -139,16 +147,8 @@ def test_a_start_that_fails_after_the_removal_still_reports_the_removed_unit(
 
 def test_mode_prod_whose_start_fails_after_the_removal_reports_it(
         testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
-    (host,) = boot_hosts(["mp-stfail"], gpus_stub={"mp-stfail": nvidia_smi_stand_in()})
-    overrides = {host.name: {"service": "ref", "role": "prod", "gpus": 1}}
-    old = {"ref": {**SERVICES["ref"], "unit_name": "md-old", "exec_start": "/bin/sleep infinity"}}
-    path = testbed.inventory([host], tmp_path / "hosts.yaml", services=old, host_overrides=overrides)
-    shutil.copytree(REPO / "templates", path.parent / "templates")
-    lay_out_release(host)
-    install_service_units(path, host.name)
-    host.systemctl("enable", "md-old.service")  # stopped, enabled: it would start at the next boot
-    testbed.inventory([host], path, services=SERVICES, host_overrides=overrides)  # the unit is UNIT now
-    install_service_units(path, host.name)
+    # md-old stopped but enabled: it would start at the next boot
+    host, path = host_with_old_md_unit(testbed, boot_hosts, tmp_path, "mp-stfail", "enable")
     i = str(path)
     assert ddtreectl_as("-i", i, "mode", host.name, "dev", "--reason", "bench").returncode == 0
     refuse_start(host, UNIT)
