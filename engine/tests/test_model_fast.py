@@ -189,3 +189,23 @@ def test_gemm_operand_swapped_rows_are_the_same_product(rows: int) -> None:
         gemm(a.detach(), w.detach())
     names = {e.name for e in prof.function_events}
     assert ("aten::mm" in names and "aten::linear" not in names) if swapped else ("aten::linear" in names)
+
+
+def test_fast_bf16_logits_dtype_is_the_lm_head_gemms_own_output() -> None:
+    """logits_dtype=act_dtype: bf16 logits straight out of the lm_head GEMM, the values the fp32 setting casts on
+    the CPU (there torch has no bf16 x bf16 -> fp32 GEMM, so that path is the bf16 GEMM + a cast); the hidden state is
+    untouched; any other dtype, or bf16 logits on the exact path, is refused. Settable between forwards."""
+    w = random_weights(CFG, 0)
+    f32 = TinyTransformer(CFG, w, exact=False, act_dtype=torch.bfloat16)
+    b16 = TinyTransformer(CFG, w, exact=False, act_dtype=torch.bfloat16, logits_dtype=torch.bfloat16)
+    prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(3))
+    a, ha = f32.forward_dense(prompt, DenseKV())
+    b, hb = b16.forward_dense(prompt, DenseKV())
+    assert a.dtype == torch.float32 and b.dtype == torch.bfloat16 and torch.equal(ha, hb)
+    assert torch.equal(b.float(), a)
+    f32.logits_dtype = torch.bfloat16
+    assert torch.equal(f32.forward_dense(prompt, DenseKV())[0], b)
+    with pytest.raises(ValueError, match="logits_dtype"):
+        TinyTransformer(CFG, w, exact=False, act_dtype=torch.bfloat16, logits_dtype=torch.float16)
+    with pytest.raises(ValueError, match="logits_dtype"):
+        TinyTransformer(CFG, w, logits_dtype=torch.bfloat16)

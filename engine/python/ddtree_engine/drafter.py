@@ -306,9 +306,15 @@ class WrongDrafter(_ReferenceDrafter):
 
 
 class NoisyOracleDrafter(_ReferenceDrafter):
-    def __init__(self, *args: object, agree: float = 0.7, **kw: object) -> None:
+    """`dtype`: the logits' dtype it emits. fp32 by default; bf16 stands in for a drafter that computes in bf16
+    (its lm_head GEMM writes bf16, as TinyDrafter's does at act_dtype bf16): the same fp32 values rounded to bf16
+    once, so draft_topk_lse reads half the bytes. The rounding ties many noise values (spacing 2^-6 below 4.0),
+    as a real bf16 drafter's logits tie; draft_topk_lse takes the lower id at a tie."""
+
+    def __init__(self, *args: object, agree: float = 0.7, dtype: torch.dtype = torch.float32, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.agree = agree
+        self.dtype = dtype
         # The boost that makes the reference token top-1 also sets its log-prob against the noise mass of the
         # other V - 1 ids (logsumexp ~ ln V): 8.0 calibrated at V = 320 gives lp ~ -0.2 there but ~ -4.5 at
         # V = 151,936, where best-first trees then stop growing deep. + ln(V / 320) keeps lp ~ -0.2 at any V
@@ -320,4 +326,4 @@ class NoisyOracleDrafter(_ReferenceDrafter):
         logits = self._noise(ctx_len, salt=23) * 4.0
         coin = self._noise(ctx_len, salt=97, vocab=1)  # one coin per (row, position): vocab id 0's value
         boost = torch.where(coin < self.agree, self.boost, 0.0)
-        return logits.scatter_add(2, tgt.clamp(min=0)[..., None], boost)
+        return logits.scatter_add(2, tgt.clamp(min=0)[..., None], boost).to(self.dtype)

@@ -31,7 +31,16 @@ forward in fp32 (not per layer, not in fp64), the residual adds folded into the 
 written as fp32 straight from the lm_head GEMM where the backend can (torch.mm out_dtype), no fp64
 anywhere. K/V cache in `kv_dtype` (bf16 for the kernel). Static shapes, CUDA-graph capturable, the same
 outputs as the exact path (logits [B, N, V] fp32, hidden [B, N, d] in act_dtype). Not bit-reproducible across
-shapes; exact mode never touches these functions."""
+shapes; exact mode never touches these functions.
+
+`logits_dtype` (fast path only): fp32 (the default, above) or act_dtype. With act_dtype (bf16) the lm_head GEMM
+writes its own dtype, the way a bf16 serving stack's lm_head does: half the bytes written, and the engine's
+tree_accept reads them as they are (its argmax / Gumbel-max on the fp32 value of each bf16 logit, ties to the
+lowest id; no cast kernel anywhere). At V = 151,936 and 8 x 65 nodes that is 158 MB instead of 316 MB written by
+the forward and read by the accept. The greedy target is then argmax of the bf16-rounded logits: the same
+function for the AR peer and for DDTree, so lossless stays lossless, but it is not the fp32-logit model's argmax
+where the top two logits round to one bf16 value (ties go to the lower id). Settable between captures (the
+bench's before/after in one process)."""
 
 from __future__ import annotations
 
@@ -155,6 +164,7 @@ class TinyTransformer:
         exact: bool = True,
         act_dtype: torch.dtype = torch.float32,
         kv_dtype: torch.dtype | None = None,
+        logits_dtype: torch.dtype = torch.float32,
     ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
@@ -163,6 +173,10 @@ class TinyTransformer:
         # fast mode (the exact path's layer functions computing in act_dtype, unfused) for A/B runs.
         self.fast = not exact and os.environ.get("DDTREE_MODEL_FAST", "1") != "0"
         self.act_dtype = torch.float32 if exact else act_dtype
+        if logits_dtype not in (torch.float32, self.act_dtype) or (logits_dtype != torch.float32 and not self.fast):
+            raise ValueError(f"logits_dtype must be float32 or act_dtype ({self.act_dtype}) on the fast path, got "
+                             f"{logits_dtype}")
+        self.logits_dtype = logits_dtype
         # K/V hold act-dtype-rounded values; the cache dtype is what the attention op computes in
         # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
         self.kv_dtype = kv_dtype or self.act_dtype
@@ -243,7 +257,7 @@ class TinyTransformer:
         return cache[name]
 
     def head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits fp32, final hidden) of residual stream x."""
+        """(logits, final hidden) of residual stream x: logits fp32, or logits_dtype on the fast path."""
         if self.fast:
             return self._fast_head(x)
         h = self.rmsnorm(x, "final_norm")
@@ -333,6 +347,8 @@ class TinyTransformer:
 
     def _fast_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self._norm(x, "final_norm")
+        if self.logits_dtype == self.act_dtype:  # the GEMM's own dtype: no cast, no fp32 bytes
+            return self._gemm(h, "lm_head"), h
         if self._mm_f32:
             return torch.mm(h, self.f["lm_head"].t(), out_dtype=torch.float32), h
         return self._gemm(h, "lm_head").to(torch.float32), h
