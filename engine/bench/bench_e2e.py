@@ -21,6 +21,9 @@ drafter and target graphs, is printed beside it. --finish fused split compares t
 --variants s5 s6 compares the session-5 engine kernels with session 6's small-vocabulary ones (the small-row
 draft_topk_lse and the one-CTA tree_accept inside round_finish), each captured into its own graph in this
 process (the library reads both switches on every call).
+--logits fp32 act (session 10) runs each batch twice in one process: the target's logits and the noisy drafter's
+in fp32 (session 9's configuration) and in the model's act_dtype (bf16 presets: the lm_head GEMMs write bf16,
+tree_accept and draft_topk_lse read bf16), each with its own AR peer (same logits dtype).
 """
 
 from __future__ import annotations
@@ -303,6 +306,9 @@ def main() -> None:
                          "process: the engine ops kernel by kernel and 'other' as round span minus the models "
                          "graph's span")
     ap.add_argument("--cupti-reps", type=int, default=12)
+    ap.add_argument("--logits", nargs="+", default=["act"], choices=["act", "fp32"],
+                    help="dtype of the target's logits and of the noisy drafter's (act = the model's act_dtype: bf16 "
+                         "on the qwen3 presets); several: a before/after in one process, each with its own AR peer")
     ap.add_argument("--exact", action="store_true",
                     help="GPU: the lossless tests' numerics instead of the fast path (model in exact mode, fp64 "
                          "accumulation; attention through the PyTorch reference, since the kernel is bf16 only; no "
@@ -326,7 +332,9 @@ def main() -> None:
         cfg = model.cfg
         name = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (reference ops, no graphs: smoke run only)"
     _sync()
-    print(f"model: {cfg}  act {model.act_dtype}  (built in {time.perf_counter() - t_init:.2f} s)\n"
+    how = ("the GEMM's own" if model.act_dtype == torch.float32 else "straight from the lm_head GEMM (torch.mm out_dtype)"
+           if getattr(model, "_mm_f32", False) else "by a cast after a bf16 GEMM")
+    print(f"model: {cfg}  act {model.act_dtype}  (built in {time.perf_counter() - t_init:.2f} s); fp32 logits: {how}\n"
           f"device: {name}  L={args.block - 1} agree={args.agree}")
     bw = 0.0
     if DEV == "cuda" and not args.exact:
@@ -355,11 +363,15 @@ def main() -> None:
             print(f"  drafter weight bytes per call {distilled.weight_bytes() / 1e6:,.1f} MB -> byte floor "
                   f"{distilled.weight_bytes() / bw * 1e6:,.1f} us")
     vocab_prompt = min(256, cfg.vocab_size) if cfg.vocab_size <= 1024 else cfg.vocab_size
-    for batch in args.batch:
+    logit_dtypes = list(dict.fromkeys(torch.float32 if x == "fp32" or model.exact else model.act_dtype
+                                      for x in args.logits))
+    for batch, ldt in [(b, d) for b in args.batch for d in logit_dtypes]:
+        model.logits_dtype = ldt  # read when a forward is captured
+        lname = str(ldt).replace("torch.", "")
         g = torch.Generator().manual_seed(batch)
         prompts = [torch.randint(0, vocab_prompt, (int(k),), generator=g).tolist()
                    for k in torch.randint(4, 64, (batch,), generator=g)]
-        dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+        dr0 = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree, dtype=ldt)
         os.environ["DDTREE_ROUND_FINISH"] = ""  # the AR peer: the engine's default path at budget 0
         set_variant("default")
         ref, ar_tps, _, ar_eng = run(model, prompts, args.tokens, 0, dr0, [], backend)
@@ -373,13 +385,15 @@ def main() -> None:
             for s in range(batch):
                 ar_eng.release(s)
         del ar_eng
-        print(f"\nbatch {batch}: AR (budget 0, same engine{graphs}, no drafter call): {ar_tps:,.0f} tok/s{ar_round}")
+        print(f"\nbatch {batch}, {lname} logits: AR (budget 0, same engine{graphs}, no drafter call): {ar_tps:,.0f} "
+              f"tok/s{ar_round}")
         for budget, kind, finish, variant in [(b, k, f, v) for b in args.budgets for k in args.kinds
                                               for f in args.finish for v in args.variants]:
             os.environ["DDTREE_ROUND_FINISH"] = finish  # read when the engine is built
             set_variant(variant)  # read by the library when the round is captured
             if kind == "noisy":
-                dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree)
+                dr = NoisyOracleDrafter(cfg.vocab_size, L, batch, 64 + args.tokens + L + 32, DEV, agree=args.agree,
+                                        dtype=ldt)
                 toks, tps, acc, eng = run(model, prompts, args.tokens, budget, dr, ref, backend)
             else:
                 dr = distilled
@@ -405,7 +419,7 @@ def main() -> None:
                 floors = f"; target {t['target'] / tf:.2f}x its byte floor"
                 if kind == "distilled":
                     floors += f", drafter {t['drafter'] / (distilled.weight_bytes() / bw):.2f}x"  # type: ignore[union-attr]
-            print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail, {variant}): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
+            print(f"  DDTree {kind:9s} budget {budget:4d} ({tail} tail, {variant}, {lname} logits): {tps:9,.0f} tok/s  ({tps / ar_tps:5.2f}x AR)  "
                   f"accept {acc:5.2f}  round {t['round'] * 1e6:7.1f} us, drafter+target in one graph "
                   f"{t['models'] * 1e6:7.1f} us -> other {other:6.1%} ({(t['round'] - t['models']) * 1e6:5.1f} us);"
                   f"  separately: drafter {t['drafter'] * 1e6:6.1f} + target {t['target'] * 1e6:6.1f} -> other "
@@ -418,7 +432,7 @@ def main() -> None:
                 r = profile_engine(eng, args.cupti_reps, variant, batch, budget)
                 if r:
                     ks = " ".join(f"{k[2:]} {v:.2f}" for k, v in r.items() if k.startswith("k:"))
-                    print(f"  CUPTI summary {kind} {batch}/{budget}: span {r['span']:.1f} us, engine ops {r['engine']:.1f} "
+                    print(f"  CUPTI summary {kind} {lname} {batch}/{budget}: span {r['span']:.1f} us, engine ops {r['engine']:.1f} "
                           f"us ({r['engine'] / r['span']:.1%}), span - models span {r['span'] - r['models_span']:.1f} us "
                           f"({(r['span'] - r['models_span']) / r['span']:.1%}); engine kernels: {ks}")
             del eng

@@ -61,8 +61,10 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
   // (DDTREE_ACCEPT_ONE_CTA, read per call; where the variant does not fit, both run the chunked kernel), and the
   // chunked kernel again with session 6's scoring loop and launch (plan 3: DDTREE_ACCEPT_SCORE=unrolled,
   // DDTREE_ACCEPT_PDL=0) and with the compact scoring in its early mode (plan 4: PDL launch; the one-CTA variant
-  // runs the compact scoring too). The fused plan's results are returned and every one must equal the split's.
-  constexpr int kPlans = 5;
+  // runs the compact scoring too), and with the packed bf16 scoring forced at every vocabulary (plan 5, session 10:
+  // the default only above V = 1024; fp32 rows and vectors crossing the vocab score compact). The fused plan's
+  // results are returned and every one must equal the split's.
+  constexpr int kPlans = 6;
   Outputs out[kPlans];
   int flag_out[kPlans];
   for (int plan = 0; plan < kPlans; ++plan) {
@@ -73,9 +75,10 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
     al.poison();
     ws.poison();
     const ddtree_dtype_t dt = bf16 ? DDTREE_DTYPE_BFLOAT16 : DDTREE_DTYPE_FLOAT32;
-    const bool s6 = plan == 3, early = plan == 4;
-    const st::ScopedEnv score("DDTREE_ACCEPT_SCORE", s6 ? "unrolled" : early || plan == 2 ? "compact" : nullptr);
-    const st::ScopedEnv pdl("DDTREE_ACCEPT_PDL", s6 ? "0" : early ? "1" : nullptr);
+    const bool s6 = plan == 3, early = plan == 4, packed = plan == 5;
+    const st::ScopedEnv score("DDTREE_ACCEPT_SCORE",
+                              s6 ? "unrolled" : early || plan == 2 ? "compact" : packed ? "packed" : nullptr);
+    const st::ScopedEnv pdl("DDTREE_ACCEPT_PDL", s6 || packed ? "0" : early ? "1" : nullptr);
     if (plan == 0) {
       ST_CHECK_STATUS(ddtree_tree_accept(d_logits, dt, batch, n_max, vocab, int64_t(n_max) * vocab, vocab, d_tok.ptr,
                                          d_fc.ptr, d_ns.ptr, d_nn.ptr, d_ctx.ptr, d_temp.ptr, d_seed.ptr, d_stop.ptr,
@@ -98,7 +101,7 @@ Outputs run_gpu(const std::vector<float>& logits, int batch, int n_max, int voca
     ST_REQUIRE(left[b] == 0, "fused plan left counter %d at %u (must return to zero)", b, left[b]);
   static const char* const kPlanNames[kPlans] = {
       "split", "fused", "fused (one-CTA variant where it fits)", "fused (session 6 scoring)",
-      "fused (compact scoring, early mode)"};
+      "fused (compact scoring, early mode)", "fused (packed bf16 scoring)"};
   for (int plan = 1; plan < kPlans; ++plan)
     ST_REQUIRE(out[0].accept_nodes == out[plan].accept_nodes && out[0].accept_len == out[plan].accept_len &&
                    out[0].committed == out[plan].committed && out[0].bonus == out[plan].bonus &&

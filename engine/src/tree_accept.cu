@@ -51,15 +51,18 @@ bool one_cta_enabled() {
 // vocabularies, the split plan) nothing was measured: session 6's path stays the default there.
 constexpr int kAcceptSession7MaxV = 1024;
 
-// Scoring loop of the fused plan's kernels (tree_accept/common.cuh): DDTREE_ACCEPT_SCORE=compact|unrolled, unset ->
-// compact at vocab <= kAcceptSession7MaxV, else unrolled. Read on every call, like the switches above and below (a
-// CUDA graph keeps the choice made at capture). The split plan's target kernel keeps the unrolled loop (the compact
-// one made it spill 16 bytes on sm_120, and the split plan was not measured).
+// Scoring loop of the fused plan's kernels (tree_accept/common.cuh): DDTREE_ACCEPT_SCORE=compact|unrolled|packed
+// (only T = 0 rows differ; sampled rows keep the unrolled loop; packed scores fp32 rows compact). Unset: compact at
+// vocab <= kAcceptSession7MaxV (session 7), packed above (session 10, V = 151,936: NOTES "Session 10 (s10e2e)";
+// the unrolled loop was session 6's default there, never measured). Read on every call, like the switches above
+// and below (a CUDA graph keeps the choice made at capture). The split plan's target kernel keeps the unrolled loop
+// (the compact one made it spill 16 bytes on sm_120, and the split plan was not measured).
 int score_mode(int32_t vocab) {
   const char* e = std::getenv("DDTREE_ACCEPT_SCORE");
   if (e != nullptr && std::strcmp(e, "compact") == 0) return k::kAcceptScoreCompact;
   if (e != nullptr && std::strcmp(e, "unrolled") == 0) return k::kAcceptScoreUnrolled;
-  return vocab <= kAcceptSession7MaxV ? k::kAcceptScoreCompact : k::kAcceptScoreUnrolled;
+  if (e != nullptr && std::strcmp(e, "packed") == 0) return k::kAcceptScorePacked;
+  return vocab <= kAcceptSession7MaxV ? k::kAcceptScoreCompact : k::kAcceptScorePacked;
 }
 
 // The chunked fused kernel's early mode (fused.cuh: PDL launch, temperature and ctx_len with num_nodes, the round
@@ -134,7 +137,8 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
                                     dim3(k::kAcceptOneThreads), stream, true, logits, batch_stride, row_stride, vocab,
                                     n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
                                     seed, stop_ids, num_stop, width, accept_nodes, accept_len, committed_ids, bonus,
-                                    finished, flags, tail, score);
+                                    finished, flags, tail,
+                                    score == k::kAcceptScorePacked ? int(k::kAcceptScoreCompact) : score);
     };
     return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
   }

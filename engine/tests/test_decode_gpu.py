@@ -273,3 +273,37 @@ def test_gpu_bf16_fast_graph_rounds(bf16_pair: tuple[TinyTransformer, TinyTransf
     lens = [a for g in gens for a in g.accept_lens]
     print(f"bf16 oracle drafter: mean accept {sum(lens) / len(lens):.2f} of {L + 1}")
     assert sum(lens) / len(lens) > 2.0
+
+
+def test_gpu_bf16_logits_rounds(bf16_pair: tuple[TinyTransformer, TinyTransformer],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bf16 model with bf16 target logits (logits_dtype; tree_accept and the round tail read them as they are)
+    and a bf16 noisy drafter: graph replay == eager token for token with both round tails (greedy and sampled
+    requests); an oracle drafter built from this model's own budget-0 output accepts > 2 tokens per round."""
+    from ddtree_engine.drafter import NoisyOracleDrafter, OracleDrafter
+
+    _, fast = bf16_pair
+    fast.logits_dtype = torch.bfloat16
+    try:
+        prompts = _prompts()[:6]
+        plain = _run_fast(fast, OracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda"), 0, True,
+                          [Request(p, 64) for p in prompts])
+        noisy = NoisyOracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda", agree=0.8,
+                                   dtype=torch.bfloat16)
+        assert noisy.draft(torch.zeros(6, dtype=torch.int32, device="cuda"), None,  # type: ignore[arg-type]
+                           torch.zeros(6, dtype=torch.int32, device="cuda")).dtype == torch.bfloat16
+        reqs = [Request(p, 64, budget=16, temperature=0.7 if k == 4 else 0.0, seed=k) for k, p in enumerate(prompts)]
+        ref = lambda slot, i: noisy.set_reference(slot, prompts[i] + plain[i].tokens)  # noqa: E731
+        for mode in ("fused", "split"):
+            monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+            eager = _run_fast(fast, noisy, 16, False, reqs, on_admit=ref)
+            graphed = _run_fast(fast, noisy, 16, True, reqs, on_admit=ref)
+            assert [g.tokens for g in graphed] == [g.tokens for g in eager]
+        oracle = OracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda")
+        gens = _run_fast(fast, oracle, 16, True, [Request(p, 64, budget=16) for p in prompts],
+                         on_admit=lambda slot, i: oracle.set_reference(slot, prompts[i] + plain[i].tokens))
+        lens = [a for g in gens for a in g.accept_lens]
+        print(f"bf16 logits, oracle drafter: mean accept {sum(lens) / len(lens):.2f} of {L + 1}")
+        assert sum(lens) / len(lens) > 2.0
+    finally:
+        fast.logits_dtype = torch.float32

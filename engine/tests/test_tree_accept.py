@@ -193,6 +193,9 @@ PLANS = {
     "fused_early": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact",
                     "DDTREE_ACCEPT_PDL": "1"},
     "one_cta_compact": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
+    # session 10: the packed bf16 greedy scoring at every vocabulary (the default only above V = 1024; fp32 rows
+    # and partial vectors take the compact loop), and session 6's unrolled loop at V = 151,936's default plan
+    "fused_packed": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "packed"},
 }
 ALL_PLANS = list(PLANS)
 
@@ -294,5 +297,54 @@ def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) 
     check_errors()
     args = _random_case(1, 8, 997, torch.float32, 0.0, seed=1)
     args["target_logits"][0, 0, 5] = float("nan")
+    with pytest.raises(DdtreeDeviceError, match="NaN"):
+        op(**args, check=True)
+
+
+def _root_only_case(rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One request per logits row, each tree the root alone: the bonus token is that row's target."""
+    batch = rows.shape[0]
+    neg = torch.full((batch, 1), -1, dtype=torch.int32, device="cuda")
+    return dict(target_logits=rows[:, None].contiguous(), node_token=torch.zeros_like(neg), first_child=neg,
+                next_sibling=neg.clone(), num_nodes=torch.ones(batch, dtype=torch.int32, device="cuda"),
+                ctx_len=torch.zeros(batch, dtype=torch.int32, device="cuda"),
+                temperature=torch.zeros(batch, device="cuda"), seed=torch.zeros(batch, dtype=torch.int64, device="cuda"),
+                stop_ids=torch.zeros(0, dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["fused", "fused_packed", "fused_early", "fused_s6"])
+@pytest.mark.parametrize("vocab", [151936, 151931])
+def test_op_bf16_greedy_ties_zero_infinities_and_nan(impl: str, vocab: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 greedy targets that the packed scoring decides or hands to the compact loop (common.cuh): ties across
+    chunks, across one thread's vectors (thread 5 of chunk 0 holds ids 40-47 and 6184-6191) and inside a vector
+    (lower id wins), a maximum of zero, rows of -inf and +inf, the vocab's last id, and V = 151,931 (the last
+    vector crosses the vocab); random rows tie often at bf16. Each row is a root-only tree: bonus = its target."""
+    from ddtree_engine import DdtreeDeviceError
+    from ddtree_engine.ops import check_errors
+    from ddtree_engine.ops import tree_accept as op
+
+    _set_plan(monkeypatch, impl)
+    gen = torch.Generator().manual_seed(vocab)
+    x = (torch.randn(16, vocab, generator=gen) * 3).to(torch.bfloat16)
+    x[:10] = -5.0
+    x[0, [vocab - 2, 70000, 9000, 3]] = 7.0  # -> 3
+    x[1, [6185, 41]] = 7.0  # one thread, vectors 3 and 0 -> 41
+    x[2, [45, 42]] = 7.0  # one vector -> 42
+    x[3, [5000, 100]] = 0.0  # maximum +0 (no -0 in the row) -> 100
+    x[4] = float("-inf")  # -> 0
+    x[5] = float("-inf")
+    x[5, 123456] = -1e30  # -> 123456
+    x[6, vocab - 1] = 1.0  # -> the last id
+    x[7, [vocab - 1, vocab - 3]] = 2.0  # -> vocab - 3
+    x[8, [99999, 100000]] = float("inf")  # -> 99999
+    x[9] = -(torch.rand(vocab, generator=gen) * 8 + 2).to(torch.bfloat16)  # all negative
+    args = _root_only_case(x.cuda())
+    want = tree_accept(**args)
+    assert want.bonus[:9].tolist() == [3, 41, 42, 100, 0, 123456, vocab - 1, vocab - 3, 99999]
+    check_errors()
+    _assert_same(op(**args, check=True), want)
+    args["target_logits"][11, 0, 777] = float("nan")
     with pytest.raises(DdtreeDeviceError, match="NaN"):
         op(**args, check=True)

@@ -9,6 +9,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "ddtree/kernels/common.cuh"
 
@@ -137,8 +138,52 @@ __device__ __forceinline__ uint64_t greedy_vector_best(const uint4& raw, int bas
 // end-to-end round (V = 320, 17-65 nodes): the chunked round_finish 10.9 / 11.5 / 11.4 / 15.9 -> 8.5 / 9.2 / 9.1 /
 // 12.8 µs (batch 1/8 x budget 16/64), so most of session 6's tail time was fetching code, not data. Default for the
 // fused plan at V <= 1024 (src/tree_accept.cu).
+//   packed (session 10, bf16 only; fp32 rows and the one-CTA kernel score compact): T = 0 takes the thread's maximum
+//     with bf16x2 max instructions (1.5 an element pair), then scores only the first vector holding it with
+//     greedy_vector_best (packed_bf16_best below): ~5 instructions an element instead of ~15, for V = 151,936 where
+//     the bf16 logits' bytes no longer hide the compact loop's instructions (NOTES, "Session 10 (s10e2e)").
 constexpr int kAcceptScoreUnrolled = 0;
 constexpr int kAcceptScoreCompact = 1;
+constexpr int kAcceptScorePacked = 2;
+
+// kAcceptScorePacked's greedy best of a thread's NV bf16 vectors (vector j's first id: start + (j * kAcceptThreads +
+// tid) * 8): max over bf16x2 pairs (NaN-propagating), then greedy_vector_best on the first vector whose maximum
+// equals the thread's (a larger bf16 value is a larger ordered key, and earlier vectors hold lower ids, so this is
+// the item the compact loop would return). Returns false, and leaves *out, where the compact loop must decide: a
+// NaN (its flag), a maximum of zero (-0 and +0 compare equal here but order apart as keys), a vector crossing the
+// vocab (zero-filled past it), or no element in the vocab (maximum -inf).
+template <int NV>
+__device__ __forceinline__ bool packed_bf16_best(const uint4 (&raw)[NV], int start, int vocab, int* bad,
+                                                 uint64_t* out) {
+  constexpr int VN = 8;
+  const __nv_bfloat16 ninf = __ushort_as_bfloat16(0xFF80);
+  __nv_bfloat16 vmax[NV];
+  __nv_bfloat162 all = __bfloat162bfloat162(ninf);
+  bool split = false;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw[j]);
+    __nv_bfloat162 m = __hmax2_nan(__hmax2_nan(p[0], p[1]), __hmax2_nan(p[2], p[3]));
+    split |= base < vocab && base + VN > vocab;
+    if (base >= vocab) m = __bfloat162bfloat162(ninf);
+    vmax[j] = __hmax_nan(__low2bfloat16(m), __high2bfloat16(m));
+    all = __hmax2_nan(all, m);
+  }
+  const float tmax = __bfloat162float(__hmax_nan(__low2bfloat16(all), __high2bfloat16(all)));
+  if (split || !(tmax > -INFINITY) || tmax == 0.f) return false;  // NaN fails the comparison too
+  uint4 sel = raw[NV - 1];
+  int sel_base = start + ((NV - 1) * kAcceptThreads + int(threadIdx.x)) * VN;
+#pragma unroll
+  for (int j = NV - 2; j >= 0; --j) {
+    if (__bfloat162float(vmax[j]) == tmax) {
+      sel = raw[j];
+      sel_base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+    }
+  }
+  *out = greedy_vector_best<__nv_bfloat16>(sel, sel_base, vocab, bad);
+  return true;
+}
 
 // One CTA's vocab chunk of one node's logits: loaded into registers first (the loads overlap whatever
 // the caller does before scoring them), then scored. best() gives the thread's best
@@ -155,7 +200,11 @@ struct ChunkLogits {
 
   __device__ __forceinline__ uint64_t best(int start, int vocab, bool sample, float temp, uint32_t key, int* bad,
                                            int score = kAcceptScoreUnrolled) const {
-    if (score == kAcceptScoreCompact && !sample) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      uint64_t top = 0;
+      if (score == kAcceptScorePacked && !sample && packed_bf16_best<NV>(raw, start, vocab, bad, &top)) return top;
+    }
+    if ((score == kAcceptScoreCompact || score == kAcceptScorePacked) && !sample) {
       uint64_t top = 0;
 #pragma unroll
       for (int j = 0; j < NV; ++j) {

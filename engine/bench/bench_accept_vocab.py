@@ -1,0 +1,62 @@
+"""tree_accept at the Qwen3 vocabulary (V = 151,936), greedy, the end-to-end shapes (batch 1/8 x 17/65 nodes):
+fp32 vs bf16 logits x the scoring loops (DDTREE_ACCEPT_SCORE unrolled / compact / packed, and packed with the
+early PDL mode), one process, CUDA-graph replay medians over rotating input sets larger than L2. Floor: the
+live nodes' logits read once at the copy rate measured here. Every variant's outputs are checked against the
+reference before it is timed (session 10, issue #6).
+Usage (GPU): PYTHONPATH=engine/python python3 engine/bench/bench_accept_vocab.py"""
+
+from __future__ import annotations
+
+import torch
+
+from _timing import copy_bandwidth, device_name, print_table, save_json, scoped_env, time_calls
+from bench_tree_accept import DEPTH, make_tree
+
+from ddtree_engine.ops import tree_accept  # noqa: E402
+from ddtree_engine.reference import tree_accept as ref  # noqa: E402
+
+V = 151936
+SHAPES = [(1, 17), (1, 65), (8, 17), (8, 65)]
+VARIANTS = {
+    "unrolled": {"DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},  # session 9's default at this V
+    "compact": {"DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
+    "packed": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0"},  # fp32 rows: compact
+    "packed+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1"},
+}
+
+
+def main() -> None:
+    bw = copy_bandwidth()
+    print(f"{device_name()}: copy bandwidth {bw / 1e12:.2f} TB/s")
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for batch, n in SHAPES:
+        tree = make_tree(batch, n, V, gen)
+        args = {k: v for k, v in tree.items() if k != "parents"}
+        common = dict(ctx_len=torch.full((batch,), 1000, dtype=torch.int32, device="cuda"),
+                      temperature=torch.zeros(batch, device="cuda"),
+                      seed=torch.arange(batch, dtype=torch.int64, device="cuda"),
+                      stop_ids=torch.tensor([], dtype=torch.int32, device="cuda"), max_depth=DEPTH)
+        for dtype in (torch.float32, torch.bfloat16):
+            nbytes = batch * n * V * (4 if dtype == torch.float32 else 2)
+            sets = max(2, min(8, (256 << 20) // nbytes + 1))
+            xs = [(torch.randn(batch, n, V, device="cuda") * 3).to(dtype) for _ in range(sets)]
+            want = ref(xs[0], **args, **common)
+            floor = nbytes / bw * 1e6
+            times = {}
+            for name, env in VARIANTS.items():
+                with scoped_env(env):
+                    out = tree_accept(xs[0], **args, **common)
+                    assert all(torch.equal(a, b) for a, b in zip(out, want)), f"{name} {dtype} != reference"
+                    times[name] = time_calls([lambda x=x: tree_accept(x, **args, **common) for x in xs])
+            base = times["unrolled"]
+            for name, t in times.items():
+                rows.append([f"{batch}x{n}", str(dtype).replace("torch.", ""), name, t, base / t, floor, t / floor])
+            del xs
+    print_table(f"tree_accept greedy at V = {V} (µs per call, median of graph replays)",
+                ["B x N", "logits", "scoring", "µs", "unrolled / this", "floor µs", "x floor"], rows)
+    save_json("bench_accept_vocab", {"device": device_name(), "copy_bw": bw, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
