@@ -3,6 +3,11 @@ layer functions in act_dtype, unfused) in ONE process, on the same weights: CUDA
 forward_tree at tree shapes B x N, interleaved, and the two paths' logits against each other.
 
     PYTHONPATH=engine/python python3 engine/bench/bench_forward_ab.py --presets toy qwen3-0.6b
+
+--ab logits (session 10): the same fused model with fp32 logits (the lm_head GEMM writing fp32, torch.mm out_dtype)
+against bf16 logits (logits_dtype = act_dtype: the GEMM writing bf16), each captured into its own graph; prints the
+times and how often the greedy token (argmax, ties to the lower id) of the bf16 logits differs from the fp32 one's,
+and how many rows have a tie at the top in bf16.
 """
 from __future__ import annotations
 
@@ -40,12 +45,20 @@ def main() -> None:
     ap.add_argument("--presets", nargs="+", default=["toy", "qwen3-0.6b"], choices=sorted(PRESETS))
     ap.add_argument("--shapes", nargs="+", default=["1x17", "8x65"])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--ab", choices=["fast", "logits"], default="fast",
+                    help="fast: fused vs unfused forward; logits: fp32 vs act-dtype logits of the fused forward")
     args = ap.parse_args()
     be = default_backend("cuda")
     for preset in args.presets:
-        models = {"fused": build(preset, True), "unfused": build(preset, False)}
-        assert models["fused"].fast and not models["unfused"].fast
-        cfg = models["fused"].cfg
+        if args.ab == "fast":
+            models = {"fused": build(preset, True), "unfused": build(preset, False)}
+            assert models["fused"].fast and not models["unfused"].fast
+            dtypes = {"fused": None, "unfused": None}
+        else:
+            m = build(preset, True)
+            models = {"fp32 logits": m, "bf16 logits": m}
+            dtypes = {"fp32 logits": torch.float32, "bf16 logits": m.act_dtype}
+        cfg = next(iter(models.values())).cfg
         for shape in args.shapes:
             B, N = map(int, shape.split("x"))
             cache = PagedKVCache(n_layers=cfg.n_layers, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, slots=B,
@@ -59,6 +72,8 @@ def main() -> None:
             anc = chain_anc(N, "cuda").expand(B, -1, -1).contiguous()
             outs, graphs = {}, {}
             for name, m in models.items():
+                if dtypes[name] is not None:
+                    m.logits_dtype = dtypes[name]  # read when the forward runs / is captured
                 with torch.inference_mode():
                     outs[name] = m.forward_tree(be, cache.k, cache.v, cache.block_table, tokens, pos, ctx, anc)[0]
                 graphs[name] = _graph(lambda m=m: m.forward_tree(be, cache.k, cache.v, cache.block_table, tokens,
@@ -69,6 +84,17 @@ def main() -> None:
                 for name, gr in graphs.items():
                     gr.replay()  # type: ignore[attr-defined]
                     times[name].append(_time_batch(gr, reps))
+            if args.ab == "logits":
+                (na, nb), (xa, xb) = list(times), list(outs.values())
+                ta, tb = (statistics.median(times[n]) * 1e6 for n in (na, nb))
+                top2 = xb.float().topk(2, dim=-1).values
+                ties = int((top2[..., 0] == top2[..., 1]).sum())
+                differ = int((xa.argmax(-1) != xb.argmax(-1)).sum())
+                print(f"{preset} B {B} x N {N}: {na} {ta:8.1f} us, {nb} {tb:8.1f} us -> {nb}/{na} {tb / ta:.3f}x; "
+                      f"greedy token differs in {differ} of {B * N} rows, bf16 top-1 tied in {ties} "
+                      f"(logits dtypes {xa.dtype} / {xb.dtype})", flush=True)
+                del graphs, cache
+                continue
             a, b = outs["fused"].double(), outs["unfused"].double()
             rel = float((a - b).norm() / b.norm())
             agree = float((outs["fused"].argmax(-1) == outs["unfused"].argmax(-1)).float().mean())
