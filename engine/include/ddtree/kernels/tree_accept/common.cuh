@@ -139,9 +139,10 @@ __device__ __forceinline__ uint64_t greedy_vector_best(const uint4& raw, int bas
 // 12.8 µs (batch 1/8 x budget 16/64), so most of session 6's tail time was fetching code, not data. Default for the
 // fused plan at V <= 1024 (src/tree_accept.cu).
 //   packed (session 10, bf16 only; fp32 rows and the one-CTA kernel score compact): T = 0 takes the thread's maximum
-//     with bf16x2 max instructions (1.5 an element pair), then scores only the first vector holding it with
-//     greedy_vector_best (packed_bf16_best below): ~5 instructions an element instead of ~15, for V = 151,936 where
-//     the bf16 logits' bytes no longer hide the compact loop's instructions (NOTES, "Session 10 (s10e2e)").
+//     with bf16x2 max instructions (three per 8-element vector), then scores only the first vector holding it with
+//     greedy_vector_best (packed_bf16_best below). At V = 151,936 on the H200 the compact loop is instruction-bound
+//     (bf16 compact 98.7 µs at 8 x 65 nodes, fp32 compact 110.8, the bf16 byte floor 37.3); packed: 58.9 µs, and
+//     1.2-1.7x faster than compact at 1 x 17 .. 8 x 65 (NOTES, "Session 10 (s10e2e)"). Default above V = 1024.
 constexpr int kAcceptScoreUnrolled = 0;
 constexpr int kAcceptScoreCompact = 1;
 constexpr int kAcceptScorePacked = 2;

@@ -188,7 +188,7 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
 // The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
 // of each request after the walk (NoRoundTail: nothing; RoundTail in round_finish.cuh: the KV commit and
 // the slot bookkeeping of the round); its prefetch() runs before the walk, so its loads overlap it.
-// `score`: kAcceptScoreUnrolled / kAcceptScoreCompact (common.cuh). `early` (session 7, DDTREE_ACCEPT_PDL=1; the
+// `score`: kAcceptScoreUnrolled / kAcceptScoreCompact / kAcceptScorePacked (common.cuh). `early` (session 7, DDTREE_ACCEPT_PDL=1; the
 // launcher then launches with PDL): griddepcontrol.wait first (so the launch and the CTAs' start overlap the
 // model's last kernel, while every input is read after the wait as without PDL); every CTA loads temperature
 // and ctx_len together with num_nodes (session 6 loaded temperature after the num_nodes check: one more round
