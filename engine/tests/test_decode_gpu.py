@@ -248,11 +248,32 @@ def test_gpu_bf16_fast_forward_matches_exact(bf16_pair: tuple[TinyTransformer, T
     assert rel < 3e-2 and agree > 0.8
 
 
+def _graph_equals_eager(model: TinyTransformer, drafter: Any, reqs: list[Request], monkeypatch: pytest.MonkeyPatch,
+                        on_admit: Any = None) -> None:
+    """Graph replay == eager token for token at budget 16, with both round tails."""
+    for mode in ("fused", "split"):
+        monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        eager = _run_fast(model, drafter, 16, False, reqs, on_admit=on_admit)
+        graphed = _run_fast(model, drafter, 16, True, reqs, on_admit=on_admit)
+        assert [g.tokens for g in graphed] == [g.tokens for g in eager]
+
+
+def _oracle_accept(model: TinyTransformer, prompts: list[list[int]], plain: list[Any]) -> float:
+    """Mean accept length at budget 16 of an oracle drafter built from `plain`, the model's own budget-0 output."""
+    from ddtree_engine.drafter import OracleDrafter
+
+    oracle = OracleDrafter(BF16_CFG.vocab_size, L, len(prompts), MAX_CONTEXT + L + 2, "cuda")
+    gens = _run_fast(model, oracle, 16, True, [Request(p, 64, budget=16) for p in prompts],
+                     on_admit=lambda slot, i: oracle.set_reference(slot, prompts[i] + plain[i].tokens))
+    lens = [a for g in gens for a in g.accept_lens]
+    return sum(lens) / len(lens)
+
+
 def test_gpu_bf16_fast_graph_rounds(bf16_pair: tuple[TinyTransformer, TinyTransformer],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """bf16 fast model + the distilled TinyDrafter (batched GPU distillation): graph replay == eager token
     for token with both round tails, and an oracle drafter built from budget-0 output accepts > 1 token."""
-    from ddtree_engine.drafter import OracleDrafter, distill_drafter_batched
+    from ddtree_engine.drafter import distill_drafter_batched
 
     _, fast = bf16_pair
     drafter = TinyDrafter(fast, block_len=L, seed=3, ffn_dim=256)
@@ -261,18 +282,11 @@ def test_gpu_bf16_fast_graph_rounds(bf16_pair: tuple[TinyTransformer, TinyTransf
     print("batched distillation, held-out agreement:", " ".join(f"{res[f'depth{i}']:.2f}" for i in range(1, L + 1)))
     prompts = _prompts()[:6]
     reqs = [Request(p, 64, budget=16, temperature=0.7 if k == 4 else 0.0, seed=k) for k, p in enumerate(prompts)]
-    for mode in ("fused", "split"):
-        monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
-        eager = _run_fast(fast, drafter, 16, False, reqs)
-        graphed = _run_fast(fast, drafter, 16, True, reqs)
-        assert [g.tokens for g in graphed] == [g.tokens for g in eager]
+    _graph_equals_eager(fast, drafter, reqs, monkeypatch)
     plain = _run_fast(fast, drafter, 0, True, [Request(p, 64) for p in prompts])
-    oracle = OracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda")
-    gens = _run_fast(fast, oracle, 16, True, [Request(p, 64, budget=16) for p in prompts],
-                     on_admit=lambda slot, i: oracle.set_reference(slot, prompts[i] + plain[i].tokens))
-    lens = [a for g in gens for a in g.accept_lens]
-    print(f"bf16 oracle drafter: mean accept {sum(lens) / len(lens):.2f} of {L + 1}")
-    assert sum(lens) / len(lens) > 2.0
+    accept = _oracle_accept(fast, prompts, plain)
+    print(f"bf16 oracle drafter: mean accept {accept:.2f} of {L + 1}")
+    assert accept > 2.0
 
 
 def test_gpu_bf16_logits_rounds(bf16_pair: tuple[TinyTransformer, TinyTransformer],
@@ -280,7 +294,7 @@ def test_gpu_bf16_logits_rounds(bf16_pair: tuple[TinyTransformer, TinyTransforme
     """The bf16 model with bf16 target logits (logits_dtype; tree_accept and the round tail read them as they are)
     and a bf16 noisy drafter: graph replay == eager token for token with both round tails (greedy and sampled
     requests); an oracle drafter built from this model's own budget-0 output accepts > 2 tokens per round."""
-    from ddtree_engine.drafter import NoisyOracleDrafter, OracleDrafter
+    from ddtree_engine.drafter import OracleDrafter
 
     _, fast = bf16_pair
     fast.logits_dtype = torch.bfloat16
@@ -293,17 +307,10 @@ def test_gpu_bf16_logits_rounds(bf16_pair: tuple[TinyTransformer, TinyTransforme
         assert noisy.draft(torch.zeros(6, dtype=torch.int32, device="cuda"), None,  # type: ignore[arg-type]
                            torch.zeros(6, dtype=torch.int32, device="cuda")).dtype == torch.bfloat16
         reqs = [Request(p, 64, budget=16, temperature=0.7 if k == 4 else 0.0, seed=k) for k, p in enumerate(prompts)]
-        ref = lambda slot, i: noisy.set_reference(slot, prompts[i] + plain[i].tokens)  # noqa: E731
-        for mode in ("fused", "split"):
-            monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
-            eager = _run_fast(fast, noisy, 16, False, reqs, on_admit=ref)
-            graphed = _run_fast(fast, noisy, 16, True, reqs, on_admit=ref)
-            assert [g.tokens for g in graphed] == [g.tokens for g in eager]
-        oracle = OracleDrafter(BF16_CFG.vocab_size, L, 6, MAX_CONTEXT + L + 2, "cuda")
-        gens = _run_fast(fast, oracle, 16, True, [Request(p, 64, budget=16) for p in prompts],
-                         on_admit=lambda slot, i: oracle.set_reference(slot, prompts[i] + plain[i].tokens))
-        lens = [a for g in gens for a in g.accept_lens]
-        print(f"bf16 logits, oracle drafter: mean accept {sum(lens) / len(lens):.2f} of {L + 1}")
-        assert sum(lens) / len(lens) > 2.0
+        _graph_equals_eager(fast, noisy, reqs, monkeypatch,
+                            on_admit=lambda slot, i: noisy.set_reference(slot, prompts[i] + plain[i].tokens))
+        accept = _oracle_accept(fast, prompts, plain)
+        print(f"bf16 logits, oracle drafter: mean accept {accept:.2f} of {L + 1}")
+        assert accept > 2.0
     finally:
         fast.logits_dtype = torch.float32
