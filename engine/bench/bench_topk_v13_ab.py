@@ -3,8 +3,9 @@ NOTES "v13 (session 9"). The launcher reads the variable at every call, so each 
 in this process and timed in alternating passes (default, opt, default, opt, ...) against one torch f32 peer
 (logits.float() -> topk -> logsumexp), with the main bench's method (graph-replay medians over rotating randn x 4 bf16
 inputs larger than L2). Both sides' outputs are checked against the reference before they are timed.
-Usage: python engine/bench/bench_topk_v13_ab.py [--opt=v13] [--passes=3] [--shapes=1x15x163840,8x15x163840]
-    [--ks=1,16,32,64]"""
+Session 10: --var=NAME A/Bs another per-call switch, e.g. --var=DDTREE_TOPK_V4_LAUNCH --opt=pair (NOTES "v14").
+Usage: python engine/bench/bench_topk_v13_ab.py [--opt=v13] [--var=DDTREE_TOPK_V4_OPT] [--passes=3]
+    [--shapes=1x15x163840,8x15x163840] [--ks=1,16,32,64]"""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402
 def main() -> None:
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     opt = opts.get("opt", "v13")
+    var = opts.get("var", "DDTREE_TOPK_V4_OPT")
     passes = int(opts.get("passes", "3"))
     shapes = [tuple(int(d) for d in sh.split("x")) for sh in opts.get("shapes", "1x15x163840,8x15x163840").split(",")]
     ks = [int(v) for v in opts.get("ks", "1,16,32,64").split(",")]
-    print(f"{device_name()}: default vs DDTREE_TOPK_V4_OPT={opt}, {passes} alternating passes")
-    sides = {"default": {}, opt: {"DDTREE_TOPK_V4_OPT": opt}}
+    print(f"{device_name()}: default vs {var}={opt}, {passes} alternating passes")
+    sides = {"default": {}, opt: {var: opt}}
     rows = []
     for batch, positions, vocab in shapes:
         nbytes = batch * positions * vocab * 2

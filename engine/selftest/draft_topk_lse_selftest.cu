@@ -223,6 +223,8 @@ DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
                         {1, 2, 20000, 64, true, 0, 0, 25},    {1, 2, 163840, 1, true, 0, 2, 26},
                         {3, 12, 163840, 16, true, 0, 0, 27}, {3, 12, 163840, 1, true, 0, 1, 28},
                         {2, 1, 9000, 1, false, 3, 4, 29},     {1, 3, 20000, 1, true, 0, 2, 30},
+                        // one CTA per SM (8-CTA clusters, one wave: NOTES "v14 (session 10"): k > 1 under it.
+                        {1, 2, 163840, 16, true, 0, 2, 31},   {1, 2, 163840, 64, true, 0, 0, 32},
                         // small rows (v4 and the small-row kernel): partial CTA, ties, NaN, -inf.
                         {3, 5, 320, 16, true, 0, 0, 51},      {2, 3, 997, 64, false, 3, 1, 52},
                         {2, 3, 300, 8, false, 0, 4, 53},      {1, 5, 320, 64, true, 0, 2, 54}};

@@ -10,6 +10,8 @@
 // size and k
 // (run_v4_async), the kV4OptV7b instantiation for k = 1; DDTREE_TOPK_V4_OPT=v7b|v8|v9|v10|v11|v13 forces an option set
 // (see env_v4_opt; v13 = the compact builds of v9 / v11, session 9).
+// Launch (session 10, draft_topk_lse_v4_launch.h, NOTES "v14 (session 10"): a one-wave grid of 8-CTA clusters (<= 16
+// rows of 163,840 at 132 SMs) reserves shared memory for one CTA per SM ("solo"); DDTREE_TOPK_V4_LAUNCH picks per call.
 // Small rows (NOTES "v7" and "Session 6"): where the default resolves to v4 and V <= kSmallMaxV (1024), the
 // default runs draft_topk_lse_small.cuh (one warp per row, the row in registers, no cluster) when
 // DDTREE_TOPK_SMALL=1, v4 when =0, and when unset where it measured faster than v4 in one process on the H200
@@ -21,6 +23,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "draft_topk_lse_v4_launch.h"
 #include "ddtree/draft_topk_lse.h"
 #include "ddtree/kernels/draft_topk_lse.cuh"
 #include "ddtree/kernels/draft_topk_lse_small.cuh"
@@ -173,6 +176,8 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   const int64_t rows = int64_t(batch) * positions;
   const auto split = k::v4_split<T, THREADS>(vocab, v4_max_cluster(rows));
   const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
+  constexpr auto kern_v = k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC, OPT>;
+  constexpr auto kern_e = k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC, OPT>;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(split.cluster), unsigned(rows), 1u);
   cfg.blockDim = dim3(THREADS);
@@ -186,27 +191,40 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
+  // v14 (session 10, draft_topk_lse_v4_launch.h): one CTA per SM for a one-wave grid of 8-CTA clusters, where all of
+  // its clusters fit at that occupancy; DDTREE_TOPK_V4_LAUNCH forces a mode per call (A/B).
+  namespace d = ddtree::detail;
+  const d::V4Launch mode = d::env_v4_launch();
+  bool solo = mode == d::V4Launch::kSolo || mode == d::V4Launch::kSoloNoPdl ||
+              (mode == d::V4Launch::kDefault && THREADS == 512 && ASYNC && split.cluster == k::kV4MaxCluster &&
+               rows * split.cluster <= int64_t(sm_count()));
+  if (solo) {
+    cfg.dynamicSmemBytes = size_t(vec ? d::v4_solo_pad<kern_v>() : d::v4_solo_pad<kern_e>());
+    cfg.numAttrs = 1;
+    solo = cfg.dynamicSmemBytes > 0 && (vec ? d::v4_clusters_fit<kern_v>(cfg, int(rows))
+                                            : d::v4_clusters_fit<kern_e>(cfg, int(rows)));
+    if (!solo) cfg.dynamicSmemBytes = 0;
+  }
+  const bool want_pdl = mode != d::V4Launch::kNoPdl && mode != d::V4Launch::kSoloNoPdl;
   auto go = [&](unsigned num_attrs) {
     cfg.numAttrs = num_attrs;
-    return vec ? cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC, OPT>, logits,
-                                    int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
-                                    split.pv, top_lp, top_id, lse, error_flags)
-               : cudaLaunchKernelEx(&cfg, k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC, OPT>, logits,
-                                    int(positions), int(vocab), batch_stride, row_stride, int(topk), split.cluster,
-                                    split.pv, top_lp, top_id, lse, error_flags);
+    return vec ? cudaLaunchKernelEx(&cfg, kern_v, logits, int(positions), int(vocab), batch_stride, row_stride,
+                                    int(topk), split.cluster, split.pv, top_lp, top_id, lse, error_flags)
+               : cudaLaunchKernelEx(&cfg, kern_e, logits, int(positions), int(vocab), batch_stride, row_stride,
+                                    int(topk), split.cluster, split.pv, top_lp, top_id, lse, error_flags);
   };
   // Cluster dims together with programmatic serialization: should a driver refuse the pair (a
   // configuration error, returned at once and not sticky), launch without PDL from then on.
   static bool pdl_refused = false;
   cudaError_t err = cudaErrorInvalidValue;
-  if (ddtree::detail::pdl_enabled() && !pdl_refused) {
+  if (want_pdl && ddtree::detail::pdl_enabled() && !pdl_refused) {
     err = go(2);
     if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported || err == cudaErrorInvalidConfiguration) {
       (void)cudaGetLastError();
       pdl_refused = true;
     }
   }
-  if (!ddtree::detail::pdl_enabled() || pdl_refused) err = go(1);
+  if (!want_pdl || !ddtree::detail::pdl_enabled() || pdl_refused) err = go(1);
   if (err != cudaSuccess) return ddtree::detail::from_cuda(err, "draft_topk_lse_v4_kernel");
   return ddtree::detail::check_launch("draft_topk_lse_v4_kernel");
 }

@@ -49,9 +49,18 @@ __device__ __forceinline__ void period_mark(int i, const int32_t* fl) {
   atomicMax(t + i, g);
   atomicMax(t + 16 + i, c);
 }
-#define DDTREE_V4_MARK(i)                       \
-  do {                                          \
-    if (STOP == 11) period_mark((i), flags);    \
+// STOP = 12: only the SM id at entry (thread 0, one store): where each call's CTAs land, barely perturbed.
+__device__ __forceinline__ void place_mark(const int32_t* fl) {
+  const int call = int(fl - g_pflags);
+  if (threadIdx.x != 0 || call < 0 || call >= kCalls) return;
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  g_ptrace[(size_t(call) * gridDim.x * gridDim.y + size_t(blockIdx.y) * gridDim.x + blockIdx.x) * kSlots + 31] = sm;
+}
+#define DDTREE_V4_MARK(i)                          \
+  do {                                             \
+    if (STOP == 11) period_mark((i), flags);       \
+    if (STOP == 12 && (i) == 0) place_mark(flags); \
   } while (0)
 #include "graph_timer.h"
 #include "ddtree/kernels/draft_topk_lse_v4.cuh"
@@ -106,12 +115,13 @@ constexpr int kL = 15, kV = 163840, kSets = 16;  // 1x15 x 163,840: 16 sets of 4
 
 template <typename Kernel>
 void launch(Kernel kern, const bf16* x, int topk, float* lp, int32_t* id, float* lse, int32_t* flags, cudaStream_t s,
-            bool pdl = true) {
+            bool pdl = true, int pad = 0) {
   const auto split = k::v4_split<bf16, 512>(kV, k::kV4MaxCluster);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(split.cluster), unsigned(kL), 1u);
   cfg.blockDim = dim3(512);
   cfg.stream = s;
+  cfg.dynamicSmemBytes = size_t(pad);
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(split.cluster);
@@ -144,10 +154,14 @@ double median(std::vector<double> v) {
 // Untraced period (graph of `calls` calls, median of replays) at 16 / 32 / 64 calls, with and without PDL; then the
 // traced graph of 32: its period, and per call the release / span / gap decomposition and each stage's time after
 // the call's earliest release (mean over CTAs; medians over calls 1..30 of 5 replays).
+// pad > 0 (session 10's second call): the traced graph with one CTA per SM (solo_pad of the traced instantiation).
 template <typename KU, typename KT>
-void study(const char* name, KU untraced, KT traced, int topk, Bufs& b, cudaStream_t s) {
+void study(const char* name, KU untraced, KT traced, int topk, Bufs& b, cudaStream_t s, int pad = 0, int tpad = 0) {
   auto body = [&](auto kern, bool pdl) {
-    return [&, kern, pdl](int i) { launch(kern, b.xs[i % kSets], topk, b.lp, b.id, b.lse, b.flags + (i % kCalls), s, pdl); };
+    const int p = reinterpret_cast<const void*>(kern) == reinterpret_cast<const void*>(traced) && tpad > 0 ? tpad : pad;
+    return [&, kern, pdl, p](int i) {
+      launch(kern, b.xs[i % kSets], topk, b.lp, b.id, b.lse, b.flags + (i % kCalls), s, pdl, p);
+    };
   };
   const float p16 = time_graph(s, 16, body(untraced, true)), p32 = time_graph(s, 32, body(untraced, true)),
               p64 = time_graph(s, 64, body(untraced, true));
@@ -240,7 +254,103 @@ void study(const char* name, KU untraced, KT traced, int topk, Bufs& b, cudaStre
   std::fflush(stdout);
 }
 
-int main() {
+// Session 10, second call: the launch modes of draft_topk_lse_v4_launch.h on one kernel instantiation. The pad that
+// leaves one CTA per SM (the library's computation), with the kernel's dynamic limit raised to it.
+template <typename Kernel>
+int solo_pad(Kernel kern) {
+  int per_sm = 0, per_block = 0, reserved = 0;
+  cudaFuncAttributes fa = {};
+  CK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  CK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  CK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, 0));
+  CK(cudaFuncGetAttributes(&fa, kern));
+  const int pad = per_sm / 2 - int(fa.sharedSizeBytes) - reserved + 1024;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+  return pad;
+}
+
+template <typename Kernel>
+int max_clusters(Kernel kern, int pad) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(8u, unsigned(kL), 1u);
+  cfg.blockDim = dim3(512);
+  cfg.dynamicSmemBytes = size_t(pad);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 8;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  CK(cudaOccupancyMaxActiveClusters(&n, kern, &cfg));
+  return n;
+}
+
+// Untraced period (graph of 32) of one instantiation in the four modes: pair (PDL, two CTAs per SM allowed: the
+// launch before session 10), solo (PDL, one per SM), nopdl, solo_nopdl.
+template <typename Kernel>
+void modes(const char* name, Kernel kern, int topk, Bufs& b, cudaStream_t s, std::vector<std::vector<float>>& acc) {
+  const int pad = solo_pad(kern);
+  const bool pdl[4] = {true, true, false, false};
+  const int pads[4] = {0, pad, 0, pad};
+  std::printf("%-16s K%-2d", name, topk);
+  acc.resize(4);
+  for (int m = 0; m < 4; ++m) {
+    const float t = time_graph(s, 32, [&](int i) {
+      launch(kern, b.xs[i % kSets], topk, b.lp, b.id, b.lse, b.flags + (i % kCalls), s, pdl[m], pads[m]);
+    });
+    acc[m].push_back(t);
+    std::printf(" %8.2f", t);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// Where each call's CTAs land (STOP = 12 instantiation), pair vs solo: per call the SMs holding two or more of its
+// CTAs, medians over calls 1..30 of 5 replays of a graph of 32.
+template <typename Kernel>
+void placement(const char* name, Kernel kern, int topk, Bufs& b, cudaStream_t s) {
+  const int pad = solo_pad(kern);
+  const int ctas = 8 * kL;
+  for (int solo = 0; solo < 2; ++solo) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < kCalls; ++i)
+      launch(kern, b.xs[i % kSets], topk, b.lp, b.id, b.lse, b.flags + i, s, true, solo ? pad : 0);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, s));
+    std::vector<unsigned long long> h(b.trace_n);
+    std::vector<double> doubled, distinct;
+    for (int rep = 0; rep < 5; ++rep) {
+      CK(cudaMemsetAsync(b.trace, 0xff, b.trace_n * 8, s));
+      CK(cudaGraphLaunch(ge, s));
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(h.data(), b.trace, b.trace_n * 8, cudaMemcpyDeviceToHost));
+      for (int n = 1; n + 1 < kCalls; ++n) {
+        std::vector<int> per(1024, 0);
+        int dbl = 0, dst = 0;
+        for (int c = 0; c < ctas; ++c) {
+          const unsigned long long sm = h[(size_t(n) * ctas + c) * kSlots + 31];
+          if (sm < 1024 && per[sm]++ == 1) ++dbl;
+          if (sm < 1024 && per[sm] == 1) ++dst;
+        }
+        doubled.push_back(dbl);
+        distinct.push_back(dst);
+      }
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    std::printf("placement %-14s K%-2d %s: SMs with 2+ CTAs of one call median %.0f (max %.0f), distinct SMs %.0f of %d CTAs\n",
+                name, topk, solo ? "solo" : "pair", median(doubled), *std::max_element(doubled.begin(), doubled.end()),
+                median(distinct), ctas);
+  }
+  std::fflush(stdout);
+}
+
+int main(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   Bufs b;
@@ -285,6 +395,47 @@ int main() {
                 t[2]);
   }
   constexpr unsigned V7b = k::kV4OptV7b, V9 = k::kV4OptV9, V13r = k::kV4OptV13r;
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    std::printf("max active 8-CTA clusters (v13r): pair %d, solo %d (pad %d bytes); 15 needed\n",
+                max_clusters(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>, 0),
+                max_clusters(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>,
+                             solo_pad(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>)),
+                solo_pad(k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>));
+    std::printf("%-20s     pair     solo    nopdl solo_nopdl (us per call, graph of 32)\n", "kernel");
+    std::vector<std::vector<float>> a[7];
+    for (int rep = 0; rep < 3; ++rep) {
+      modes("empty", empty_kernel<0>, 16, b, s, a[0]);
+      modes("v7b (K=1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 0>, 1, b, s, a[1]);
+      modes("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 0>, 16, b, s, a[2]);
+      modes("v9", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V9, 0>, 32, b, s, a[3]);
+      modes("v13r (K>1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>, 16, b, s, a[4]);
+      modes("v13r (K>1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>, 32, b, s, a[5]);
+      modes("v13r (K>1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>, 64, b, s, a[6]);
+    }
+    const char* rn[7] = {"empty", "v7b K1", "v9 K16", "v9 K32", "v13r K16", "v13r K32", "v13r K64"};
+    std::printf("medians of 3 passes      pair     solo    nopdl solo_nopdl\n");
+    for (int r = 0; r < 7; ++r) {
+      std::printf("%-20s", rn[r]);
+      for (int m = 0; m < 4; ++m) {
+        std::vector<double> v(a[r][m].begin(), a[r][m].end());
+        std::printf(" %8.2f", median(v));
+      }
+      std::printf("\n");
+    }
+    // Traced (every call, as the first call's study) with one CTA per SM, against pair in the same process.
+    for (int kk : {1, 16}) {
+      auto ku = kk == 1 ? k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 0>
+                        : k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 0>;
+      auto kt = kk == 1 ? k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 11>
+                        : k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 11>;
+      study(kk == 1 ? "pair v7b" : "pair v13r", ku, kt, kk, b, s);
+      study(kk == 1 ? "solo v7b" : "solo v13r", ku, kt, kk, b, s, solo_pad(ku), solo_pad(kt));
+    }
+    placement("v7b (K=1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 12>, 1, b, s);
+    placement("v13r (K>1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V13r, 12>, 16, b, s);
+    CK(cudaGetLastError());
+    return 0;
+  }
   study("empty", empty_kernel<0>, empty_kernel<11>, 16, b, s);
   study("v7b (K=1 lib)", k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 0>,
         k::draft_topk_lse_v4_kernel<bf16, true, 512, true, V7b, 11>, 1, b, s);
