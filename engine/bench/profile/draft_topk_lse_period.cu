@@ -95,21 +95,6 @@ __global__ void gt_tick(unsigned long long* out) {
   out[1] = g - first;
 }
 
-// randn x 4 bf16 rows, as bench_draft_topk_lse.py draws them (Box-Muller on two hashes; stages.cu's fill_normal).
-__global__ void fill_normal(bf16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    uint32_t g = h * 0x85EBCA6Bu ^ (seed * 0xC2B2AE35u + 0x27D4EB2Fu);
-    g ^= g >> 13;
-    g *= 0x2C1B3C6Du;
-    g ^= g >> 16;
-    const float u1 = (float(h & 0xFFFFFF) + 0.5f) / 16777216.f, u2 = float(g & 0xFFFFFF) / 16777216.f;
-    x[i] = __float2bfloat16(4.f * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
-  }
-}
 
 constexpr int kL = 15, kV = 163840, kSets = 16;  // 1x15 x 163,840: 16 sets of 4.9 MB (> L2)
 
@@ -117,20 +102,13 @@ template <typename Kernel>
 void launch(Kernel kern, const bf16* x, int topk, float* lp, int32_t* id, float* lse, int32_t* flags, cudaStream_t s,
             bool pdl = true, int pad = 0) {
   const auto split = k::v4_split<bf16, 512>(kV, k::kV4MaxCluster);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(split.cluster), unsigned(kL), 1u);
-  cfg.blockDim = dim3(512);
-  cfg.stream = s;
-  cfg.dynamicSmemBytes = size_t(pad);
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[2] = {};
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(split.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  attr[0].val.clusterDim = {unsigned(split.cluster), 1u, 1u};
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
+  cudaLaunchConfig_t cfg = {dim3(unsigned(split.cluster), unsigned(kL), 1u), dim3(512), size_t(pad), s, attr,
+                            pdl ? 2u : 1u};
   CK(cudaLaunchKernelEx(&cfg, kern, x, kL, kV, int64_t(kL) * kV, int64_t(kV), topk, split.cluster, split.pv, lp, id,
                         lse, flags));
 }

@@ -62,23 +62,7 @@ __global__ void __launch_bounds__(512, 2) empty_kernel(const bf16*, int, int, in
   k::pdl_wait();
 }
 
-// Normal logits x 4 in bf16, as bench_draft_topk_lse.py draws them (torch.randn * 4): the v11 mode's inputs. (The
-// uniform fill's top bf16 value holds ~430 logits of a 163,840 row: every bound sits on that tie, which no row bound
-// can tighten.) Box-Muller on two 24-bit hashes.
-__global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    uint32_t g = h * 0x85EBCA6Bu ^ (seed * 0xC2B2AE35u + 0x27D4EB2Fu);
-    g ^= g >> 13;
-    g *= 0x2C1B3C6Du;
-    g ^= g >> 16;
-    const float u1 = (float(h & 0xFFFFFF) + 0.5f) / 16777216.f, u2 = float(g & 0xFFFFFF) / 16777216.f;
-    x[i] = __float2bfloat16(4.f * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
-  }
-}
+// (fill_normal, randn x 4 rows: graph_timer.h.)
 
 // Session 9 (NOTES "v13"): an instruction-cache polluter. Each block (one warp; two per SM) runs 8,192 straight-line FMAs
 // (128 KB of code) once, so the kernel launched after it starts with its code cold in every SM's instruction caches, as

@@ -1,5 +1,5 @@
-// Shared pieces of the draft_topk_lse profilers (draft_topk_lse_phases.cu, draft_topk_lse_stages.cu):
-// a fatal CUDA check, a bf16 fill that needs no host data, and the CUDA-graph timer the Python benches
+// Shared pieces of the draft_topk_lse profilers (draft_topk_lse_phases.cu, _stages.cu, _period.cu): a fatal CUDA
+// check, two bf16 fills that need no host data (uniform, randn x 4), and the CUDA-graph timer the Python benches
 // mirror (median µs per call over 40 replays of one captured graph of `calls` calls).
 #pragma once
 
@@ -30,6 +30,24 @@ __global__ void fill(__nv_bfloat16* x, size_t n, uint32_t seed) {
     h *= 0x2C1B3C6Du;
     h ^= h >> 12;
     x[i] = __float2bfloat16((float(h & 0xFFFFFF) / 16777216.f - 0.5f) * 24.f);
+  }
+}
+
+// Normal logits x 4 in bf16, as bench_draft_topk_lse.py draws them (torch.randn * 4): the v11 mode's inputs. (The
+// uniform fill's top bf16 value holds ~430 logits of a 163,840 row: every bound sits on that tie, which no row bound
+// can tighten.) Box-Muller on two 24-bit hashes.
+__global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    uint32_t g = h * 0x85EBCA6Bu ^ (seed * 0xC2B2AE35u + 0x27D4EB2Fu);
+    g ^= g >> 13;
+    g *= 0x2C1B3C6Du;
+    g ^= g >> 16;
+    const float u1 = (float(h & 0xFFFFFF) + 0.5f) / 16777216.f, u2 = float(g & 0xFFFFFF) / 16777216.f;
+    x[i] = __float2bfloat16(4.f * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
   }
 }
 
