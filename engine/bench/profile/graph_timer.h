@@ -22,13 +22,18 @@
     }                                                                                \
   } while (0)
 
+// The fills' per-element hash (its low 24 bits are used).
+__device__ __forceinline__ uint32_t fill_hash(size_t i, uint32_t seed) {
+  uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  return h ^ (h >> 12);
+}
+
 // Hash-based logits in [-12, 12) (roughly the Python bench's randn * 4 range), bf16.
 __global__ void fill(__nv_bfloat16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
+    const uint32_t h = fill_hash(i, seed);
     x[i] = __float2bfloat16((float(h & 0xFFFFFF) / 16777216.f - 0.5f) * 24.f);
   }
 }
@@ -38,10 +43,7 @@ __global__ void fill(__nv_bfloat16* x, size_t n, uint32_t seed) {
 // can tighten.) Box-Muller on two 24-bit hashes.
 __global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
+    const uint32_t h = fill_hash(i, seed);
     uint32_t g = h * 0x85EBCA6Bu ^ (seed * 0xC2B2AE35u + 0x27D4EB2Fu);
     g ^= g >> 13;
     g *= 0x2C1B3C6Du;
