@@ -18,6 +18,9 @@ log-probs (for the CPU emulator). --large times issue #3's M = 256 and
 1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default. --v11 times every
 standard row (M = 64 / 256 / 1024, K = min(M, 64) and 1024, B = 1 and 8, and B = 64) under v11
 (build_tree/v11.cuh, opt-in) and v8auto next to the default, with the heap ratios and v11's B = 64 / B = 1 ratio.
+--m256 times the M = 256 rows (K = 64 and 1024; B = 1, 8 and 64) under v6 next to the default: at M <= 256 the
+two run the same level pool and differ only in the starting bound (v6: the histogram chain bound; the default
+since session 10: chain_bound_probes), so the ratio is that change alone.
 """
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ IMPLS = ["auto", "v8", "v8p8", "default"]
 SMALL_IMPLS = ["v8auto", "v9", "v9s6", "default"]  # v9s6: session 6's warp heap, the A/B peer of v9
 LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
 V11_IMPLS = ["v11", "v8auto", "default"]
+M256_IMPLS = ["v6", "default"]  # v6 = the pre-session-10 path at M <= 256 (histogram chain bound)
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -122,6 +126,24 @@ def print_small(rows: list[dict]) -> None:
                   + " ".join(f"{t:.1f}" for t in r["v8_per_request_us"]) + " us")
 
 
+def print_m256(rows: list[dict]) -> None:
+    """The --m256 table: the default against v6 (the same level pool with the histogram chain bound, i.e.
+    the library default before session 10 at M <= 256) in the same process, the heap, batch ratios."""
+    print("\n| M | K | B | sharp | v6 us | default us | v6 / default | v6 1-launch us | default 1-launch us | "
+          "heap us | heap / default |")
+    print("|---" * 11 + "|")
+    for r in rows:
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['v6_us']:.2f} | {r['kernel_us']:.2f} | "
+              f"{r['v6_us'] / r['kernel_us']:.2f}x | {r['v6_1launch_us']:.2f} | {r['kernel_1launch_us']:.2f} | "
+              f"{r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
+    one = {(r["M"], r["K"], r["sharp"]): r for r in rows if r["B"] == 1}
+    for r in rows:
+        if r["B"] > 1 and (r["M"], r["K"], r["sharp"]) in one:
+            o = one[(r["M"], r["K"], r["sharp"])]
+            print(f"B={r['B']} / B=1 at M={r['M']} K={r['K']} sharp={r['sharp']:g}: default "
+                  f"{r['kernel_us'] / o['kernel_us']:.2f}x, v6 {r['v6_us'] / o['v6_us']:.2f}x")
+
+
 def print_v11(rows: list[dict]) -> None:
     """The --v11 table: v11 against the library default in the same process, the heap ratios, and v11's
     batch-64 time over its one-request time on the same shape."""
@@ -151,6 +173,7 @@ def main() -> None:
     ap.add_argument("--large", action="store_true",
                     help="issue #3's M = 256 and 1024 rows (B = 1, 8, 64) and M = 512, under auto and v10 only")
     ap.add_argument("--v11", action="store_true", help="every standard row under v11, v8auto and the default")
+    ap.add_argument("--m256", action="store_true", help="M = 256 rows (B = 1, 8, 64) under v6 and the default")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:
@@ -161,6 +184,8 @@ def main() -> None:
         IMPLS[:] = LARGE_IMPLS
     if args.v11:
         IMPLS[:] = V11_IMPLS
+    if args.m256:
+        IMPLS[:] = M256_IMPLS
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  L={L}  lp = top-K of log_softmax(randn(V={VOCAB}) * sharp)")
     configs = []
@@ -177,6 +202,8 @@ def main() -> None:
     if args.large:
         configs = [(256, 64, 1), (256, 1024, 1), (512, 1024, 1), (1024, 64, 1), (1024, 1024, 1), (1024, 1024, 8),
                    (256, 64, 64), (256, 1024, 8), (1024, 64, 64)]
+    if args.m256:
+        configs = [(256, 64, 1), (256, 1024, 1), (256, 64, 8), (256, 1024, 8), (256, 64, 64), (256, 1024, 64)]
     if args.small:
         configs = [(16, 16, 1), (16, 16, 8), (16, 64, 1), (16, 64, 8), (64, 64, 1), (64, 64, 8), (64, 1024, 1),
                    (64, 1024, 8)]
@@ -189,6 +216,11 @@ def main() -> None:
             print(f"  done M={m} K={k} B={bsz} sharp={sharp}: {r['kernel_us']:.2f} us", flush=True)
     if args.dump_lp:
         torch.save(DUMPS, args.dump_lp)
+    if args.m256:
+        print_m256(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows}, indent=1))
+        return
     if args.v11:
         print_v11(rows)
         if args.json:

@@ -143,8 +143,11 @@ int main(int argc, char** argv) {
   // Argument "small": the M <= 64 rows (auto, v8, v9); "large": v10's rows (M > 64; auto and v10 only).
   // "v11": the bench's M = 64 / 256 / 1024 rows under v8auto (the default there) and v11 (build_tree/v11.cuh,
   // marks 130 rows checked, 131 search done, 132 ranked).
+  // "m256": the bench's six M = 256 rows (K = 64 / 1024, sharpness 8 / 4 / 1) under v6 (the histogram chain
+  // bound, the default there before session 10) and auto (chain_bound_probes since session 10).
   const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
-  const bool large = argc > 1 && (std::string(argv[1]) == "large" || v11);
+  const bool m256 = argc > 1 && std::string(argv[1]) == "m256";
+  const bool large = argc > 1 && (std::string(argv[1]) == "large" || v11 || m256);
   const bool small_rows = argc > 1 && !large;
   std::printf("kThreads = %d, shared memory %zu bytes\n", bt::kThreads, bt::kSmemBytes);
   run_barrier_probe<128>();
@@ -206,10 +209,14 @@ int main(int argc, char** argv) {
                             {512, 1024, 4.f}, {1024, 1024, 1.f}, {1024, 64, 4.f}};
   const Cfg v11_cfgs[] = {{64, 64, 8.f}, {64, 64, 4.f}, {64, 64, 1.f}, {256, 64, 8.f}, {256, 64, 4.f}, {256, 64, 1.f},
                           {256, 1024, 8.f}, {256, 1024, 4.f}, {256, 1024, 1.f}, {1024, 64, 4.f}, {1024, 1024, 4.f}};
-  const std::vector<Cfg> cfgs = v11 ? std::vector<Cfg>(std::begin(v11_cfgs), std::end(v11_cfgs))
+  const Cfg m256_cfgs[] = {{256, 64, 8.f}, {256, 64, 4.f}, {256, 64, 1.f}, {256, 1024, 8.f}, {256, 1024, 4.f},
+                           {256, 1024, 1.f}};
+  const std::vector<Cfg> cfgs = m256 ? std::vector<Cfg>(std::begin(m256_cfgs), std::end(m256_cfgs))
+                                : v11 ? std::vector<Cfg>(std::begin(v11_cfgs), std::end(v11_cfgs))
                                 : large ? std::vector<Cfg>(std::begin(large_cfgs), std::end(large_cfgs))
                                       : std::vector<Cfg>(std::begin(base_cfgs), std::end(base_cfgs));
-  const std::vector<int> impls = v11 ? std::vector<int>{bt::kImplV8Auto, bt::kImplV11}
+  const std::vector<int> impls = m256 ? std::vector<int>{bt::kImplV6, bt::kImplAuto}
+                                 : v11 ? std::vector<int>{bt::kImplV8Auto, bt::kImplV11}
                                  : large ? std::vector<int>{bt::kImplAuto, bt::kImplV10}
                                        : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9,
                                                           bt::kImplV9S6};
@@ -276,7 +283,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9S6 ? "v9s6" : impl == bt::kImplV10 ? "v10" : impl == bt::kImplV11 ? "v11" : impl == bt::kImplV8Auto ? "v8auto" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9S6 ? "v9s6" : impl == bt::kImplV10 ? "v10" : impl == bt::kImplV11 ? "v11" : impl == bt::kImplV8Auto ? "v8auto" : impl == bt::kImplV6 ? "v6" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

@@ -166,7 +166,9 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(dp_bound);
   } else if (S.fam > M) {  // enough distinct candidates to bound the M-th best score
     int cnt = 0;
-    t = chain_bound(S, lp, K, leff, M, M, &cnt);
+    // v6 keeps the histogram selection (the same-process peer); every other selection probes.
+    t = impl == kImplV6 ? chain_bound(S, lp, K, leff, M, M, &cnt)
+                        : chain_bound_probes(S, lp, K, leff, M, M + max(32, M / 8), &cnt);
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
   }
   DDTREE_BUILD_TREE_MARK(2);

@@ -26,4 +26,13 @@ inline unsigned __reduce_min_sync(unsigned, unsigned v) {
   emu::warp_sync();
   return m;
 }
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  const int lane = threadIdx.x & 31;
+  emu::slot(lane) = v;
+  emu::warp_sync();
+  unsigned a = 0u;
+  for (int l = 0; l < 32; ++l) a += static_cast<unsigned>(emu::slot(l));
+  emu::warp_sync();
+  return a;
+}
 inline bool __any_sync(unsigned mask, bool pred) { return __ballot_sync(mask, pred) != 0u; }

@@ -149,6 +149,7 @@ struct Smem {
   double fam_lo, fam_hi;    // its smallest and largest score
   int tie;                  // the packed sort found two equal keys
   int dp_bin;               // dp_bound: first bin whose count reaches M
+  int cb_count[2][32];      // chain_bound_probes: each round's probe counts (double-buffered)
 };
 static_assert(sizeof(Nodes) <= sizeof(uint64_t) * kCap, "node arrays must fit in the lex array");
 

@@ -168,6 +168,73 @@ __device__ __forceinline__ double chain_bound(Smem& S, const float* lp, int K, i
   return fast_select(S, q, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
 }
 
+// The same bound without a histogram (session 10, the default; `chain_bound` above stays as v6's for the
+// same-process A/B): every warp probes two thresholds per round, one per half-warp, and counts the family
+// members scoring >= theta exactly (per depth one bisection over the sorted row: the members of depth d
+// are the prefix r < nvalid[d] with fl(chain[d] + lp[d][r]) >= theta, the very values the pool computes),
+// so any probe whose count reaches `need` is a valid bound. Probes split [lo, hi] into 2 * kWarps steps;
+// the highest one reaching `need` becomes lo, its neighbour above hi, and a round stops the search once
+// lo's count is <= target. The H200 profile of session 10 put the histogram bound at ~5.5k (K = 64) to
+// ~8.5k (K = 1024) cycles of every M = 256 request (atomics into 512 bins over up to 3,840 members, a
+// warp-0 scan, 2-3 barriers per round); this costs one barrier and ~10 dependent shared loads per round,
+// and a CPU model of the bench rows needs 1-2 rounds to reach target at M = 100-256.
+constexpr int kCbRounds = 3;
+constexpr int kCbProbes = 2 * kWarps;  // <= 32: one ballot decides a round
+static_assert(kCbProbes <= 32, "the probes of a round must fit one warp's lanes");
+
+__device__ __forceinline__ double cb_theta(double lo, double hi, double step, int j) {
+  if (j >= kCbProbes - 1) return lo;
+  const double th = __dsub_rn(hi, __dmul_rn(static_cast<double>(j + 1), step));
+  return th > lo ? th : lo;
+}
+
+__device__ __forceinline__ double chain_bound_probes(Smem& S, const float* lp, int K, int leff, int need, int target,
+                                                     int* cnt) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int half = lane >> 4, hl = lane & 15;
+  const int j = 2 * warp + half;  // this half-warp's probe
+  double lo = S.fam_lo, hi = S.fam_hi;
+  int c_lo = S.fam;  // every member scores >= fam_lo; the caller checked fam > need
+#pragma unroll 1
+  for (int round = 0; round < kCbRounds; ++round) {
+    const double step = __dmul_rn(__dsub_rn(hi, lo), 1.0 / kCbProbes);
+    const double th = cb_theta(lo, hi, step, j);
+    unsigned c = 0;
+#pragma unroll 1
+    for (int d = hl; d < leff; d += 16) {
+      const Row row = row_of(S, lp, K, d);
+      const double cd = S.chain[d];
+      int a = 0, b = S.nvalid[d];  // first rank whose member falls below th
+      while (a < b) {
+        const int mid = (a + b) >> 1;
+        if (child_score(cd, row, mid) >= th) a = mid + 1; else b = mid;
+      }
+      c += static_cast<unsigned>(a);
+    }
+    // Both half-warps' sums in one reduction: a half's count is < 2^16 (leff <= 63 depths x
+    // nvalid <= M <= 1024 ranks), so the halves cannot carry into each other.
+    const unsigned both = __reduce_add_sync(0xffffffffu, half ? c << 16 : c);
+    int* counts = S.cb_count[round & 1];  // double-buffered: round r + 1 writes what round r - 1 read
+    if (lane == 0) {
+      counts[2 * warp] = static_cast<int>(both & 0xFFFFu);
+      counts[2 * warp + 1] = static_cast<int>(both >> 16);
+    }
+    __syncthreads();
+    // Every warp takes the same decision: the first probe (highest threshold) whose count reaches need.
+    // The last probe is lo itself, whose count is c_lo >= need, so there always is one.
+    const int v = lane < kCbProbes ? counts[lane] : 0;
+    const unsigned ok = __ballot_sync(0xffffffffu, lane < kCbProbes && v >= need);
+    const int k = __ffs(static_cast<int>(ok)) - 1;
+    c_lo = __shfl_sync(0xffffffffu, v, k);
+    const double nlo = cb_theta(lo, hi, step, k);
+    hi = k > 0 ? cb_theta(lo, hi, step, k - 1) : hi;
+    lo = nlo;
+    if (c_lo <= target || !(hi > lo)) break;
+  }
+  *cnt = c_lo;
+  return lo;
+}
+
 // Drops pool entries with kappa < t (stable) and remaps parent indices; returns the new size and
 // moves *pa (start of the current parents) accordingly.
 __device__ DDTREE_BT_OUTLINE int compact_pool(Smem& S, int size, double t, int* pa) {

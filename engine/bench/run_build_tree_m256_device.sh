@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for build_tree at M = 256 (bench/NOTES.md "### Session 10 (s10tree)"): the library,
+# ddtree-selftest and bt_profile prebuilt on the dev machine (sm_90a, -DDDTREE_OPS=build_tree) and carried in
+# $BUILD_DIR; nothing is compiled here. Selftest under the default and v6 (the pre-session-10 path at M <= 256);
+# GPU pytest of test_build_tree_gpu.py under v9auto / v6 / v6dp in the background while compute-sanitizer
+# memcheck + racecheck run the golden / medium / small / large cases under the default; then the --m256 bench
+# (v6 vs the default, same process) and `bt_profile m256` on an otherwise idle GPU. Logs go to $OUT.
+# Run from the root of a tree that holds engine/python, engine/tests and engine/bench:
+#   BUILD_DIR=path/to/build bash engine/bench/run_build_tree_m256_device.sh
+set -u
+OUT=${OUT:-/tmp/build_tree_m256_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+build=${BUILD_DIR:?set BUILD_DIR to the folder with libddtree.so, ddtree-selftest and bt_profile}
+export DDTREE_LIB=$build/libddtree.so
+export PYTHONPATH=$(pwd)/engine/python
+stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,driver_version --format=csv,noheader || true
+
+stamp selftest
+for impl in default v6; do
+  if [ "$impl" = default ]; then unset DDTREE_BUILD_TREE_IMPL; else export DDTREE_BUILD_TREE_IMPL=$impl; fi
+  timeout 60 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$impl.log" 2>&1
+  echo "selftest ($impl) rc=$? $(grep -c PASS "$OUT/selftest_$impl.log") PASS, $(grep -c FAIL "$OUT/selftest_$impl.log") FAIL"
+  grep FAIL "$OUT/selftest_$impl.log" | head -5
+done
+unset DDTREE_BUILD_TREE_IMPL
+
+stamp "pytest (background) + sanitizers"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
+  -k "v9auto or v6" > "$OUT/pytest.log" 2>&1 &
+pytest_pid=$!
+cases="build_tree_golden build_tree_medium build_tree_small build_tree_large build_tree_random"
+timeout 60 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" $cases \
+  > "$OUT/sanitize.log" 2>&1
+echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -1)"
+timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/ddtree-selftest" $cases \
+  >> "$OUT/sanitize.log" 2>&1
+echo "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/sanitize.log" | tail -1)"
+wait $pytest_pid
+echo "pytest rc=$? $(tail -1 "$OUT/pytest.log")"
+grep -E "^FAILED|Error" "$OUT/pytest.log" | head -10
+
+stamp bench
+timeout 120 python3 engine/bench/bench_build_tree.py --m256 --json "$OUT/bench_m256.json" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"
+stamp profile
+timeout 30 "$build/bt_profile" m256 > "$OUT/profile.log" 2>&1
+echo "profile rc=$?"
+grep -E "^\[" -A1 "$OUT/profile.log" | grep -v "^--"
+sed -n '/^| M /,$p' "$OUT/bench.log"
+tail -3 "$OUT/bench.log"
+stamp done
