@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for build_tree at M = 256 (bench/NOTES.md "### Session 10 (s10tree)"): the library,
-# ddtree-selftest and bt_profile prebuilt on the dev machine (sm_90a, -DDDTREE_OPS=build_tree) and carried in
+# ddtree-selftest and bt_profile prebuilt on the dev machine (sm_90a, -DDDTREE_OPS="build_tree;build_tree_paths":
+# build_tree alone leaves out the medium / large / small-budget self-tests) and carried in
 # $BUILD_DIR; nothing is compiled here. Selftest under the default and v6 (the pre-session-10 path at M <= 256);
 # GPU pytest of test_build_tree_gpu.py under v9auto / v6 / v6dp in the background while compute-sanitizer
 # memcheck + racecheck run the golden / medium / small / large cases under the default; then the --m256 bench

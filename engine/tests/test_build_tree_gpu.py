@@ -84,7 +84,7 @@ def test_golden_tree() -> None:
 
 @pytest.mark.parametrize("depth,k,budget", [(15, 64, 256), (15, 1024, 1024), (15, 32, 1024), (15, 8, 64),
                                             (7, 16, 300), (1, 1024, 1024), (15, 1, 20), (3, 4, 1024),
-                                            (31, 4, 256), (40, 3, 200)])
+                                            (31, 4, 256), (40, 3, 200), (20, 512, 200)])
 def test_random_draft_distributions(depth: int, k: int, budget: int) -> None:
     for sharp in (0.5, 2.0, 6.0):
         run_both(draft_lp(2, depth, k, seed=depth * 7919 + k + int(sharp * 10), sharp=sharp), [budget, budget // 2])

@@ -166,9 +166,14 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(dp_bound);
   } else if (S.fam > M) {  // enough distinct candidates to bound the M-th best score
     int cnt = 0;
-    // v6 keeps the histogram selection (the same-process peer); every other selection probes.
-    t = impl == kImplV6 ? chain_bound(S, lp, K, leff, M, M, &cnt)
-                        : chain_bound_probes(S, lp, K, leff, M, M + max(32, M / 8), &cnt);
+    // The probes where K >= M (the family holds the M depth-1 ranks); the histogram elsewhere and
+    // under v6 (the same-process peer). H200 (bench/NOTES.md "### Session 10"): the probes were faster
+    // on every measured K = 1024 row at M = 256 (1.03-1.17x, B = 1 / 8 / 64), but at K = 64 their
+    // bound, exact to M members, leaves some requests a tighten the histogram's lower edge spares
+    // (CPU emulator), and batches wait for such a request: 0.95-0.99x on four of the six K = 64
+    // batch rows although every K = 64 single request was faster (1.02-1.10x).
+    t = impl != kImplV6 && K >= M ? chain_bound_probes(S, lp, K, leff, M, M + max(32, M / 8), &cnt)
+                                  : chain_bound(S, lp, K, leff, M, M, &cnt);
     if (tid == 0) DDTREE_BUILD_TREE_EVENT(chain_bound);
   }
   DDTREE_BUILD_TREE_MARK(2);

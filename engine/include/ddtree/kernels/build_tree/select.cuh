@@ -197,6 +197,7 @@ __device__ __forceinline__ double chain_bound_probes(Smem& S, const float* lp, i
   int c_lo = S.fam;  // every member scores >= fam_lo; the caller checked fam > need
 #pragma unroll 1
   for (int round = 0; round < kCbRounds; ++round) {
+    if (threadIdx.x == 0) DDTREE_BUILD_TREE_EVENT(cb_round);
     const double step = __dmul_rn(__dsub_rn(hi, lo), 1.0 / kCbProbes);
     const double th = cb_theta(lo, hi, step, j);
     unsigned c = 0;
