@@ -168,16 +168,15 @@ __device__ __forceinline__ double chain_bound(Smem& S, const float* lp, int K, i
   return fast_select(S, q, S.fam_lo, S.fam_hi, need, need + max(32, need / 8), cnt);
 }
 
-// The same bound without a histogram (session 10, the default; `chain_bound` above stays as v6's for the
-// same-process A/B): every warp probes two thresholds per round, one per half-warp, and counts the family
-// members scoring >= theta exactly (per depth one bisection over the sorted row: the members of depth d
-// are the prefix r < nvalid[d] with fl(chain[d] + lp[d][r]) >= theta, the very values the pool computes),
-// so any probe whose count reaches `need` is a valid bound. Probes split [lo, hi] into 2 * kWarps steps;
-// the highest one reaching `need` becomes lo, its neighbour above hi, and a round stops the search once
-// lo's count is <= target. The H200 profile of session 10 put the histogram bound at ~5.5k (K = 64) to
-// ~8.5k (K = 1024) cycles of every M = 256 request (atomics into 512 bins over up to 3,840 members, a
-// warp-0 scan, 2-3 barriers per round); this costs one barrier and ~10 dependent shared loads per round,
-// and a CPU model of the bench rows needs 1-2 rounds to reach target at M = 100-256.
+// The same bound without a histogram (session 10; the default where K >= M, see parallel_select; `chain_bound`
+// above stays for K < M and for v6, the same-process peer): every warp probes two thresholds per round, one per
+// half-warp, and counts the family members scoring >= theta exactly (per depth one bisection over the sorted
+// row: the members of depth d are the prefix r < nvalid[d] with fl(chain[d] + lp[d][r]) >= theta, the very
+// values the pool computes), so any probe whose count reaches `need` is a valid bound, with no rounding margin.
+// Probes split [lo, hi] into 2 * kWarps steps; the highest one reaching `need` becomes lo, its neighbour above
+// hi, and the search stops once lo's count is <= target. H200 (bench/NOTES.md "### Session 10"): ~2k cycles a
+// round, 1-2 rounds at M = 256, against ~5.5-8.5k for the histogram bound (atomics into 512 bins over up to
+// 3,840 members, a warp-0 scan, 2-3 barriers a round).
 constexpr int kCbRounds = 3;
 constexpr int kCbProbes = 2 * kWarps;  // <= 32: one ballot decides a round
 static_assert(kCbProbes <= 32, "the probes of a round must fit one warp's lanes");
