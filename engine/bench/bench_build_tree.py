@@ -126,6 +126,17 @@ def print_small(rows: list[dict]) -> None:
                   + " ".join(f"{t:.1f}" for t in r["v8_per_request_us"]) + " us")
 
 
+def print_batch_ratios(rows: list[dict], peer: str, batches: tuple[int, ...]) -> None:
+    """Each batched row's time over the one-request row of the same shape, for the default and `peer`
+    (a CTA per request: a batch waits for its slowest request)."""
+    one = {(r["M"], r["K"], r["sharp"]): r for r in rows if r["B"] == 1}
+    for r in rows:
+        if r["B"] in batches and (r["M"], r["K"], r["sharp"]) in one:
+            o = one[(r["M"], r["K"], r["sharp"])]
+            print(f"B={r['B']} / B=1 at M={r['M']} K={r['K']} sharp={r['sharp']:g}: default "
+                  f"{r['kernel_us'] / o['kernel_us']:.2f}x, {peer} {r[f'{peer}_us'] / o[f'{peer}_us']:.2f}x")
+
+
 def print_m256(rows: list[dict]) -> None:
     """The --m256 table: the default against v6 (the same level pool with the histogram chain bound, i.e.
     the library default before session 10 at M <= 256) in the same process, the heap, batch ratios."""
@@ -136,12 +147,7 @@ def print_m256(rows: list[dict]) -> None:
         print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['v6_us']:.2f} | {r['kernel_us']:.2f} | "
               f"{r['v6_us'] / r['kernel_us']:.2f}x | {r['v6_1launch_us']:.2f} | {r['kernel_1launch_us']:.2f} | "
               f"{r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
-    one = {(r["M"], r["K"], r["sharp"]): r for r in rows if r["B"] == 1}
-    for r in rows:
-        if r["B"] > 1 and (r["M"], r["K"], r["sharp"]) in one:
-            o = one[(r["M"], r["K"], r["sharp"])]
-            print(f"B={r['B']} / B=1 at M={r['M']} K={r['K']} sharp={r['sharp']:g}: default "
-                  f"{r['kernel_us'] / o['kernel_us']:.2f}x, v6 {r['v6_us'] / o['v6_us']:.2f}x")
+    print_batch_ratios(rows, "v6", (8, 64))
 
 
 def print_v11(rows: list[dict]) -> None:
@@ -154,12 +160,7 @@ def print_v11(rows: list[dict]) -> None:
         print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['kernel_us']:.2f} | {r['v8auto_us']:.2f} | "
               f"{r['v11_us']:.2f} | {r['kernel_us'] / r['v11_us']:.2f}x | {r['v11_1launch_us']:.2f} | "
               f"{r['heap_ms'] * 1e3:.0f} | {r['ratio']:.0f}x | {r['heap_ms'] * 1e3 / r['v11_us']:.0f}x |")
-    one = {(r["M"], r["K"], r["sharp"]): r for r in rows if r["B"] == 1}
-    for r in rows:
-        if r["B"] == 64 and (r["M"], r["K"], r["sharp"]) in one:
-            o = one[(r["M"], r["K"], r["sharp"])]
-            print(f"B=64 / B=1 at M={r['M']} K={r['K']} sharp={r['sharp']:g}: v11 {r['v11_us'] / o['v11_us']:.2f}x, "
-                  f"default {r['kernel_us'] / o['kernel_us']:.2f}x")
+    print_batch_ratios(rows, "v11", (64,))
 
 
 def main() -> None:

@@ -8,15 +8,8 @@
 # (v6 vs the default, same process) and `bt_profile m256` on an otherwise idle GPU. Logs go to $OUT.
 # Run from the root of a tree that holds engine/python, engine/tests and engine/bench:
 #   BUILD_DIR=path/to/build bash engine/bench/run_build_tree_m256_device.sh
-set -u
 OUT=${OUT:-/tmp/build_tree_m256_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-build=${BUILD_DIR:?set BUILD_DIR to the folder with libddtree.so, ddtree-selftest and bt_profile}
-export DDTREE_LIB=$build/libddtree.so
-export PYTHONPATH=$(pwd)/engine/python
-stamp() { echo "[$(date +%H:%M:%S)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,driver_version --format=csv,noheader || true
+source "$(dirname "$0")/build_tree_device_env.sh"
 
 stamp selftest
 for impl in default v6; do
@@ -50,5 +43,4 @@ timeout 30 "$build/bt_profile" m256 > "$OUT/profile.log" 2>&1
 echo "profile rc=$?"
 grep -E "^\[" -A1 "$OUT/profile.log" | grep -v "^--"
 sed -n '/^| M /,$p' "$OUT/bench.log"
-tail -3 "$OUT/bench.log"
 stamp done

@@ -8,15 +8,8 @@
 # then the --small bench and the phase profile on an otherwise idle GPU. Logs and the bench JSON / dumped log-probs go to $OUT.
 # Run from the root of a tree that holds engine/python, engine/tests and engine/bench:
 #   BUILD_DIR=path/to/build bash engine/bench/run_build_tree_small_device.sh
-set -u
 OUT=${OUT:-/tmp/build_tree_small_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-build=${BUILD_DIR:?set BUILD_DIR to the folder with libddtree.so, ddtree-selftest and bt_profile}
-export DDTREE_LIB=$build/libddtree.so
-export PYTHONPATH=$(pwd)/engine/python
-stamp() { echo "[$(date +%H:%M:%S)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,driver_version --format=csv,noheader || true
+source "$(dirname "$0")/build_tree_device_env.sh"
 
 stamp selftest
 timeout 60 "$build/ddtree-selftest" build_tree > "$OUT/selftest.log" 2>&1

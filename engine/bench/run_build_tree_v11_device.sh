@@ -8,15 +8,9 @@
 # (`bt_profile v11`) and one ncu look at the v11 kernel and the default kernel (stall reasons).
 # Run from the root of a tree that holds engine/python, engine/tests and engine/bench:
 #   BUILD_DIR=path/to/build bash engine/bench/run_build_tree_v11_device.sh
-set -u
 OUT=${OUT:-/tmp/build_tree_v11_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-build=${BUILD_DIR:?set BUILD_DIR to the folder with libddtree.so, ddtree-selftest and bt_profile}
-export DDTREE_LIB=$build/libddtree.so
-export PYTHONPATH=$(pwd)/engine/python:$(pwd)/engine/tests
-stamp() { echo "[$(date +%H:%M:%S)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,driver_version --format=csv,noheader || true
+BT_EXTRA_PYTHONPATH=:$(pwd)/engine/tests
+source "$(dirname "$0")/build_tree_device_env.sh"
 
 stamp selftest
 timeout 60 "$build/ddtree-selftest" build_tree > "$OUT/selftest.log" 2>&1
