@@ -142,8 +142,13 @@ FA3_AB = {
     "fa3_balance3": {"DDTREE_TA_FA3_BALANCE": "3"},
     "fa3_chunked": {"DDTREE_TA_FA3_SCHEDULE": "chunked"},
     "fa3_strided": {"DDTREE_TA_FA3_SCHEDULE": "strided"},
+    # v18 (session 10): the PDL wait back at the top of the kernel (v17's), the merge kernel's trigger back at
+    # its exit (implicit), and both (= v17's launch sequence); none of them changes a bit.
+    "fa3_late_wait": {"DDTREE_TA_FA3_EARLY_INPUTS": "0"},
+    "fa3_merge_late": {"DDTREE_TA_MERGE_TRIGGER": "0"},
+    "fa3_v17": {"DDTREE_TA_FA3_EARLY_INPUTS": "0", "DDTREE_TA_MERGE_TRIGGER": "0"},
 }
-FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask"}
+FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask", "fa3_late_wait", "fa3_merge_late", "fa3_v17"}
 
 
 def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,

@@ -348,6 +348,64 @@ void tile_schedules() {
   });
 }
 
+// fa3 v18: launches chained on one stream with no host sync between them, each one's q the previous one's o,
+// so every launch reads what the launch before it wrote. With the early input reads (the PDL wait moved
+// behind the block-table and ancestor loads) and the merge kernel's early trigger, a launch's CTAs start
+// while the previous grid still runs (the fa3 kernel triggers before its epilogue stores o): a q read
+// ahead of the wait would see the poison. Chunk 1024 = one split (fa3 after fa3), 256 = four (fa3 after the
+// merge kernel). Each link against the reference of its actual q; both settings give the same bits.
+void pdl_chain() {
+  struct Env {
+    ~Env() {
+      unsetenv("DDTREE_TA_FA3_EARLY_INPUTS");
+      unsetenv("DDTREE_TA_MERGE_TRIGGER");
+    }
+  } env;
+  constexpr int kLinks = 3;
+  TaCase c = make_case(8, 1, 128, 16, {700, 40}, {100, 60}, 2, 4711);
+  st::DeviceBuffer<int32_t> indptr(c.indptr), bt(c.block_table), ctx(c.ctx);
+  st::DeviceBuffer<uint32_t> anc(c.anc);
+  st::DeviceBuffer<uint16_t> k(c.k), v(c.v);
+  for_each_impl(128, [&](const char* impl) {
+    for (int chunk : {1024, 256}) {
+      const size_t ws_bytes = ddtree_tree_attention_workspace_size(c.B(), c.hq, c.hkv, c.d, c.n_max, c.max_pages,
+                                                                   c.page, chunk);
+      st::DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
+      std::vector<uint16_t> out[2][kLinks + 1];
+      std::vector<float> lse_out[2][kLinks + 1];
+      for (int early = 0; early < 2; ++early) {
+        setenv("DDTREE_TA_FA3_EARLY_INPUTS", early ? "1" : "0", 1);
+        setenv("DDTREE_TA_MERGE_TRIGGER", early ? "1" : "0", 1);
+        std::vector<st::DeviceBuffer<uint16_t>> q;
+        std::vector<st::DeviceBuffer<float>> lse;
+        q.emplace_back(c.q);
+        for (int i = 0; i < kLinks; ++i) {
+          q.emplace_back(c.q.size());
+          q.back().poison(0xFF);  // NaN: a read ahead of the wait fails the reference check
+          lse.emplace_back(size_t(c.T()) * c.hq);
+        }
+        ST_CUDA(cudaDeviceSynchronize());
+        for (int i = 0; i < kLinks; ++i)
+          ST_CHECK_STATUS(ddtree_tree_attention(q[i].ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, anc.ptr,
+                                                q[i + 1].ptr, lse[i].ptr, c.T(), c.B(), c.hq, c.hkv, c.d, c.num_pages,
+                                                c.page, c.max_pages, c.n_max, c.sm_scale, chunk,
+                                                DDTREE_DTYPE_BFLOAT16, ws.ptr, ws_bytes, nullptr));
+        ST_CUDA(cudaDeviceSynchronize());
+        for (int i = 0; i <= kLinks; ++i) out[early][i] = q[i].download();
+        for (int i = 0; i < kLinks; ++i) lse_out[early][i] = lse[i].download();
+      }
+      for (int i = 1; i <= kLinks; ++i) {
+        ST_EXPECT(out[0][i] == out[1][i] && lse_out[0][i - 1] == lse_out[1][i - 1],
+                  "%s chunk %d link %d: the early PDL reads change bits", impl, chunk, i);
+        TaCase link = c;
+        link.q = out[1][i - 1];
+        check_against_reference(link, {out[1][i], lse_out[1][i - 1]}, reference_of(link),
+                                st::format("%s pdl chain chunk=%d link %d", impl, chunk, i).c_str());
+      }
+    }
+  });
+}
+
 }  // namespace
 
 DDTREE_SELFTEST(tree_attention_random_trees) { random_trees(); }
@@ -371,4 +429,5 @@ DDTREE_SELFTEST(tree_attention_zz_fa3_backend) {
   chain_equals_causal_bitwise();
   cluster_merge_matches_kernel_merge();
   tile_schedules();
+  pdl_chain();
 }

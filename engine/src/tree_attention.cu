@@ -53,9 +53,11 @@ namespace {
 using ddtree::detail::fail;
 namespace ta = ddtree::tree_attn;
 using ddtree::tree_attention_launch::fa3_balance_weight;
+using ddtree::tree_attention_launch::fa3_early_inputs;
 using ddtree::tree_attention_launch::fa3_lazy_mask_enabled;
 using ddtree::tree_attention_launch::fa3_strided_schedule;
 using ddtree::tree_attention_launch::make_plan;
+using ddtree::tree_attention_launch::merge_early_trigger;
 using ddtree::tree_attention_launch::Plan;
 
 template <class C>
@@ -98,6 +100,8 @@ ddtree_status_t prepare_fa3(int* ctas_per_sm) {
   DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<false>),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
   DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<true>),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
+  DDTREE_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(&ta::tree_attention_fa3_kernel<true, true>),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, F::SMEM));
   int occ = 0;
   DDTREE_CUDA_TRY(
@@ -195,8 +199,11 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
   // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
-  auto* kernel = fa3_strided_schedule() && kp.balance_w == 0 ? &ta::tree_attention_fa3_kernel<true>
-                                                             : &ta::tree_attention_fa3_kernel<false>;
+  // v18: the strided instance with the early input reads (fa3_early_inputs); chunked stays v10's kernel.
+  const bool strided = fa3_strided_schedule() && kp.balance_w == 0;
+  auto* kernel = !strided              ? &ta::tree_attention_fa3_kernel<false>
+                 : fa3_early_inputs() ? &ta::tree_attention_fa3_kernel<true, true>
+                                      : &ta::tree_attention_fa3_kernel<true>;
   // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
   // at once and not sticky), launch without it from then on.
   static bool pdl_refused = false;
@@ -225,8 +232,9 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   if (st != DDTREE_STATUS_SUCCESS || plan.num_splits == 1 || plan.cluster_merge || plan.fused_merge) return st;
   dim3 mgrid(static_cast<unsigned>((plan.row_tiles * F::BM + 3) / 4), static_cast<unsigned>(hkv),
              static_cast<unsigned>(batch));
-  return ddtree::detail::launch("tree_attention merge kernel", &ta::tree_attention_merge_kernel<F::D, F::BM>, mgrid,
-                                dim3(128), stream, /*pdl=*/true, params);
+  auto* merge = merge_early_trigger() ? &ta::tree_attention_merge_kernel<F::D, F::BM, true>
+                                      : &ta::tree_attention_merge_kernel<F::D, F::BM>;
+  return ddtree::detail::launch("tree_attention merge kernel", merge, mgrid, dim3(128), stream, /*pdl=*/true, params);
 }
 
 template <class C>

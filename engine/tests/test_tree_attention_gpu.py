@@ -4,6 +4,7 @@ Every test runs once per back end (mma.sync, wgmma, fa3) that the device and the
 run; a back end that cannot run a test's head_dim skips it rather than silently testing another."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -312,6 +313,41 @@ def test_tile_schedules_match_reference_and_chain_equals_causal(kv_chunk: int, m
     o_causal, lse_causal = kernel(chain, causal=True, kv_chunk=kv_chunk or 384)
     assert torch.equal(o_tree, o_causal) and torch.equal(lse_tree, lse_causal)
     assert_close_to_reference(chain, o_causal, lse_causal, causal=True)
+
+
+@pytest.mark.parametrize("kv_chunk", [1024, 256])
+def test_pdl_chain_reads_q_after_the_previous_launch(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 v18: three launches on one stream without a sync, each one's q the previous one's o. With the early
+    # input reads (DDTREE_TA_FA3_EARLY_INPUTS) and the merge kernel's early trigger (DDTREE_TA_MERGE_TRIGGER) a
+    # launch's CTAs start while the previous grid drains; q must still be read after its PDL wait. Chunk 1024:
+    # one split (fa3 after fa3), 256: four (fa3 after the merge kernel). Same bits with both off.
+    from ddtree_engine.ops import tree_attention
+
+    if _impl[0] != "fa3":
+        pytest.skip("the early PDL reads are fa3's")
+    case = make_case(8, 1, 128, ctx=[700, 40], n=[100, 60], page=16, seed=4711).to("cuda")
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("DDTREE_TA_FA3_EARLY_INPUTS", flag)
+        monkeypatch.setenv("DDTREE_TA_MERGE_TRIGGER", flag)
+        args = list(case.args())
+        # NaN in the allocator's free blocks, where the outputs will land: a q read too early shows up.
+        junk = torch.full((3 * case.q.numel(),), float("nan"), dtype=torch.bfloat16, device="cuda")
+        del junk
+        chain = [args[0]]
+        for _ in range(3):
+            args[0] = chain[-1]
+            chain.append(tree_attention(*args, kv_chunk=kv_chunk))
+            chain[-1] = chain[-1][0]
+        torch.cuda.synchronize()
+        outs[flag] = chain
+    for a, b in zip(outs["0"][1:], outs["1"][1:]):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    for q_prev, o in zip(outs["1"][:-1], outs["1"][1:]):
+        link = dataclasses.replace(case, q=q_prev)
+        o_ref, _ = ref.tree_attention(*link.to("cpu").args())
+        err = (o.float() - o_ref.cuda()).abs()
+        assert not torch.isnan(o).any() and err.max() <= 2e-2 * o_ref.abs().max().clamp_min(1e-3)
 
 
 def test_non_ancestor_kv_leaves_output_unchanged() -> None:

@@ -155,6 +155,25 @@ bool fa3_strided_schedule() {
   if (e != nullptr && std::strcmp(e, "chunked") == 0) return false;
   return DDTREE_TA_FA3_STRIDED_DEFAULT != 0;
 }
+// fa3 v18 (session 10): DDTREE_TA_FA3_EARLY_INPUTS=1|0 (read per launch; unset = the build's default,
+// DDTREE_TA_FA3_EARLY_DEFAULT) picks the strided instance that reads qo_indptr, ctx_len, the block table and
+// the ancestor words before its PDL wait (tree_attention_fa3_kernel's kEarlyInputs); DDTREE_TA_MERGE_TRIGGER
+// =1|0 (likewise, DDTREE_TA_MERGE_TRIGGER_DEFAULT) the merge kernel that lets the next PDL kernel launch from
+// its entry (kEarlyTrigger). Neither changes a result bit: only when the next grid's CTAs may start.
+#ifndef DDTREE_TA_FA3_EARLY_DEFAULT
+#define DDTREE_TA_FA3_EARLY_DEFAULT 0
+#endif
+#ifndef DDTREE_TA_MERGE_TRIGGER_DEFAULT
+#define DDTREE_TA_MERGE_TRIGGER_DEFAULT 0
+#endif
+static bool env_flag(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  if (e != nullptr && std::strcmp(e, "1") == 0) return true;
+  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+  return dflt;
+}
+bool fa3_early_inputs() { return env_flag("DDTREE_TA_FA3_EARLY_INPUTS", DDTREE_TA_FA3_EARLY_DEFAULT != 0); }
+bool merge_early_trigger() { return env_flag("DDTREE_TA_MERGE_TRIGGER", DDTREE_TA_MERGE_TRIGGER_DEFAULT != 0); }
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
 // boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile
 // (fa3_balanced_chunk). Changes the chunk boundaries, so results differ from uniform chunks by rounding.

@@ -32,6 +32,8 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
 // plan.cu: fa3 v10 switches read on every launch (see there).
 bool fa3_lazy_mask_enabled();
 bool fa3_strided_schedule();
+bool fa3_early_inputs();
+bool merge_early_trigger();
 int fa3_balance_weight();
 
 // tree_attention.cu: raises the chosen kernel's dynamic shared-memory limit (once per device) and returns

@@ -29,7 +29,13 @@ namespace tree_attn {
 // (fa3_strided_first: split s takes every nact-th 128-key tile, so the tree tiles at the end of the key
 // range go one to a split instead of all to the last chunk). Both instances are launched by the same
 // library, chosen per launch on the host (DDTREE_TA_FA3_SCHEDULE), so the kernel carries no switch.
-template <bool kStrided>
+// kEarlyInputs (v18, session 10): the PDL wait moves from the top of the kernel to just before the first
+// read of q or the K/V cache (the producer's first copy, the consumers' Q copies): qo_indptr, ctx_len, the
+// block table and the ancestor words are read while the previous kernel in the stream drains. Legal only
+// because the API makes those four inputs of the round (tree_attention.h: the kernel launched right before
+// tree_attention on the stream must not write them); q and the cache (the tree's K/V are written right before
+// in a model layer) and every output stay behind the wait. Chosen per launch (DDTREE_TA_FA3_EARLY_INPUTS).
+template <bool kStrided, bool kEarlyInputs = false>
 __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(const Params p) {
 #if defined(__CUDA_ARCH__)
 #if !DDTREE_TA_HAVE_WGMMA
@@ -72,8 +78,9 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   }
   __syncthreads();
   // Launched with programmatic dependent launch: the previous kernel in the stream (which may have
-  // written q, the K/V cache, the tree or the lengths) must be complete before the first global read.
-  ddtree::kernels::pdl_wait();
+  // written q, the K/V cache, the tree or the lengths) must be complete before the first global read;
+  // with kEarlyInputs, before the first read of q or the cache (below), the inputs being the caller's.
+  if constexpr (!kEarlyInputs) ddtree::kernels::pdl_wait();
   const int t0 = p.qo_indptr[b];
   const int n_b = max(0, min(min(p.qo_indptr[b + 1], p.num_tokens) - t0, p.n_max));
   const int G = p.group;
@@ -156,6 +163,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
     if (first_is_ctx && c_begin + tid < kv_len) page0 = page_of(c_begin + tid);
     if (second_is_ctx && k1 + tid < kv_len) page1 = page_of(k1 + tid);
     if (kpre_known && kpre + tid < kv_len) page_next = page_of(kpre + tid);
+    if constexpr (kEarlyInputs) ddtree::kernels::pdl_wait();  // the block-table loads are in flight
   }
 
   if (wg == 0 && first_is_ctx) {  // steps 0 (K_0) and, with a second context tile, 1 (K_1, then V_0)
@@ -187,6 +195,7 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 #pragma unroll
       for (int u = 0; u < 8; ++u) wd[u] = (8 * half + u) * 32 < n_b ? __ldg(row + 8 * half + u) : 0u;
     }
+    if constexpr (kEarlyInputs) ddtree::kernels::pdl_wait();  // before the Q copies (q: the predecessor's)
     {  // Q: each consumer its 64 rows (rows past rows_b are zero), resident for the whole loop. Thread
        // wtid copies 16-byte chunk wtid % 16 of rows wtid / 16 + 8 k (k < 8): the (node, head) of the
        // row advances by 8 rows per step without a division.

@@ -15,12 +15,17 @@ namespace tree_attn {
 
 // One warp per (request, kv head, row): combines the chunk partials in chunk order. Rows whose
 // request needed a single chunk were written by the main kernel and are skipped here.
-template <int D, int BM>
+// kEarlyTrigger (v18, session 10): griddepcontrol.launch_dependents at entry, so that a next kernel
+// launched with PDL (the next layer's fa3 kernel) may start its CTAs, and its prologue, while this grid
+// drains; it still waits for this grid's completion before it reads anything this grid wrote. Without
+// it, the next grid launches only once every CTA of this one has exited.
+template <int D, int BM, bool kEarlyTrigger = false>
 __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params p) {
   constexpr int kWarps = 4;
   const int lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);  // row within (b, h)
+  if constexpr (kEarlyTrigger) ddtree::kernels::pdl_launch_dependents();
   DDTREE_TA_MERGE_TRACE(0);
   const int t0 = p.qo_indptr[b];
   const int n_b = max(0, min(min(p.qo_indptr[b + 1], p.num_tokens) - t0, p.n_max));
