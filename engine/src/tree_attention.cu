@@ -167,9 +167,11 @@ namespace {
 // The fa3 kernel itself is launched with programmatic dependent launch as well (unless
 // DDTREE_DISABLE_PDL=1 or DDTREE_TA_FA3_PDL=0, the latter read on every launch so that a bench can
 // compare both in one process): its CTAs may be scheduled while the previous kernel in the stream
-// drains, and they execute griddepcontrol.wait before their first global access, so nothing is read
-// before that kernel's results are visible. The merge kernel (when the plan splits without the
-// cluster merge) follows with PDL too and waits for this kernel's partials the same way.
+// drains, and they execute griddepcontrol.wait before their first global access (v18's default instance:
+// before their first read of q or the cache, the four index inputs being read ahead; tree_attention.h
+// says which inputs the previous kernel must not write), so nothing it writes is read before it is
+// visible. The merge kernel (when the plan splits without the cluster merge) follows with PDL too and
+// waits for this kernel's partials the same way; it triggers its own dependents at entry (v18).
 bool fa3_pdl_enabled() {
   const char* e = std::getenv("DDTREE_TA_FA3_PDL");
   return ddtree::detail::pdl_enabled() && (e == nullptr || std::strcmp(e, "0") != 0);

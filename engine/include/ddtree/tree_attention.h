@@ -36,7 +36,14 @@
  * mma.sync tiles keys by 64, wgmma/fa3 by 128, so results differ by rounding between back ends; the
  * exactness statements above hold within one back end.
  * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
- * (different streams) need different workspaces: they would share partials and counters. */
+ * (different streams) need different workspaces: they would share partials and counters.
+ * Stream order (fa3 back end, programmatic dependent launch): the kernel may start while the kernel
+ * launched right before it on the stream still runs, and reads qo_indptr, ctx_len, block_table and anc
+ * before it waits for that kernel (q, the caches and every output only after). So those four must not be
+ * written by the kernel launched immediately before tree_attention (in a round they come from many
+ * launches earlier; q and the tree's K/V may be written right before). DDTREE_TA_FA3_EARLY_INPUTS=0 (or
+ * DDTREE_DISABLE_PDL=1) waits before every read. The merge kernel lets the next PDL kernel on the stream
+ * start its CTAs at its entry (DDTREE_TA_MERGE_TRIGGER=0: at its exit); results never depend on either. */
 #ifndef DDTREE_TREE_ATTENTION_H_
 #define DDTREE_TREE_ATTENTION_H_
 

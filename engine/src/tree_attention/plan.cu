@@ -159,12 +159,15 @@ bool fa3_strided_schedule() {
 // DDTREE_TA_FA3_EARLY_DEFAULT) picks the strided instance that reads qo_indptr, ctx_len, the block table and
 // the ancestor words before its PDL wait (tree_attention_fa3_kernel's kEarlyInputs); DDTREE_TA_MERGE_TRIGGER
 // =1|0 (likewise, DDTREE_TA_MERGE_TRIGGER_DEFAULT) the merge kernel that lets the next PDL kernel launch from
-// its entry (kEarlyTrigger). Neither changes a result bit: only when the next grid's CTAs may start.
+// its entry (kEarlyTrigger). Neither changes a result bit: only when the next grid's CTAs may start. Both on by
+// default: measured on the H200 in one process against both off (v17's launch sequence) and main's library,
+// 8/1 x 512 x 4k 25.0-25.2 -> 24.4-24.5 µs in alternating rounds (three passes), 8/1 x 64 x 4k 15.0-15.2 ->
+// 13.6-13.8, the other shapes within 0.98-1.03 (engine/bench/NOTES.md, "### v18").
 #ifndef DDTREE_TA_FA3_EARLY_DEFAULT
-#define DDTREE_TA_FA3_EARLY_DEFAULT 0
+#define DDTREE_TA_FA3_EARLY_DEFAULT 1
 #endif
 #ifndef DDTREE_TA_MERGE_TRIGGER_DEFAULT
-#define DDTREE_TA_MERGE_TRIGGER_DEFAULT 0
+#define DDTREE_TA_MERGE_TRIGGER_DEFAULT 1
 #endif
 static bool env_flag(const char* name, bool dflt) {
   const char* e = std::getenv(name);

@@ -36,6 +36,11 @@
 // (whose CTAs set the kernel's span); the default, measured faster on the H200. v10's contiguous chunks stay
 // selectable per launch (DDTREE_TA_FA3_SCHEDULE=chunked; tree_attention_fa3_kernel<false>).
 //
+// v18 (session 10): the strided instance reads qo_indptr, ctx_len, the block table and the ancestor words
+// before its PDL wait (kEarlyInputs; q and the cache after it), and the merge kernel triggers its
+// dependents at entry (kEarlyTrigger), so a launch after a launch overlaps its prologue with the previous
+// grid's tail. Both default, same bits; DDTREE_TA_FA3_EARLY_INPUTS=0 / DDTREE_TA_MERGE_TRIGGER=0 per launch.
+//
 // Ordering: the producer's cp.async writes complete on the stage's full mbarrier (asynchronous
 // arrive of each producer thread); consumers wait on it (acquire) and issue fence.proxy.async before
 // their wgmma (async proxy) reads the stage. A consumer warp arrives on a stage's empty barrier only
