@@ -162,7 +162,9 @@ bool fa3_strided_schedule() {
 // its entry (kEarlyTrigger). Neither changes a result bit: only when the next grid's CTAs may start. Both on by
 // default: measured on the H200 in one process against both off (v17's launch sequence) and main's library,
 // 8/1 x 512 x 4k 25.0-25.2 -> 24.4-24.5 µs in alternating rounds (three passes), 8/1 x 64 x 4k 15.0-15.2 ->
-// 13.6-13.8, the other shapes within 0.98-1.03 (engine/bench/NOTES.md, "### v18").
+// 13.6-13.8, the other shapes within 0.98-1.03 (engine/bench/NOTES.md, "### v18"). That gain is the overlap of
+// consecutive tree_attention calls (the bench's graph): after a torch kernel, as in a model layer, it measured
+// 0.993-1.006 (no change either way).
 #ifndef DDTREE_TA_FA3_EARLY_DEFAULT
 #define DDTREE_TA_FA3_EARLY_DEFAULT 1
 #endif
