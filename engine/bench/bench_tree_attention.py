@@ -145,16 +145,19 @@ FA3_AB = {
     # v18 (session 10): the PDL wait back at the top of the kernel (v17's), the merge kernel's trigger back at
     # its exit (implicit), and both (= v17's launch sequence); none of them changes a bit.
     "fa3_late_wait": {"DDTREE_TA_FA3_EARLY_INPUTS": "0"},
+    "fa3_early_inputs": {"DDTREE_TA_FA3_EARLY_INPUTS": "1"},  # as inputs_ready=True (every call of ours may)
     "fa3_merge_late": {"DDTREE_TA_MERGE_TRIGGER": "0"},
     "fa3_v17": {"DDTREE_TA_FA3_EARLY_INPUTS": "0", "DDTREE_TA_MERGE_TRIGGER": "0"},
 }
-FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask", "fa3_late_wait", "fa3_merge_late", "fa3_v17"}
+FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask", "fa3_late_wait", "fa3_early_inputs", "fa3_merge_late",
+                "fa3_v17"}
 
 
 def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,
               use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128,
               ab: bool = False, ab_libs: dict[str, str] | None = None,
-              peer: Callable[[], object] | None = None, ab_rounds: int = 0, model_pred: bool = False) -> dict:
+              peer: Callable[[], object] | None = None, ab_rounds: int = 0, model_pred: bool = False,
+              inputs_ready: bool = False) -> dict:
     gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
     parents = torch.tensor([ddtree_like_parents(n, gen)])
     anc = ref.anc_from_parents(parents).cuda()
@@ -195,7 +198,7 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         i = i_ours[0] = (i_ours[0] + 1) % sets
         if model_pred:
             kcs[i].view(-1, hkv, d).index_copy_(0, tree_slots[i], tree_k[i])
-        return tree_attention(qs[i], kcs[i], vcs[i], indptr, bts[i], ctx_t, anc, scale)
+        return tree_attention(qs[i], kcs[i], vcs[i], indptr, bts[i], ctx_t, anc, scale, inputs_ready=inputs_ready)
 
     row = {"hq": hq, "hkv": hkv, "n": n, "ctx": ctx}
     flops = 4.0 * n * length * d * hq
@@ -460,6 +463,9 @@ def main() -> None:
                     "(default: all; it has never compiled at 64 nodes here, and each attempt is slow)")
     ap.add_argument("--model-predecessor", action="store_true", help="time each call of ours after an index_copy_ "
                     "of the tree's K rows into the cache (a model layer's kernel before attention; times include it)")
+    ap.add_argument("--inputs-ready", action="store_true", help="call ours with inputs_ready=True (fa3 reads "
+                    "qo_indptr, ctx_len, the block table and the bitset before its PDL wait; true here: no call of "
+                    "ours writes them)")
     ap.add_argument("--flex-hq", default="", help="comma list of query-head counts to run flex_attention at "
                     "(default: all)")
     args = ap.parse_args()
@@ -489,7 +495,8 @@ def main() -> None:
     rows = []
     for hq, hkv, n, ctx in shapes:
         rows.append(run_shape(hq, hkv, n, ctx, bw, rate, impls, use_flex=False, ab=args.ab, ab_libs=ab_libs,
-                              peer=peer, ab_rounds=args.ab_rounds, model_pred=args.model_predecessor))
+                              peer=peer, ab_rounds=args.ab_rounds, model_pred=args.model_predecessor,
+                              inputs_ready=args.inputs_ready))
         print(json.dumps(rows[-1]), flush=True)
     save(rows)
     print_table(rows, impls)

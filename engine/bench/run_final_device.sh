@@ -90,7 +90,7 @@ else
   tail -16 "$OUT/bench_build_tree.log"
   stamp "bench tree_attention (fa3 vs SDPA; flex at 64/8 x 512)"
   timeout 150 python3 engine/bench/bench_tree_attention.py --impls fa3 --flex-hq 64 --flex-nodes 512 \
-    --interleaved-floor --json "$OUT/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
+    --interleaved-floor --ab --ab-only fa3_early_inputs --json "$OUT/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
   tail -14 "$OUT/bench_tree_attention.log"
   # Session 9: the presets (bench_e2e.py PRESETS). toy = the 2-layer model of every session; qwen3-0.6b = the same
   # TinyTransformer at Qwen3-0.6B's shape in bf16 (the fused fast path). --cupti adds the CUPTI engine-ops share.

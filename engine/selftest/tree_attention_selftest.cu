@@ -374,7 +374,9 @@ void pdl_chain() {
       std::vector<uint16_t> out[2][kLinks + 1];
       std::vector<float> lse_out[2][kLinks + 1];
       for (int early = 0; early < 2; ++early) {
-        setenv("DDTREE_TA_FA3_EARLY_INPUTS", early ? "1" : "0", 1);
+        // early: the caller's promise (DDTREE_TA_INPUTS_READY: each launch writes only the next one's q) and the
+        // merge kernel's early trigger; late: neither.
+        unsetenv("DDTREE_TA_FA3_EARLY_INPUTS");
         setenv("DDTREE_TA_MERGE_TRIGGER", early ? "1" : "0", 1);
         std::vector<st::DeviceBuffer<uint16_t>> q;
         std::vector<st::DeviceBuffer<float>> lse;
@@ -386,11 +388,18 @@ void pdl_chain() {
         }
         ST_CUDA(cudaDeviceSynchronize());
         for (int i = 0; i < kLinks; ++i)
-          ST_CHECK_STATUS(ddtree_tree_attention(q[i].ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, anc.ptr,
-                                                q[i + 1].ptr, lse[i].ptr, c.T(), c.B(), c.hq, c.hkv, c.d, c.num_pages,
-                                                c.page, c.max_pages, c.n_max, c.sm_scale, chunk,
-                                                DDTREE_DTYPE_BFLOAT16, ws.ptr, ws_bytes, nullptr));
+          ST_CHECK_STATUS(ddtree_tree_attention_ex(q[i].ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, anc.ptr,
+                                                   q[i + 1].ptr, lse[i].ptr, c.T(), c.B(), c.hq, c.hkv, c.d,
+                                                   c.num_pages, c.page, c.max_pages, c.n_max, c.sm_scale, chunk,
+                                                   DDTREE_DTYPE_BFLOAT16, ws.ptr, ws_bytes, nullptr,
+                                                   early ? DDTREE_TA_INPUTS_READY : 0u));
         ST_CUDA(cudaDeviceSynchronize());
+        if (early == 0)  // an unknown flag bit is refused before anything is launched
+          ST_EXPECT(ddtree_tree_attention_ex(q[0].ptr, k.ptr, v.ptr, indptr.ptr, bt.ptr, ctx.ptr, anc.ptr,
+                                             q[1].ptr, lse[0].ptr, c.T(), c.B(), c.hq, c.hkv, c.d, c.num_pages,
+                                             c.page, c.max_pages, c.n_max, c.sm_scale, chunk, DDTREE_DTYPE_BFLOAT16,
+                                             ws.ptr, ws_bytes, nullptr, 2u) == DDTREE_STATUS_INVALID_ARGUMENT,
+                    "%s: flags 2 accepted", impl);
         for (int i = 0; i <= kLinks; ++i) out[early][i] = q[i].download();
         for (int i = 0; i < kLinks; ++i) lse_out[early][i] = lse[i].download();
       }

@@ -177,7 +177,8 @@ bool fa3_pdl_enabled() {
   return ddtree::detail::pdl_enabled() && (e == nullptr || std::strcmp(e, "0") != 0);
 }
 
-ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, cudaStream_t stream) {
+ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const Plan& plan, bool inputs_ready,
+                           cudaStream_t stream) {
   using F = ta::Fa3Config;
   static_assert(F::BM == ta::WgmmaConfig128::BM, "fa3 shares the wgmma plan and merge kernel");
   cudaLaunchConfig_t cfg = {};
@@ -201,10 +202,11 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
   // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
-  // v18: the strided instance with the early input reads (fa3_early_inputs); chunked stays v10's kernel.
+  // v18: the strided instance with the early input reads when the caller says the inputs are ready
+  // (fa3_early_inputs); chunked stays v10's kernel.
   const bool strided = fa3_strided_schedule() && kp.balance_w == 0;
   auto* kernel = !strided              ? &ta::tree_attention_fa3_kernel<false>
-                 : fa3_early_inputs() ? &ta::tree_attention_fa3_kernel<true, true>
+                 : fa3_early_inputs(inputs_ready) ? &ta::tree_attention_fa3_kernel<true, true>
                                       : &ta::tree_attention_fa3_kernel<true>;
   // Should a driver refuse PDL (alone or together with cluster dims: a configuration error, returned
   // at once and not sticky), launch without it from then on.
@@ -261,6 +263,18 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
     int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
     int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
     void* workspace, size_t workspace_bytes, void* stream) {
+  return ddtree_tree_attention_ex(q, k_cache, v_cache, qo_indptr, block_table, ctx_len, anc, o, lse, num_tokens,
+                                  batch, num_qo_heads, num_kv_heads, head_dim, num_pages, page_size, max_pages,
+                                  n_max, sm_scale, kv_chunk, dtype, workspace, workspace_bytes, stream, 0u);
+}
+
+DDTREE_API ddtree_status_t ddtree_tree_attention_ex(
+    const void* q, const void* k_cache, const void* v_cache, const int32_t* qo_indptr,
+    const int32_t* block_table, const int32_t* ctx_len, const uint32_t* anc, void* o, float* lse,
+    int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
+    int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
+    void* workspace, size_t workspace_bytes, void* stream, unsigned flags) {
+  DDTREE_REQUIRE((flags & ~DDTREE_TA_INPUTS_READY) == 0u, "tree_attention: unknown flags 0x%x", flags);
   if (dtype != DDTREE_DTYPE_BFLOAT16)
     return fail(DDTREE_STATUS_UNSUPPORTED, "tree_attention: dtype %d not supported (bf16 only)", static_cast<int>(dtype));
   DDTREE_REQUIRE(num_tokens >= 0, "tree_attention: num_tokens %d < 0", num_tokens);
@@ -312,7 +326,7 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
 
   auto s = static_cast<cudaStream_t>(stream);
   if (plan.impl == DDTREE_TA_IMPL_FA3) {
-    return launch_fa3(params, batch, num_kv_heads, plan, s);
+    return launch_fa3(params, batch, num_kv_heads, plan, (flags & DDTREE_TA_INPUTS_READY) != 0u, s);
   } else if (plan.impl == DDTREE_TA_IMPL_WGMMA) {
     launch<ta::WgmmaConfig128>(params, batch, num_kv_heads, plan, s);
   } else {

@@ -318,9 +318,10 @@ def test_tile_schedules_match_reference_and_chain_equals_causal(kv_chunk: int, m
 @pytest.mark.parametrize("kv_chunk", [1024, 256])
 def test_pdl_chain_reads_q_after_the_previous_launch(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # fa3 v18: three launches on one stream without a sync, each one's q the previous one's o. With the early
-    # input reads (DDTREE_TA_FA3_EARLY_INPUTS) and the merge kernel's early trigger (DDTREE_TA_MERGE_TRIGGER) a
-    # launch's CTAs start while the previous grid drains; q must still be read after its PDL wait. Chunk 1024:
-    # one split (fa3 after fa3), 256: four (fa3 after the merge kernel). Same bits with both off.
+    # input reads (inputs_ready=True: the previous launch writes only q) and the merge kernel's early trigger
+    # (DDTREE_TA_MERGE_TRIGGER) a launch's CTAs start while the previous grid drains; q must still be read
+    # after its PDL wait. Chunk 1024: one split (fa3 after fa3), 256: four (fa3 after the merge kernel). Same
+    # bits with both off.
     from ddtree_engine.ops import tree_attention
 
     if _impl[0] != "fa3":
@@ -328,7 +329,7 @@ def test_pdl_chain_reads_q_after_the_previous_launch(kv_chunk: int, monkeypatch:
     case = make_case(8, 1, 128, ctx=[700, 40], n=[100, 60], page=16, seed=4711).to("cuda")
     outs = {}
     for flag in ("0", "1"):
-        monkeypatch.setenv("DDTREE_TA_FA3_EARLY_INPUTS", flag)
+        monkeypatch.delenv("DDTREE_TA_FA3_EARLY_INPUTS", raising=False)
         monkeypatch.setenv("DDTREE_TA_MERGE_TRIGGER", flag)
         args = list(case.args())
         # NaN in the allocator's free blocks, where the outputs will land: a q read too early shows up.
@@ -337,7 +338,7 @@ def test_pdl_chain_reads_q_after_the_previous_launch(kv_chunk: int, monkeypatch:
         chain = [args[0]]
         for _ in range(3):
             args[0] = chain[-1]
-            chain.append(tree_attention(*args, kv_chunk=kv_chunk))
+            chain.append(tree_attention(*args, kv_chunk=kv_chunk, inputs_ready=flag == "1"))
             chain[-1] = chain[-1][0]
         torch.cuda.synchronize()
         outs[flag] = chain

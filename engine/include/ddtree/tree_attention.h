@@ -38,12 +38,15 @@
  * Launches on `stream`, never synchronizes, capturable in a CUDA graph. Two launches that run at once
  * (different streams) need different workspaces: they would share partials and counters.
  * Stream order (fa3 back end, programmatic dependent launch): the kernel may start while the kernel
- * launched right before it on the stream still runs, and reads qo_indptr, ctx_len, block_table and anc
- * before it waits for that kernel (q, the caches and every output only after). So those four must not be
- * written by the kernel launched immediately before tree_attention (in a round they come from many
- * launches earlier; q and the tree's K/V may be written right before). DDTREE_TA_FA3_EARLY_INPUTS=0 (or
- * DDTREE_DISABLE_PDL=1) waits before every read. The merge kernel lets the next PDL kernel on the stream
- * start its CTAs at its entry (DDTREE_TA_MERGE_TRIGGER=0: at its exit); results never depend on either. */
+ * launched right before it on the stream still runs, and waits for that kernel before it reads anything.
+ * ddtree_tree_attention_ex with DDTREE_TA_INPUTS_READY in `flags` lets it read qo_indptr, ctx_len,
+ * block_table and anc BEFORE that wait (q, the caches and every output only after), so the caller promises
+ * that the kernel launched immediately before tree_attention does not write those four (in a decoding round
+ * they come from many launches earlier; q and the tree's K/V may be written right before). Without the flag
+ * (ddtree_tree_attention) nothing is read before the wait. DDTREE_TA_FA3_EARLY_INPUTS=1|0 overrides the flag
+ * for A/B runs; DDTREE_DISABLE_PDL=1 launches without PDL. The merge kernel lets the next PDL kernel on the
+ * stream start its CTAs at its entry (DDTREE_TA_MERGE_TRIGGER=0: at its exit): a PDL kernel waits before it
+ * reads. Results never depend on either. */
 #ifndef DDTREE_TREE_ATTENTION_H_
 #define DDTREE_TREE_ATTENTION_H_
 
@@ -99,6 +102,17 @@ DDTREE_API ddtree_status_t ddtree_tree_attention(
     int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
     int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
     void* workspace, size_t workspace_bytes, void* stream);
+
+/* Flags of ddtree_tree_attention_ex. */
+#define DDTREE_TA_INPUTS_READY 1u /* qo_indptr, ctx_len, block_table, anc not written by the previous launch */
+
+/* ddtree_tree_attention with `flags` (0 = ddtree_tree_attention; unknown bits: DDTREE_STATUS_INVALID_ARGUMENT). */
+DDTREE_API ddtree_status_t ddtree_tree_attention_ex(
+    const void* q, const void* k_cache, const void* v_cache, const int32_t* qo_indptr,
+    const int32_t* block_table, const int32_t* ctx_len, const uint32_t* anc, void* o, float* lse,
+    int num_tokens, int batch, int num_qo_heads, int num_kv_heads, int head_dim, int num_pages,
+    int page_size, int max_pages, int n_max, float sm_scale, int kv_chunk, ddtree_dtype_t dtype,
+    void* workspace, size_t workspace_bytes, void* stream, unsigned flags);
 
 #ifdef __cplusplus
 }

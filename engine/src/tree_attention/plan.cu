@@ -155,19 +155,18 @@ bool fa3_strided_schedule() {
   if (e != nullptr && std::strcmp(e, "chunked") == 0) return false;
   return DDTREE_TA_FA3_STRIDED_DEFAULT != 0;
 }
-// fa3 v18 (session 10): DDTREE_TA_FA3_EARLY_INPUTS=1|0 (read per launch; unset = the build's default,
-// DDTREE_TA_FA3_EARLY_DEFAULT) picks the strided instance that reads qo_indptr, ctx_len, the block table and
-// the ancestor words before its PDL wait (tree_attention_fa3_kernel's kEarlyInputs); DDTREE_TA_MERGE_TRIGGER
-// =1|0 (likewise, DDTREE_TA_MERGE_TRIGGER_DEFAULT) the merge kernel that lets the next PDL kernel launch from
-// its entry (kEarlyTrigger). Neither changes a result bit: only when the next grid's CTAs may start. Both on by
-// default: measured on the H200 in one process against both off (v17's launch sequence) and main's library,
-// 8/1 x 512 x 4k 25.0-25.2 -> 24.4-24.5 µs in alternating rounds (three passes), 8/1 x 64 x 4k 15.0-15.2 ->
-// 13.6-13.8, the other shapes within 0.98-1.03 (engine/bench/NOTES.md, "### v18"). That gain is the overlap of
-// consecutive tree_attention calls (the bench's graph): after a torch kernel, as in a model layer, it measured
-// 0.993-1.006 (no change either way).
-#ifndef DDTREE_TA_FA3_EARLY_DEFAULT
-#define DDTREE_TA_FA3_EARLY_DEFAULT 1
-#endif
+// fa3 v18 (session 10): the strided instance that reads qo_indptr, ctx_len, the block table and the ancestor
+// words before its PDL wait (tree_attention_fa3_kernel's kEarlyInputs) runs only when the caller says those
+// inputs are ready (DDTREE_TA_INPUTS_READY in ddtree_tree_attention_ex's flags: the kernel launched right before
+// does not write them); DDTREE_TA_FA3_EARLY_INPUTS=1|0 (read per launch) overrides that for A/B runs. The merge
+// kernel that lets the next PDL kernel launch from its entry (kEarlyTrigger) is the default (DDTREE_TA_MERGE_TRIGGER
+// =0 or the build's DDTREE_TA_MERGE_TRIGGER_DEFAULT=0: at its exit): every PDL kernel of this library waits before
+// it reads what the merge wrote. Neither changes a result bit: only when the next grid's CTAs may start. Measured
+// on the H200 in one process against both off (v17's launch sequence) and main's library: 8/1 x 512 x 4k
+// 25.0-25.2 -> 24.4-24.5 µs with both, back to back (each call after the previous call's merge kernel), 8/1 x 64 x 4k
+// 15.0-15.2 -> 13.6-13.8, the trigger alone 0.1-0.6 µs, the other shapes within 0.98-1.03 (engine/bench/NOTES.md,
+// "### v18"). After a torch kernel, as in a model layer today, both measured 0.993-1.006: torch kernels never let
+// a PDL successor start early.
 #ifndef DDTREE_TA_MERGE_TRIGGER_DEFAULT
 #define DDTREE_TA_MERGE_TRIGGER_DEFAULT 1
 #endif
@@ -177,7 +176,7 @@ static bool env_flag(const char* name, bool dflt) {
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   return dflt;
 }
-bool fa3_early_inputs() { return env_flag("DDTREE_TA_FA3_EARLY_INPUTS", DDTREE_TA_FA3_EARLY_DEFAULT != 0); }
+bool fa3_early_inputs(bool inputs_ready) { return env_flag("DDTREE_TA_FA3_EARLY_INPUTS", inputs_ready); }
 bool merge_early_trigger() { return env_flag("DDTREE_TA_MERGE_TRIGGER", DDTREE_TA_MERGE_TRIGGER_DEFAULT != 0); }
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
 // boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile

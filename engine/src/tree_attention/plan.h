@@ -32,7 +32,7 @@ ddtree_status_t make_plan(int batch, int hq, int hkv, int d, int n_max, int max_
 // plan.cu: fa3 v10 switches read on every launch (see there).
 bool fa3_lazy_mask_enabled();
 bool fa3_strided_schedule();
-bool fa3_early_inputs();
+bool fa3_early_inputs(bool inputs_ready);
 bool merge_early_trigger();
 int fa3_balance_weight();
 

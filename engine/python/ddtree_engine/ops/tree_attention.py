@@ -64,14 +64,16 @@ def use_impl(name: str) -> Iterator[None]:
         set_impl("auto")
 
 _PLAN_ARGS = [ctypes.c_int] * 8
+_INPUTS_READY = 1  # DDTREE_TA_INPUTS_READY
 
 
 def _fn_launch() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
     return _lib.function(
-        "ddtree_tree_attention",
+        "ddtree_tree_attention_ex",
         [ctypes.c_void_p] * 9
         + [ctypes.c_int] * 9
-        + [ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+        + [ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+           ctypes.c_uint],
     )
 
 
@@ -123,8 +125,14 @@ def tree_attention(
     sm_scale: float,
     *,
     kv_chunk: int = 0,
+    inputs_ready: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """o [T, Hq, D] bf16, lse [T, Hq] f32. ``anc=None``: causal (chain) mode."""
+    """o [T, Hq, D] bf16, lse [T, Hq] f32. ``anc=None``: causal (chain) mode.
+
+    ``inputs_ready=True`` promises that the CUDA kernel launched right before this call (on the current stream)
+    does not write qo_indptr, ctx_len, block_table or anc, so the fa3 back end may read them while that kernel
+    still runs (programmatic dependent launch; DDTREE_TA_INPUTS_READY in tree_attention.h). Same results
+    either way; a broken promise reads stale values."""
     tensors = [q, k_cache, v_cache, qo_indptr, block_table, ctx_len] + ([] if anc is None else [anc])
     device = cuda_device_of(*tensors)
     require(q.dim() == 3, f"q must be [T, Hq, D], got shape {tuple(q.shape)}")
@@ -160,6 +168,7 @@ def tree_attention(
         ptr(o), ptr(lse),
         t_total, bsz, hq, k_cache.shape[2], d, k_cache.shape[0], k_cache.shape[1], block_table.shape[1],
         n_max, float(sm_scale), kv_chunk, _lib.DTYPE_BFLOAT16, ptr(ws), ws.numel(), stream_handle(device),
+        _INPUTS_READY if inputs_ready else 0,
     )
     _lib.check(status, "tree_attention")
     return o, lse

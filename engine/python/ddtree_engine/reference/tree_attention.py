@@ -103,8 +103,9 @@ def tree_attention(
     sm_scale: float,
     *,
     kv_chunk: int = 0,
+    inputs_ready: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    del kv_chunk  # kernel-only knob
+    del kv_chunk, inputs_ready  # kernel-only knobs (split size; when the CUDA kernel may read its inputs)
     t_total, hq, d = q.shape
     hkv = k_cache.shape[2]
     if hq % hkv:
