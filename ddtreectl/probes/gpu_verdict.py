@@ -156,7 +156,10 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
                  "no-devices": "nvidia-smi found no devices",
                  "not-run": "nvidia-smi was not run"}.get(first.status, "nvidia-smi failed")
         detail = f": {first.detail}" if first.detail and first.status not in ("missing",) else ""
-        reasons.append(f"GPU state unknown: {words}{detail} ({len(failed)} of {len(states)} samples)")
+        # Without nvidia-smi nothing was sampled (`samples: 0`): a count of "1 of 1 samples" said
+        # the opposite of the JSON and of the header line ("not sampled").
+        count = "" if first.status == "missing" else f" ({len(failed)} of {len(states)} samples)"
+        reasons.append(f"GPU state unknown: {words}{detail}{count}")
     ok_states = [s for s in states if s.status == "ok"]
     if any(not s.apps_known for s in ok_states):
         unknown = True

@@ -109,6 +109,9 @@ def test_the_text_line_says_how_the_verdict_was_sampled(tmp_path: Path) -> None:
     assert missing.returncode == 7, missing.stderr
     assert "UNKNOWN" in missing.stdout and "not sampled: nvidia-smi is not installed" in missing.stdout, missing.stdout
     assert "sample(s)" not in missing.stdout and "apart" not in missing.stdout, missing.stdout
+    # The reason line below it said "(1 of 1 samples)" while --json said `samples: 0`.
+    assert "GPU state unknown: nvidia-smi is not installed\n" in missing.stdout, missing.stdout
+    assert " of 1 samples" not in missing.stdout, missing.stdout
 
 
 def test_json_says_nothing_was_sampled_without_nvidia_smi(tmp_path: Path) -> None:
@@ -127,3 +130,4 @@ def test_json_says_nothing_was_sampled_without_nvidia_smi(tmp_path: Path) -> Non
     (host,) = json.loads(run.stdout)["hosts"]
     assert (host["verdict"], host["samples"], host["nvidia_smi_missing"], host["nvidia_smi_ms"]) == \
         ("unknown", 0, True, None), host
+    assert host["reasons"] == ["GPU state unknown: nvidia-smi is not installed"], host  # no "(1 of 1 samples)"

@@ -210,7 +210,8 @@ def test_script_nvidia_smi_absent_is_unknown(tmp_path: Path) -> None:
     assert [st.status for st in s.samples] == ["missing"]  # one try: nothing changes between samples
     v = gpu_verdict(s, unit=None, expected_gpus=0)
     assert v.verdict == "unknown"
-    assert v.reasons == ("GPU state unknown: nvidia-smi is not installed (1 of 1 samples)",)
+    assert v.reasons == ("GPU state unknown: nvidia-smi is not installed",)  # nothing sampled: no "1 of 1"
+    assert v.samples == 0 and v.nvidia_smi_missing
 
 
 @pytest.mark.parametrize("name,rc,words", [
