@@ -39,6 +39,18 @@ class DdtreeError(Exception):
         return f"{self.host}: {self.message}" if self.host else self.message
 
 
+def fan_out_exit_code(failed: list[int], total: int) -> int:
+    """The exit status of a command run over `total` hosts whose failed hosts' codes are `failed`: 0
+    when none failed; the code they share when every host failed the same way, so one host alone
+    exits as a single-host command would (unreachable: 4, refused gate: 5); else 6 (some hosts
+    succeeded, or the failures differ). README "Exit codes" states this rule for every fan-out."""
+    if not failed:
+        return int(ExitCode.OK)
+    if len(failed) == total and len(set(failed)) == 1:
+        return failed[0]
+    return int(ExitCode.PARTIAL)
+
+
 class UsageError(DdtreeError):
     exit_code = ExitCode.USAGE
 

@@ -20,6 +20,7 @@ from ddtreectl.errors import (
     ExitCode,
     HostKeyError,
     IdentityMismatchError,
+    fan_out_exit_code,
 )
 from ddtreectl.inventory.models import Host
 
@@ -74,17 +75,17 @@ class FleetResult(Generic[T]):
                 return r
         raise KeyError(name)
 
-    def exit_code(self) -> ExitCode:
+    def exit_code(self) -> int:
         """0 when every host answered; 4 when any host's key/identity was refused (that needs a
-        human, so it outranks everything); 1 when a failure was a bug, not a host; else 6."""
+        human, so it outranks everything); 1 when a failure was a bug, not a host; else the fan-out
+        rule (errors.fan_out_exit_code): the code every failure shares, or 6 (some succeeded)."""
         failed = self.failed
-        if not failed:
-            return ExitCode.OK
         if any(r.refused_identity for r in failed):
-            return ExitCode.CONNECTION
+            return int(ExitCode.CONNECTION)
         if any(not isinstance(r.error, DdtreeError) for r in failed):
-            return ExitCode.INTERNAL
-        return ExitCode.PARTIAL
+            return int(ExitCode.INTERNAL)
+        return fan_out_exit_code([int(r.error.exit_code) for r in failed if isinstance(r.error, DdtreeError)],
+                                 len(self.results))
 
 
 def run_on_hosts(

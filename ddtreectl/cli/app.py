@@ -18,7 +18,8 @@ app = typer.Typer(
     # Pygments (~90 ms, half of `ddtreectl --help`) to draw boxes around the same text.
     rich_markup_mode=None,
     epilog="Exit codes: 0 ok, 1 internal, 2 usage, 3 inventory invalid, 4 connection or host key refused, "
-           "5 remote command failed, 6 some hosts failed, 7 GPUs busy or unknown, 8 lock held, 130 interrupted; "
+           "5 remote command failed, 6 some hosts failed (others did not, or they failed differently; every host "
+           "failing the same way exits with that code), 7 GPUs busy or unknown, 8 lock held, 130 interrupted; "
            "killed by SIGPIPE (shell: 141), silently, when the reader of the output has gone (`| head -1`).",
 )
 

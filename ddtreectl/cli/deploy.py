@@ -11,7 +11,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import ExitCode, InterruptedByOperatorError, UsageError
+from ddtreectl.errors import ExitCode, InterruptedByOperatorError, UsageError, fan_out_exit_code
 from ddtreectl.inventory.models import Host, Inventory
 
 if TYPE_CHECKING:
@@ -80,12 +80,7 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
 
 
 def exit_code_of(errors: list[BaseException], total: int) -> int:
-    if not errors:
-        return 0
-    if len(errors) < total:
-        return int(ExitCode.PARTIAL)
-    codes = {int(getattr(e, "exit_code", ExitCode.INTERNAL)) for e in errors}
-    return codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL)
+    return fan_out_exit_code([int(getattr(e, "exit_code", ExitCode.INTERNAL)) for e in errors], total)
 
 
 @app.command("deploy")

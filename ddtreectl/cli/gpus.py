@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ddtreectl.cli.app import app
-from ddtreectl.errors import DdtreeError, ExitCode
+from ddtreectl.errors import ExitCode
 
 
 @app.command()
@@ -30,8 +30,8 @@ def gpus(
     --json (`ddtreectl.gpus/1`): `samples` counts the nvidia-smi readings taken: 0, with
     `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed.
 
-    Exit codes: 0 every host idle; 7 some host busy or unknown; 4/6 a host could not be asked
-    (4 alone, 6 among several).
+    Exit codes: 0 every host idle; 7 some host busy or unknown; 4 no host could be asked (a
+    host's key or identity refused: 4 whatever the others said); 6 some could be asked, some not.
     """
     from ddtreectl.cli.common import load_inventory
     from ddtreectl.fleet import run_on_hosts
@@ -63,9 +63,7 @@ def gpus(
     checks = [r.value for r in fleet.results if r.value is not None]
     errors = [(r.host.name, r.error) for r in fleet.failed if r.error is not None]
     if fleet.failed:
-        first = fleet.failed[0].error
-        code = int(first.exit_code) if len(hosts) == 1 and isinstance(first, DdtreeError) else int(
-            fleet.exit_code())
+        code = fleet.exit_code()
     else:
         code = int(ExitCode.OK if all(c.verdict.idle for c in checks) else ExitCode.GPUS_BUSY)
     if json_out:

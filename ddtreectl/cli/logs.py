@@ -11,7 +11,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteCommandError, UsageError
+from ddtreectl.errors import DdtreeError, ExitCode, InventoryError, RemoteCommandError, UsageError, fan_out_exit_code
 
 
 @app.command("logs")
@@ -87,9 +87,7 @@ def logs_command(
     for t in threads:
         while t.is_alive():
             t.join(0.5)
-    codes = {int(err.exit_code) for err in failures.values()}
-    code = 0 if not failures else codes.pop() if len(codes) == 1 and len(failures) == len(hosts) \
-        else int(ExitCode.PARTIAL)
+    code = fan_out_exit_code([int(err.exit_code) for err in failures.values()], len(hosts))
     if json_out:
         from ddtreectl.ui.logs_view import logs_json
 

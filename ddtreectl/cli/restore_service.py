@@ -8,7 +8,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.errors import DdtreeError, ExitCode, PartialFailureError, UsageError
+from ddtreectl.errors import DdtreeError, ExitCode, UsageError, fan_out_exit_code
 
 
 @app.command("restore-service")
@@ -103,13 +103,6 @@ def restore_service_command(
 
 
 def _exit_code(errors: list[Any], failed_gates: list[Any], total: int) -> int:
-    """0 all healthy; 6 some hosts failed while others succeeded; else the one code all failures share
-    (a failed gate is 5), or 6 when they differ."""
-    if not errors and not failed_gates:
-        return 0
-    if len(errors) + len(failed_gates) < total:
-        return int(PartialFailureError.exit_code)
-    codes = {int(getattr(r.error, "exit_code", ExitCode.INTERNAL)) for r in errors}
-    if failed_gates:
-        codes.add(int(ExitCode.REMOTE))
-    return codes.pop() if len(codes) == 1 else int(ExitCode.PARTIAL)
+    """The fan-out rule (errors.fan_out_exit_code); a failed gate is 5."""
+    return fan_out_exit_code([int(getattr(r.error, "exit_code", ExitCode.INTERNAL)) for r in errors]
+                             + [int(ExitCode.REMOTE)] * len(failed_gates), total)

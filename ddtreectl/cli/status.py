@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from ddtreectl.cli.app import OPTIONS, app
-from ddtreectl.errors import ConnectError, DdtreeError, ExitCode, PartialFailureError
+from ddtreectl.errors import ConnectError, DdtreeError, ExitCode, PartialFailureError, RemoteCommandError
 
 DEFAULT_DEADLINE_S = 20.0
 
@@ -69,10 +69,13 @@ def status(
     `ssh_reuse: false` in the inventory (per host or in defaults:) opens a
     fresh connection per host instead. Jump hosts are not reused.
 
-    Exit codes: 0 every targeted host answered; 6 some did not
-    (unreachable, no answer by the deadline, probe failed); 4 a host's key
-    or machine-id is not the one pinned for its name (outranks 6);
-    3 the inventory is invalid or a target is unknown.
+    Exit codes: 0 every targeted host answered; 6 some answered and some
+    did not (unreachable, no answer by the deadline, probe failed);
+    when none answered, the code their failures share, as a single-host
+    command exits: 4 unreachable or no answer by the deadline, 5 the
+    probe failed (6 when they differ); 4 a host's key or machine-id is
+    not the one pinned for its name (outranks the rest); 3 the inventory
+    is invalid or a target is unknown.
 
     --json schema (stable; fields are only added within a version):
 
@@ -105,8 +108,8 @@ def status(
         return
     problems = [h for h in report.hosts if not h.answered]
     listing = ", ".join(f"{h.host.name} ({h.outcome})" for h in problems)
-    if code == ExitCode.CONNECTION:
-        refused = [h for h in problems if h.outcome == "refused"]
+    refused = [h for h in problems if h.outcome == "refused"]
+    if refused:
         # A host never trusted has nothing pinned to differ from: it needs `trust`, not suspicion.
         new = [h.host.name for h in refused if h.host.host_key is None]
         changed = [h.host.name for h in refused if h.host.host_key is not None]
@@ -122,9 +125,10 @@ def status(
     if code == ExitCode.INTERNAL:
         raise DdtreeError(f"status failed unexpectedly on {listing}",
                           hint="run with --debug for the traceback and report it as a bug")
-    raise PartialFailureError(
-        f"{len(problems)} of {len(report.hosts)} hosts did not answer: {listing}",
-        hint="the table/JSON above gives each host's reason")
+    error = {ExitCode.CONNECTION: ConnectError, ExitCode.REMOTE: RemoteCommandError}.get(
+        ExitCode(code), PartialFailureError)
+    raise error(f"{len(problems)} of {len(report.hosts)} hosts did not answer: {listing}",
+                hint="the table/JSON above gives each host's reason")
 
 
 def _append_schema_to_help() -> None:

@@ -17,6 +17,7 @@ from ddtreectl.errors import (
     ExitCode,
     HostKeyError,
     IdentityMismatchError,
+    fan_out_exit_code,
 )
 from ddtreectl.fleet import DeadlineExceededError, HostResult, run_on_hosts
 from ddtreectl.inventory.models import Host, Inventory
@@ -53,6 +54,19 @@ class HostStatus:
     def answered(self) -> bool:
         return self.outcome == "ok"
 
+    @property
+    def exit_code(self) -> int:
+        """What `status` exits with when this host alone is targeted: 0 answered; 4 refused,
+        unreachable or silent past the deadline (as every single-host command exits on a host it
+        cannot reach); 1 a bug in ddtreectl; else the probe's error's own code (5)."""
+        if self.outcome == "ok":
+            return int(ExitCode.OK)
+        if self.outcome in ("refused", "unreachable", "timeout"):
+            return int(ExitCode.CONNECTION)
+        if isinstance(self.exception, DdtreeError):
+            return int(self.exception.exit_code)
+        return int(ExitCode.INTERNAL if self.error.startswith("internal error") else ExitCode.REMOTE)
+
 
 @dataclass(frozen=True)
 class StatusReport:
@@ -60,17 +74,17 @@ class StatusReport:
     deadline_s: float
     elapsed_s: float
 
-    def exit_code(self) -> ExitCode:
+    def exit_code(self) -> int:
         """0 all answered; 4 any key/identity refusal (needs a human: outranks the rest); 1 if a
-        failure was a bug in ddtreectl; else 6 (some hosts did not answer)."""
+        failure was a bug in ddtreectl; else the fan-out rule (errors.fan_out_exit_code): the code
+        every host's failure shares (all unreachable: 4), or 6 when some answered."""
         outcomes = [h.outcome for h in self.hosts]
-        if all(o == "ok" for o in outcomes):
-            return ExitCode.OK
         if "refused" in outcomes:
-            return ExitCode.CONNECTION
-        if any(h.outcome == "failed" and h.error.startswith("internal error") for h in self.hosts):
-            return ExitCode.INTERNAL
-        return ExitCode.PARTIAL
+            return int(ExitCode.CONNECTION)
+        failed = [h.exit_code for h in self.hosts if not h.answered]
+        if ExitCode.INTERNAL in failed:
+            return int(ExitCode.INTERNAL)
+        return fan_out_exit_code(failed, len(self.hosts))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ pinned key (control.py). Two things OpenSSH cannot see are handled here and in t
 - Stopping sshd closes its listener, not the connections it accepted: a warm master keeps
   running commands on a host that no longer accepts logins. The probe reports whether the port
   its session came in on still has a listener; `confirm_sshd_listening` closes the master when
-  not, and the fresh connection's verdict (connection refused, exit 6) is the answer.
+  not, and the fresh connection's verdict (connection refused, exit 4) is the answer.
 - Errors: `ssh` exits 255 both for its own failures and for a command exiting 255, so the remote
   side prints a marker on stderr first. No marker + 255: a connection failure, worded like
   Paramiko's where `ssh` says unambiguously what happened (refused, timed out, no route), and

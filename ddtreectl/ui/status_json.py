@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddtreectl.errors import ExitCode
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import GpuState, HostFacts
 from ddtreectl.probes.mode_lease import lease_from_state_files
@@ -34,7 +33,7 @@ def report_to_json(report: StatusReport, inventory_path: Path) -> dict[str, Any]
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "deadline_s": report.deadline_s,
         "elapsed_ms": round(report.elapsed_s * 1000, 1),
-        "exit_code": int(report.exit_code()),
+        "exit_code": report.exit_code(),
         "ok": report.exit_code() == 0,
         "error": None,
         "summary": {"hosts": len(report.hosts), "answered": counts["ok"],
@@ -54,7 +53,7 @@ def host_to_json(status: HostStatus) -> dict[str, Any]:
         "address": host.address, "port": host.port, "role": host.role,
         "transport": host.transport, "outcome": status.outcome,
         "error": {"message": status.error, "hint": status.hint or None,
-                  "exit_code": int(_host_exit_code(status))} if status.error else None,
+                  "exit_code": status.exit_code} if status.error else None,
         "connect_ms": _ms(status.connect_ms), "probe_ms": _ms(status.probe_ms),
         "connection": status.connection,
     }
@@ -86,15 +85,6 @@ def host_to_json(status: HostStatus) -> dict[str, Any]:
     out["state_files"] = {k: _maybe_json(v) for k, v in facts.state_files.items()}
     out["warnings"] = list(status.warnings)
     return out
-
-
-def _host_exit_code(status: HostStatus) -> ExitCode:
-    """What `status` exits with when this host alone fails (the report's rule, per host)."""
-    if status.outcome == "refused":
-        return ExitCode.CONNECTION
-    if status.outcome == "failed" and status.error.startswith("internal error"):
-        return ExitCode.INTERNAL
-    return ExitCode.PARTIAL
 
 
 def _gpus_json(state: GpuState, expected: int) -> dict[str, Any]:

@@ -179,7 +179,7 @@ def test_reasons_below_the_table_are_one_line_each_in_a_pipe(tmp_path: Path) -> 
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text(f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {port}\n    gpus: 0\n")
     run = ddtreectl("-i", str(inventory), "status", env={"COLUMNS": "80"})
-    assert run.returncode == 6, run.stderr
+    assert run.returncode == 4, run.stderr  # its one host unreachable: 4, as every command says it
     below = run.stdout.split("hosts answered")[1].splitlines()[1:]
     assert below[0] == f"{name}: cannot reach 127.0.0.1:{port}: connection refused", below
     assert below[1] == "  hint: is sshd running on that port? check `port:` in the inventory", below
@@ -195,7 +195,7 @@ def test_a_host_silent_past_the_deadline_gets_the_option_status_has(tmp_path: Pa
         inventory = tmp_path / "hosts.yaml"
         inventory.write_text(f"hosts:\n  mute:\n    address: 127.0.0.1\n    port: {port}\n    connect_timeout: 30\n")
         run = ddtreectl("-i", str(inventory), "status", "mute", "--timeout", "2", "--no-reuse", "--json")
-    assert run.returncode == 6, run.stderr
+    assert run.returncode == 4, run.stderr  # no answer from the only host: 4 (connection), not 6
     (host,) = json.loads(run.stdout)["hosts"]
     assert host["outcome"] == "timeout" and "2 s deadline" in host["error"]["message"]
     assert host["error"]["hint"] == ("the host may be down, slow, or at a new address (`ddtreectl set-ip mute "

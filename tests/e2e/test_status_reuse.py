@@ -133,7 +133,7 @@ def test_moved_host_gets_a_new_master_and_a_dead_master_does_not_hang(
     # Inventory not updated yet: the master is stuck on a dead connection. The session does not
     # start within 3 connect timeouts, the master is closed, and the fresh connect times out.
     code, doc, stderr = status(inventory, "--timeout", "30")
-    assert code == 6, stderr
+    assert code == 4, stderr  # its only host unreachable: 4, as every command
     (m,) = doc["hosts"]
     assert m["outcome"] == "unreachable"  # not "timeout": it did not wait for the global deadline
     assert m["error"]["message"] == f"cannot reach {old_address}:22: connection timed out"
@@ -141,9 +141,9 @@ def test_moved_host_gets_a_new_master_and_a_dead_master_does_not_hang(
     assert control.master_pid(old_path) is None
     # With no master at all, OpenSSH's own timeout says the same as Paramiko's.
     code, doc, _ = status(inventory)
-    assert (code, doc["hosts"][0]["error"]) == (6, m["error"])
+    assert (code, doc["hosts"][0]["error"]) == (4, m["error"])
     code, doc, _ = status(inventory, "--no-reuse")
-    assert (code, doc["hosts"][0]["error"]) == (6, m["error"])
+    assert (code, doc["hosts"][0]["error"]) == (4, m["error"])
 
     # The entry follows the move: another control path, a new master, the same pinned key.
     inventory.write_text(inventory.read_text().replace(f"address: {old_address}\n", f"address: {new_address}\n"))
@@ -171,7 +171,7 @@ def test_moved_host_behind_a_warm_master_with_the_default_timeouts(
     old_address = h.address
     h.move_address(testbed.new_address())
     code, doc, stderr = status(inventory)
-    assert code == 6, stderr
+    assert code == 4, stderr  # its only host unreachable: 4, as every command
     (m,) = doc["hosts"]
     assert m["outcome"] == "unreachable", m["error"]
     assert m["error"]["message"] == f"cannot reach {old_address}:22: connection timed out"
@@ -185,15 +185,15 @@ def test_stopped_sshd_is_unreachable_in_the_paramiko_wording(
     h.stop_sshd()
     inventory = testbed.inventory([h], tmp_path / "hosts.yaml")
     code, doc, stderr = status(inventory)
-    assert code == 6, stderr
+    assert code == 4, stderr  # its only host unreachable: 4, as every command
     (s,) = doc["hosts"]
     assert s["outcome"] == "unreachable"
     assert s["error"] == {"message": f"cannot reach {h.address}:22: connection refused",
                           "hint": "is sshd running on that port? check `port:` in the inventory",
-                          "exit_code": 6}
+                          "exit_code": 4}
     assert sockets(ssh_control_dir) == []
     code, doc, _ = status(inventory, "--no-reuse")
-    assert (code, doc["hosts"][0]["error"]) == (6, s["error"])
+    assert (code, doc["hosts"][0]["error"]) == (4, s["error"])
 
 
 def test_sshd_stopped_behind_a_warm_master_is_unreachable_as_on_a_fresh_connection(
@@ -217,15 +217,15 @@ def test_sshd_stopped_behind_a_warm_master_is_unreachable_as_on_a_fresh_connecti
     assert (through_master.returncode, through_master.stdout.strip()) == (0, h.machine_id)
 
     code, doc, stderr = status(inventory)
-    assert code == 6, (doc, stderr)
+    assert code == 4, (doc, stderr)
     (s,) = doc["hosts"]
     assert s["outcome"] == "unreachable" and s["identity"] is None, s
     assert s["error"] == {"message": f"cannot reach {h.address}:22: connection refused",
                           "hint": "is sshd running on that port? check `port:` in the inventory",
-                          "exit_code": 6}
+                          "exit_code": 4}
     assert control.master_pid(path) is None  # closed: later commands do not ride on it either
     code2, doc2, _ = status(inventory, "--no-reuse")
-    assert (code2, doc2["hosts"][0]["error"]) == (6, s["error"])
+    assert (code2, doc2["hosts"][0]["error"]) == (4, s["error"])
 
     h.start_sshd()
     code, doc, stderr = status(inventory)

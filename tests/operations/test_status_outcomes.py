@@ -39,6 +39,13 @@ def test_exit_codes() -> None:
     assert report("ok", "ok").exit_code() == ExitCode.OK
     assert report("ok", "unreachable").exit_code() == ExitCode.PARTIAL
     assert report("ok", "timeout", "failed").exit_code() == ExitCode.PARTIAL
+    # No host answered: the code their failures share, as a single-host command exits (README
+    # "Exit codes"); `status HOST` on an unreachable host was 6 where every other command said 4.
+    assert report("unreachable").exit_code() == ExitCode.CONNECTION
+    assert report("timeout").exit_code() == ExitCode.CONNECTION
+    assert report("unreachable", "timeout").exit_code() == ExitCode.CONNECTION
+    assert report("failed").exit_code() == ExitCode.REMOTE
+    assert report("unreachable", "failed").exit_code() == ExitCode.PARTIAL
     assert report("unreachable", "refused").exit_code() == ExitCode.CONNECTION
     assert report("ok", "bug").exit_code() == ExitCode.INTERNAL
     assert report("bug", "refused").exit_code() == ExitCode.CONNECTION

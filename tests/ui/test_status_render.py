@@ -55,5 +55,5 @@ def test_json_schema_fields() -> None:
     assert a["state_files"] == {"state/mode.json": {"owner": "ana", "mode": "dev"}}
     assert a["release"]["stamp"] is None  # the stamp file exists but is empty
     assert down["identity"] is None and down["error"] == {
-        "message": "cannot reach 10.1.230.171:22: timed out after 5 s", "hint": "check the address", "exit_code": 6}
+        "message": "cannot reach 10.1.230.171:22: timed out after 5 s", "hint": "check the address", "exit_code": 4}  # as `status ct200` alone exits
     json.dumps(doc)  # plain JSON types only
