@@ -20,7 +20,8 @@ def set_ip(
     address: str = typer.Argument(..., metavar="ADDRESS", help="The new IPv4/IPv6 address or DNS name."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff, check and sweep; write nothing."),
     no_verify: bool = typer.Option(
-        False, "--no-verify", help="Skip the identity check (for a host that is still down)."
+        False, "--no-verify",
+        help="Skip the identity check: for a host that is still down, or a `local` host (never connected to).",
     ),
     force: bool = typer.Option(False, "--force", help="Allow an address another host already has."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -41,9 +42,13 @@ def set_ip(
     the OLD address (file:line), hosts whose units need re-rendering are
     named, and an audit line is appended on HOST.
 
+    A `transport: local` host is run on this machine and never connected
+    to, so nothing can prove its new address: it is refused (exit 3)
+    unless --no-verify records the address unverified.
+
     Exit codes: 0 done (or nothing to do); 3 bad address, unknown host,
-    address taken (see --force) or inventory invalid; 4 new address
-    unreachable or not this machine.
+    address taken (see --force), a local host without --no-verify, or
+    inventory invalid; 4 new address unreachable or not this machine.
     """
     from ddtreectl.operations.set_ip import set_ip as run_set_ip
     from ddtreectl.ui.set_ip_view import render_text, to_json

@@ -78,10 +78,27 @@ class SetIpResult:
 def validate_address(address: str) -> None:
     problem = checks.address_problem(address)
     if problem:
-        raise InventoryError(
-            f"set-ip: {address!r} {problem}",
-            hint="give an IPv4 address (10.1.230.171), an IPv6 address or a DNS host name",
-        )
+        raise InventoryError(f"set-ip: {address!r} {problem}", hint=_address_hint(address))
+
+
+def _address_hint(address: str) -> str:
+    """What to type instead, for the forms an operator copies from `ip addr` or an ssh command
+    line (a prefix length, a port, brackets); else the forms that are accepted."""
+    bare = address.strip()
+    head, sep, tail = bare.partition("/")
+    if sep and tail.isdigit() and not checks.address_problem(head):
+        return f"give the address without its prefix length: {head}"
+    if bare.startswith("[") and "]" in bare:
+        inner, _, rest = bare[1:].partition("]")
+        if not checks.address_problem(inner):
+            port = " (the SSH port is `port:` in the inventory)" if rest else ""
+            return f"give the address without brackets: {inner}{port}"
+    host, sep, port = bare.rpartition(":")
+    if sep and port.isdigit() and "." in host and not checks.address_problem(host):
+        return f"give the address alone: {host} (the SSH port is `port:` in the inventory)"
+    if bare != address and not checks.address_problem(bare):
+        return f"give the address without the surrounding spaces: {bare}"
+    return "give an IPv4 address (10.1.230.171), an IPv6 address or a DNS host name"
 
 
 def same_address(a: str, b: str) -> bool:
@@ -124,6 +141,8 @@ def set_ip(
             f"set-ip: {address} is already the address of {', '.join(holders)}",
             hint="two names for one machine split its pinned identity; pass --force if that is intended",
         )
+    if host.transport == "local" and verify:
+        raise _local_refusal(inventory, host, address)
     text = edit.read_text(path)
     new_text = edit.edit_host(text, path, name, {"address": address})
     moved = dataclasses.replace(host, address=address)
@@ -166,6 +185,22 @@ def set_ip(
         verified, not verify, matched, tuple(project_refs), tuple(skipped), tuple(sweeps), audit,
         tuple(notes), rank0_peers(inventory, name),
     )
+
+
+def _local_refusal(inventory: Inventory, host: Host, address: str) -> InventoryError:
+    """A `local` host is run on this machine and never connected to: nothing could prove that the
+    machine at `address` is it, yet the move used to be reported as verified ("moved ... identity:
+    local transport") and audited on this machine. Its address only labels `status` and, for rank 0
+    of a multi-node profile, goes into the peers' rendered units: recording it is --no-verify."""
+    where = f"{inventory.path.name}:{host.line}" if host.line else inventory.path.name
+    return InventoryError(
+        f"{where}: hosts.{host.name} uses `transport: local`: ddtreectl runs its commands on this machine and "
+        f"never connects to an address, so set-ip cannot prove that the machine at {address} is {host.name}; "
+        "the inventory was not changed",
+        hint=f"if {host.name} is now a remote machine, set `transport: ssh` and `address: {address}` in its "
+             f"entry, then `ddtreectl trust {host.name}`; to record the address anyway (used by `status` and, "
+             f"for rank 0 of a multi-node profile, by its peers' units): "
+             f"`ddtreectl set-ip {host.name} {address} --no-verify`")
 
 
 def rank0_peers(inventory: Inventory, name: str) -> tuple[str, ...]:

@@ -145,6 +145,24 @@ def test_refusals_leave_the_file_untouched(
     assert (root / "hosts.yaml").read_bytes() == before
 
 
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("127.0.0.5/16", "give the address without its prefix length: 127.0.0.5"),  # copied from `ip addr`
+    ("127.0.0.5:22", "give the address alone: 127.0.0.5 (the SSH port is `port:` in the inventory)"),
+    ("[::1]:22", "give the address without brackets: ::1 (the SSH port is `port:` in the inventory)"),
+    (" 127.0.0.5", "give the address without the surrounding spaces: 127.0.0.5"),
+    ("1.2.3", "give an IPv4 address (10.1.230.171), an IPv6 address or a DNS host name"),
+])
+def test_a_mistyped_address_gets_the_form_to_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], typed: str, hint: str
+) -> None:
+    """The hint used to list the accepted forms whatever was typed; for the forms an operator copies
+    from `ip addr` or an ssh command line it now gives the address to type."""
+    root = project(tmp_path)
+    assert cli(root, "set-ip", "here", typed, "--no-verify") == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: set-ip: {typed!r} is not an IP address or hostname" and err[-1] == f"hint: {hint}"
+
+
 def test_ssh_host_without_pinned_key_is_refused_before_connecting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -170,7 +188,7 @@ def test_unreachable_new_address_is_refused(tmp_path: Path, capsys: pytest.Captu
 
 def test_force_allows_a_taken_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path)
-    assert cli(root, "set-ip", "here", "127.0.0.72", "--force", "--dry-run") == 0
+    assert cli(root, "set-ip", "here", "127.0.0.72", "--force", "--dry-run", "--no-verify") == 0
     assert "would move 127.0.0.71 -> 127.0.0.72" in capsys.readouterr().out
 
 
@@ -180,7 +198,7 @@ def test_force_allows_a_taken_address(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path)
     before = (root / "hosts.yaml").read_bytes()
-    assert cli(root, "set-ip", "here", "127.0.0.81", "--dry-run") == 0
+    assert cli(root, "set-ip", "here", "127.0.0.81", "--dry-run", "--no-verify") == 0
     out = capsys.readouterr().out
     assert "-    address: '127.0.0.71'   # quoted on purpose\n+    address: '127.0.0.81'   # quoted on purpose" in out
     assert "stale: templates/peer.service.j2:2:" in out
@@ -196,7 +214,7 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path: Path, capsys: pyt
 def test_move_local_host_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path)
     before = (root / "hosts.yaml").read_text()
-    assert cli(root, "set-ip", "here", "127.0.0.81", "--json") == 0
+    assert cli(root, "set-ip", "here", "127.0.0.81", "--json", "--no-verify") == 0
     doc = json.loads(capsys.readouterr().out)
     after = (root / "hosts.yaml").read_text()
     assert after == before.replace("'127.0.0.71'", "'127.0.0.81'")
@@ -229,22 +247,40 @@ def test_rank0_of_a_multi_node_profile_names_every_node(
         "services:\n  mn:\n    template: sglang-ddtree.service.j2\n    port: 30000\n"
         "    model_path: /models/m\n    served_model_name: m\n    nodes: [here, other]\n"
         "    dist_init_port: 5000\n" + path.read_text().replace("    transport: local\n", "    transport: local\n    service: mn\n"))
-    assert cli(root, "set-ip", "here", "127.0.0.81", "--json") == 0
+    assert cli(root, "set-ip", "here", "127.0.0.81", "--json", "--no-verify") == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["rank0_peers"] == ["here", "other"]
     assert doc["rerender_hosts"] == ["here", "other"]  # `other` by the profile, not (yet) by grep
     assert not doc["hosts"]["other"]["needs_rerender"]
 
 
-def test_machine_id_mismatch_on_local_host_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_local_host_is_refused_without_no_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `local` host is never connected to, so nothing proves the machine at the new address is it.
+    set-ip used to write the address, report "identity: local transport: no host key to check" and
+    audit the move on this machine (even with a recorded machine-id, which only ever matched this
+    machine's). Now it is refused naming the file, line, host and the two ways on; --no-verify
+    records it, saying it was not verified."""
     root = project(tmp_path)
     path = root / "hosts.yaml"
     path.write_text(path.read_text().replace(
-        "  other:", "    machine_id: 00000000000000000000000000000000\n  other:"))
+        "  other:", f"    machine_id: {Path('/etc/machine-id').read_text().strip()}\n  other:"))
     before = path.read_bytes()
-    assert cli(root, "set-ip", "here", "127.0.0.81") == 4
-    err = capsys.readouterr().err.splitlines()[0]
-    real = Path("/etc/machine-id").read_text().strip()
-    assert err == (f"error: here: the machine at 127.0.0.81 is not here: machine-id is {real}, "
-                   "recorded 00000000000000000000000000000000; the inventory was not changed")
-    assert path.read_bytes() == before
+    for extra in ([], ["--json"]):
+        assert cli(root, "set-ip", "here", "127.0.0.91", *extra) == 3
+        captured = capsys.readouterr()
+        error = json.loads(captured.out)["error"] if extra else {
+            "message": captured.err.splitlines()[0].removeprefix("error: "),
+            "hint": captured.err.splitlines()[-1].removeprefix("hint: ")}
+        assert error["message"] == (
+            "hosts.yaml:3: hosts.here uses `transport: local`: ddtreectl runs its commands on this machine and "
+            "never connects to an address, so set-ip cannot prove that the machine at 127.0.0.91 is here; "
+            "the inventory was not changed"), error
+        assert "set `transport: ssh` and `address: 127.0.0.91`" in error["hint"], error
+        assert "`ddtreectl trust here`" in error["hint"], error
+        assert "`ddtreectl set-ip here 127.0.0.91 --no-verify`" in error["hint"], error
+        assert path.read_bytes() == before
+    assert not (tmp_path / "here-root" / "state").exists()  # no audit line either
+    assert cli(root, "set-ip", "here", "127.0.0.91", "--no-verify", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["changed"], doc["verified"], doc["new"]) == (True, False, "127.0.0.91"), doc
+    assert load(path).hosts["here"].address == "127.0.0.91"
