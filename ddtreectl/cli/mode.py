@@ -97,6 +97,8 @@ def mode(
     except DdtreeError as err:
         if json_out and partial is not None:
             mode_view.show_switch(partial, int(time.time()), as_json=True, error=err)
+        elif partial is not None:  # what the switch changed before the error (e.g. units removed)
+            mode_view.show_warnings(partial)
         raise
     failure = result.failure_error()
     mode_view.show_switch(result, now, as_json=json_out, error=failure)

@@ -33,7 +33,9 @@ def restore_service_command(
     the lease and restores through the same gate. So is a unit of an older name (the profile's
     unit_name changed) that still runs: the two would fight for the port and GPUs (`deploy HOST
     --restart` replaces it); a stopped one is disabled and deleted first, audited, as deploy does
-    (--json `units_removed`, kept in a host's entry when the enable or start after it fails).
+    (--json `units_removed`, kept in a host's entry, with `enabled` and `warnings`, however the
+    restore ends after it: a failed enable or start, a start that timed out with its state unreadable
+    or a dropped connection, where `started` is null: sent, not confirmed).
 
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown) or a refusal (no built
     release, unit missing or drifted, an old unit running), 7 GPUs held by other
@@ -60,6 +62,10 @@ def restore_service_command(
                                  hint="name the hosts to restore")
     options = RestoreOptions(enable=not no_enable, force=force)
 
+    def unit_of(host: Host) -> str | None:
+        service = inventory.service_of(host)
+        return service.unit if service else None
+
     # A multi-node service is restored as a whole: other ranks start first, rank 0 is gated.
     names = {h.name for h in hosts}
     for host in list(hosts):
@@ -72,9 +78,14 @@ def restore_service_command(
         service = inventory.service_of(host)
         return service is not None and bool(service.nodes) and service.nodes[0] != host.name
 
+    # What each host's restore changed so far: kept when an error ends it half way (a start timed out
+    # with its state unreadable, the connection dropped), so its entry still says what was done.
+    done: dict[str, RestoreResult] = {}
+
     def restore(host: Host, gate: bool) -> RestoreResult:
+        record = done[host.name] = RestoreResult(host=host.name, unit=unit_of(host) or "")
         with connect(host, inventory) as transport:
-            return restore_host(transport, inventory, host, options, gate=gate,
+            return restore_host(transport, inventory, host, options, gate=gate, result=record,
                                 on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
     deadline = max((inventory.service_of(h).health.total_timeout for h in ordered  # type: ignore[union-attr]
@@ -85,13 +96,10 @@ def restore_service_command(
     results = [r.value for r in outcomes if r.ok and r.value is not None]
     errors = [r for r in outcomes if not r.ok]
 
-    def unit_of(host: Host) -> str | None:
-        service = inventory.service_of(host)
-        return service.unit if service else None
-
     code = _exit_code(errors, [r for r in results if not r.ok], len(outcomes))
     units_view.show_restore(results, as_json=json_out, exit_code=code, targets=[h.name for h in ordered],
-                            errors=[(r.host.name, unit_of(r.host), r.error) for r in errors if r.error is not None])
+                            errors=[(r.host.name, unit_of(r.host), r.error) for r in errors if r.error is not None],
+                            done=done)
     for r in errors:
         hint = getattr(r.error, "hint", None)
         # A DdtreeError already names its host; anything else gets the host prefixed here.

@@ -71,7 +71,7 @@ class SwitchResult:
     start_failure: str | None = None
     unit: str | None = None
     put_back: str | None = None
-    units_removed: list[str] = field(default_factory=list)  # removed by the restore before that failed start
+    units_removed: list[str] = field(default_factory=list)  # removed by a restore that then failed or broke off
     lease_kept: bool = False  # `lease` is the development lease still in force, not one written
 
     @property
@@ -362,10 +362,17 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
             options = RestoreOptions(enable=True, force=force, respect_lease=False)  # the lease is ours here
             u = shlex.quote(service.unit)
             was_enabled = transport.run(f"systemctl is-enabled --quiet -- {u}", timeout=15).ok
+            record = RestoreResult(host=host.name, unit=service.unit)
             try:
-                result.restore = restore_host(transport, inventory, host, options, on_event=on_event)
+                result.restore = restore_host(transport, inventory, host, options, on_event=on_event, result=record)
             except ServiceStartError as err:
                 return _start_failed(transport, host, result, state, service.unit, err, was_enabled)
+            except DdtreeError:
+                # Ended half way (a start that timed out with its state unreadable, a dropped
+                # connection): what the restore changed stays in the switch document.
+                result.units_removed = list(record.units_removed)
+                result.warnings.extend(record.warnings)
+                raise
             result.warnings.extend(result.restore.warnings)
         # Past this point the unit is enabled and started, healthy or not: the host is production's
         # now (systemd may keep restarting a failing service on those GPUs), so the development lease

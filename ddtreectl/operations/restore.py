@@ -37,7 +37,10 @@ class RestoreOptions:
 class RestoreResult:
     host: str
     unit: str
-    started: bool = False  # False: it was already running and was only verified
+    # False: it was already running and was only verified. None (only in the record of a restore an
+    # error ended, see restore_host's `result`): a start was sent, and the error came before it was known
+    # whether it took.
+    started: bool | None = False
     enabled: bool = False
     failure: GateFailure | None = None
     phases: list[PhaseEvent] = field(default_factory=list)
@@ -156,8 +159,8 @@ def _no_release_hint(transport: Transport, host: Host, current: str | None) -> s
             f"then `ddtreectl restore-service {host.name}`")
 
 
-def start_service(transport: Transport, host: Host, unit: str, *,
-                  enable: bool) -> tuple[bool, str | None, list[str]]:
+def start_service(transport: Transport, host: Host, unit: str, *, enable: bool,
+                  record: RestoreResult | None = None) -> tuple[bool, str | None, list[str]]:
     """Enable (optional) and start the unit unless it already runs; returns whether it was started
     and the host's clock (`@<epoch>`) just before, so a failure shows only this start's journal, and
     notes for the operator (a start that timed out but took).
@@ -192,8 +195,12 @@ def start_service(transport: Transport, host: Host, unit: str, *,
             raise ServiceStartError(
                 f"enabling {unit} failed (exit {result.exit_code}): {result.stderr.strip()[-400:]}",
                 enabled=False, hint=f"ddtreectl logs {host.name}", host=host.name)
+        if record is not None:
+            record.enabled = True  # before the start: an error there must not hide the enable
     notes: list[str] = []
     if not running:
+        if record is not None:
+            record.started = None  # sent: unknown until it answers (the connection may drop meanwhile)
         # Apart from the enable: a failed start must say the unit was enabled by this step (mode prod
         # puts that back, or a reboot would start production under the development lease).
         try:
@@ -249,14 +256,21 @@ def restore_host(
     *,
     gate: bool = True,
     on_event: Callable[[PhaseEvent], None] = lambda event: None,
+    result: RestoreResult | None = None,
 ) -> RestoreResult:
     """Preflight, enable, start and gate one host. For a multi-node service the caller starts the
-    other ranks first with `gate=False` and gates rank 0, the only one serving HTTP."""
+    other ranks first with `gate=False` and gates rank 0, the only one serving HTTP.
+
+    `result`, when given, is filled in as the restore changes the host (units removed, the enable,
+    the start, the phases passed), so a caller still knows what was done when an error ends the
+    restore half way: a start that timed out with its state unreadable, a connection that dropped."""
     started_at = time.monotonic()
     rendered = _rendered(inventory, host)
     service = inventory.service_of(host)
     assert service is not None
-    result = RestoreResult(host=host.name, unit=rendered.unit)
+    if result is None:
+        result = RestoreResult(host=host.name, unit=rendered.unit)
+    result.unit = rendered.unit
     checked = preflight(transport, host, rendered, options)
     result.warnings = checked.warnings
     if checked.stale:
@@ -265,13 +279,14 @@ def restore_host(
         result.units_removed = [u.unit for u in checked.stale]
         result.warnings += [stale_units.removed_note(u, host.name) for u in checked.stale]
     try:
-        result.started, since, notes = start_service(transport, host, rendered.unit, enable=options.enable)
+        result.started, since, notes = start_service(transport, host, rendered.unit, enable=options.enable,
+                                                     record=result)
     except ServiceStartError as err:
+        result.started = False  # a failed enable/start: nothing was started
         err.warnings = result.warnings + err.warnings  # what --force let through, e.g. a drop-in
         err.units_removed = list(result.units_removed)  # done on the host whatever the start did
         raise
     result.warnings.extend(notes)
-    result.enabled = options.enable
 
     def record(event: PhaseEvent) -> None:
         if event.status != "running":

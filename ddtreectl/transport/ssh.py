@@ -339,7 +339,13 @@ class SshTransport:
                 )
             lines.flush()
             code = chan.recv_exit_status()
+            link = chan.get_transport()
             chan.close()
+            if code == -1 and (link is None or not link.is_active()):
+                # Paramiko reads a connection that dropped mid-command as exit status -1: it was
+                # reported as the command failing ("exit -1", no message), e.g. a `systemctl start`
+                # that had in fact reached systemd, and restore-service said nothing was started.
+                raise EOFError("the connection closed before the command's exit status arrived")
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise _connect_error(self.host, self.where, f"connection lost: {exc}",
                                  "check the host; the command may or may not have run") from None

@@ -58,11 +58,20 @@ def _restore_json(result: SwitchResult) -> dict[str, Any] | None:
     if restore is None and result.start_failure is not None:
         return {"ok": False, "started": False, "duration_s": None, "units_removed": result.units_removed,
                 "failure": {"phase": "start", "reason": result.start_failure, "journal": None}}
+    if restore is None and result.units_removed:  # an error ended the restore after it removed them
+        return {"ok": False, "started": None, "duration_s": None, "units_removed": result.units_removed,
+                "failure": None}
     return None if restore is None else {
         "ok": restore.ok, "started": restore.started, "duration_s": round(restore.duration_s, 3),
         "units_removed": restore.units_removed,
         "failure": None if restore.failure is None else {
             "phase": restore.failure.phase, "reason": restore.failure.reason, "journal": restore.failure.journal}}
+
+
+def show_warnings(result: SwitchResult) -> None:
+    """The warnings of a switch an error ended (text output): what it changed before the error."""
+    for warning in result.warnings:
+        console.stdout().print(f"[yellow]{escape(result.host)}: warning: {escape(warning)}[/yellow]")
 
 
 def show_switch(result: SwitchResult, now: int, *, as_json: bool, error: DdtreeError | None = None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rich.markup import escape
 
@@ -61,8 +61,7 @@ def restore_entry(r: RestoreResult) -> dict[str, object]:
         "host": r.host, "unit": r.unit, "ok": r.ok, "started": r.started, "enabled": r.enabled,
         "duration_s": round(r.duration_s, 3), "warnings": r.warnings,
         "units_removed": r.units_removed,
-        "phases": [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3),
-                    "detail": p.detail} for p in r.phases],
+        "phases": _phases(r.phases),
         "failure": None if r.failure is None else {
             "phase": r.failure.phase, "elapsed_s": round(r.failure.elapsed_s, 3),
             "reason": r.failure.reason, "journal": r.failure.journal},
@@ -73,34 +72,55 @@ def restore_entry(r: RestoreResult) -> dict[str, object]:
     }
 
 
-def failed_entry(host: str, unit: str | None, e: BaseException) -> dict[str, object]:
-    """A host that raised instead of reaching the gate. What it did on the host before the error
-    stays in the entry: a failed enable/start (ServiceStartError) may follow the removal of stopped
-    units of an older name, and its enable may have taken."""
-    done = e if isinstance(e, ServiceStartError) else None
-    return {"host": host, "unit": unit, "ok": False, "started": False,
-            "enabled": done.enabled if done else False, "duration_s": None,
-            "warnings": list(done.warnings) if done else [],
-            "units_removed": list(done.units_removed) if done else [], "phases": [], "failure": None,
+def failed_entry(host: str, unit: str | None, e: BaseException, done: RestoreResult | None = None) -> dict[str, object]:
+    """A host that raised instead of reaching the gate's verdict. What it did on the host before the
+    error stays in the entry: `done` is the restore's own record (units of an older name removed,
+    the enable, the start, the phases passed), kept however the restore ended (a start that timed
+    out with its state unreadable, a dropped connection); a failed enable/start (ServiceStartError)
+    also says whether its enable may have taken."""
+    start = e if isinstance(e, ServiceStartError) else None
+    return {"host": host, "unit": unit, "ok": False, "started": done.started if done else False,
+            "enabled": bool((start and start.enabled) or (done and done.enabled)), "duration_s": None,
+            "warnings": list(start.warnings) if start else list(done.warnings) if done else [],
+            "units_removed": list(done.units_removed) if done else list(start.units_removed) if start else [],
+            "phases": _phases(done.phases) if done else [], "failure": None,
             "error": error_json(e)}
+
+
+def _phases(phases: Sequence[PhaseEvent]) -> list[dict[str, object]]:
+    return [{"phase": p.phase, "status": p.status, "elapsed_s": round(p.elapsed_s, 3), "detail": p.detail}
+            for p in phases]
+
+
+def _done_before(e: BaseException, done: RestoreResult | None) -> list[str]:
+    """The text output's account of what a failed host's restore had changed before its error."""
+    lines = list(e.warnings) if isinstance(e, ServiceStartError) else list(done.warnings) if done else []
+    if done is not None and (done.enabled or done.started is not False):
+        did = [f"enabled {done.unit}" if done.enabled else "",
+               f"started {done.unit}" if done.started else
+               f"sent the start of {done.unit} (whether it took is unknown)" if done.started is None else ""]
+        lines.append("done before the error: " + ", ".join(d for d in did if d))
+    return lines
 
 
 def show_restore(results: Sequence[RestoreResult], *, as_json: bool,
                  errors: Sequence[tuple[str, str | None, BaseException]] = (), exit_code: int = 0,
-                 targets: Sequence[str] = ()) -> None:
+                 targets: Sequence[str] = (), done: Mapping[str, RestoreResult] | None = None) -> None:
     """The per-host outcomes; `errors` (host, unit, error) are the hosts that raised before or instead
-    of a gate result, listed in --json too so a script sees every targeted host."""
+    of a gate result, listed in --json too so a script sees every targeted host; `done` the record
+    of what each host's restore had changed (see failed_entry)."""
     out = console.stdout()
+    done = done or {}
     if as_json:
         entries: dict[str, dict[str, object]] = {r.host: restore_entry(r) for r in results}
         for host, unit, e in errors:
-            entries[host] = failed_entry(host, unit, e)
+            entries[host] = failed_entry(host, unit, e, done.get(host))
         order = list(targets) + [h for h in entries if h not in targets]
         json_doc.emit({"schema": RESTORE_SCHEMA, "exit_code": exit_code, "ok": exit_code == 0, "error": None,
                        "hosts": [entries[h] for h in order if h in entries]})
         return
-    for host, _, e in errors:  # a failed start still says what was done before it (units removed)
-        for w in e.warnings if isinstance(e, ServiceStartError) else []:
+    for host, _, e in errors:  # a failed host still says what was done before its error (units removed)
+        for w in _done_before(e, done.get(host)):
             out.print(f"[yellow]{escape(host)}: warning: {escape(w)}[/yellow]")
     for r in results:
         for w in r.warnings:
