@@ -58,7 +58,9 @@ def status(
     never delays the others. The service state is said in words: running,
     starting, restarting after a failure, failed (exit status, restart
     count), stopped but enabled, stopped and disabled (will not start at
-    boot), masked, not installed, or unknown (and why).
+    boot), masked, not installed, or unknown (and why). On a `role: prod`
+    host not held for development, a service that is not running is also
+    a warning that names the command bringing it back.
 
     SSH connections are reused: an OpenSSH master stays up for 60 s after
     its last use (ControlPersist; sockets in $DDTREECTL_SSH_CONTROL_DIR,

@@ -22,6 +22,7 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
     if host.machine_id and facts.machine_id and facts.machine_id != host.machine_id:
         out.append(f"machine-id {facts.machine_id} differs from the recorded {host.machine_id}: "
                    "another machine answers at this address?")
+    out.extend(_production_warnings(host, facts))
     out.extend(_gpu_warnings(host, facts))
     # The service's own state is reported beside the warnings (service.state / its column), so
     # only what that state does not say appears here.
@@ -44,6 +45,30 @@ def warnings_for(host: Host, facts: HostFacts) -> list[str]:
     elif facts.disk_detail:
         out.append(f"disk free unknown: {facts.disk_detail}")
     return out
+
+
+def _production_warnings(host: Host, facts: HostFacts) -> list[str]:
+    """A `role: prod` host whose service is not running, not held for development: the situation
+    after a restart that status exists to answer. The service column says the state; this says it
+    is production that is down, and the command that brings it back."""
+    from ddtreectl.probes.mode_lease import lease_from_state_files
+    from ddtreectl.probes.words import service_condition
+
+    service = facts.service
+    if host.role != "prod" or service is None:
+        return []
+    lease = lease_from_state_files(facts.state_files)
+    if lease is not None and lease.mode == "dev":
+        return []  # taken for development on purpose (the mode line says by whom)
+    condition = service_condition(service)
+    if condition.kind == "not-installed":
+        return [f"production service {service.unit} is not installed: `ddtreectl deploy --host {host.name}` "
+                "installs it"]
+    if condition.kind not in ("failed", "stopped-enabled", "stopped-disabled", "stopped-static"):
+        return []
+    why = f"; `ddtreectl logs {host.name}` shows why it failed" if condition.kind == "failed" else ""
+    return [f"production service {service.unit} is not running: `ddtreectl restore-service {host.name}` "
+            f"starts it and verifies it is healthy{why}"]
 
 
 def lock_warnings(facts: HostFacts, now: float | None = None) -> list[str]:

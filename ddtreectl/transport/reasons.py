@@ -18,7 +18,9 @@ REFUSED = ("connection refused", "is sshd running on that port? check `port:` in
 
 
 def connect_error(host: Host, where: str, reason: str, hint: str) -> ConnectError:
-    return ConnectError(f"cannot reach {where}: {reason}", hint=hint, host=host.name)
+    # The hint's command names the host, ready to complete with its new address.
+    return ConnectError(f"cannot reach {where}: {reason}", hint=hint.replace("set-ip HOST ", f"set-ip {host.name} "),
+                        host=host.name)
 
 
 def reason_of(exc: BaseException) -> tuple[str, str]:

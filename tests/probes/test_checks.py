@@ -68,3 +68,29 @@ def test_release_without_stamp_and_daemon_reload() -> None:
         "fx.service changed on disk: daemon-reload pending",
         "release r1 has no build stamp (build incomplete or failed)",
     ]
+
+
+def test_a_production_host_whose_service_is_down_says_what_brings_it_back() -> None:
+    """After a restart a `role: prod` host's service was shown as "stopped and disabled" with no
+    warning and no next step: the one question status exists to answer. Now it warns with the
+    command, unless the host is held for development on purpose (a dev lease)."""
+    from ddtreectl.probes.facts import ServiceState
+
+    prod = replace(HOST, role="prod", gpus=1)
+    failed = facts_with("nvidia-smi-gpus-h200-1x.txt", unit_fixture="failed")
+    assert warnings_for(prod, failed) == [
+        "production service fx.service is not running: `ddtreectl restore-service ct` starts it and verifies "
+        "it is healthy; `ddtreectl logs ct` shows why it failed"]
+    assert warnings_for(replace(prod, role="dev"), failed) == []  # a dev host's service is its own business
+    assert warnings_for(prod, facts_with("nvidia-smi-gpus-h200-1x.txt")) == []  # running: nothing to say
+    stopped = replace(failed, service=ServiceState(unit="fx.service", known=True, load_state="loaded",
+                                                   active_state="inactive", sub_state="dead",
+                                                   unit_file_state="disabled", result="success"))
+    assert warnings_for(prod, stopped) == [
+        "production service fx.service is not running: `ddtreectl restore-service ct` starts it and verifies "
+        "it is healthy"]
+    lease = '{"mode": "dev", "holder": "alice@box", "reason": "bench", "since": 1, "expires": 4102444800}'
+    assert warnings_for(prod, replace(stopped, state_files={"state/mode.json": lease})) == []
+    missing = replace(stopped, service=ServiceState(unit="fx.service", known=True, load_state="not-found"))
+    assert warnings_for(prod, missing) == [
+        "production service fx.service is not installed: `ddtreectl deploy --host ct` installs it"]

@@ -109,7 +109,7 @@ def test_address_move_keeps_trust_by_name(testbed: Any, boot_hosts: Boot, tmp_pa
         connect(stale.host("tr-move"), stale)
     assert time.monotonic() - t0 < 10  # bounded by connect_timeout, not the OS's minutes
     assert "timed out" in err.value.message and old_address in err.value.message
-    assert "set-ip" in (err.value.hint or "")
+    assert "`ddtreectl set-ip tr-move ADDRESS`" in (err.value.hint or "")  # named: ready to complete
 
 
 def test_jump_host_reaches_b_through_a(testbed: Any, pair: list[Any], tmp_path: Path) -> None:
