@@ -177,6 +177,10 @@ class TinyTransformer:
             raise ValueError(f"logits_dtype must be float32 or act_dtype ({self.act_dtype}) on the fast path, got "
                              f"{logits_dtype}")
         self.logits_dtype = logits_dtype
+        # Fast path, bf16 K/V: the layer's RoPE + K/V cache write + q through the backend's fused qkv_prep op
+        # (one launch instead of ~6 torch kernels; see _fast_layer_qkv) unless DDTREE_QKV_PREP=0, which keeps the
+        # torch sequence for A/B runs. Read here, at construction; the attribute may be flipped between captures.
+        self.qkv_prep = os.environ.get("DDTREE_QKV_PREP", "1") != "0"
         # K/V hold act-dtype-rounded values; the cache dtype is what the attention op computes in
         # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
         self.kv_dtype = kv_dtype or self.act_dtype
@@ -331,6 +335,29 @@ class TinyTransformer:
         v = qkv[:, (hq + hkv) * D :].view(T, hkv, D)
         return qk[:, :hq], qk[:, hq:], v
 
+    def _fused_qkv_prep(self, backend: OpBackend) -> Any:
+        """backend.qkv_prep when this forward may use it: fast path, bf16 K/V, a qkv dtype and head_dim the
+        kernel takes (the same rule on every backend, so the CPU reference runs what the GPU runs); else None."""
+        from ddtree_engine.ops.qkv_prep import supports
+
+        if not (self.fast and self.qkv_prep and backend.qkv_prep is not None and self.kv_dtype == torch.bfloat16):
+            return None
+        return backend.qkv_prep if supports(self.act_dtype, self.kv_dtype, self.cfg.head_dim) else None
+
+    def _fast_layer_qkv(self, fused: Any, x: torch.Tensor, i: int, tables: tuple[torch.Tensor, torch.Tensor],
+                        k_cache: torch.Tensor, v_cache: torch.Tensor, flat_slot: torch.Tensor) -> torch.Tensor:
+        """Layer i's q [T, Hq, D] (contiguous, kv_dtype) after writing its K/V rows to the cache slots. With the
+        fused op: RoPE in fp32 and one rounding (the torch sequence rounds x * cos to act_dtype before the add),
+        so the two differ within bf16 rounding (test_model_fast's qkv_prep test states the bound)."""
+        cfg = self.cfg
+        if fused is not None:
+            qkv = self._gemm(self._norm(x, f"layers.{i}.attn_norm"), f"layers.{i}.wqkv")
+            return fused(qkv, tables[0], tables[1], flat_slot, k_cache, v_cache)
+        q, k, v = self._fast_qkv(x, i, tables)
+        k_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, k.to(self.kv_dtype))
+        v_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, v.to(self.kv_dtype))
+        return q.to(self.kv_dtype).contiguous()
+
     def _fast_attn_out(self, o: torch.Tensor, x: torch.Tensor, i: int) -> torch.Tensor:
         """x + o @ wo^T in one GEMM (addmm: the residual add is the GEMM's epilogue)."""
         return self._gemm(o, f"layers.{i}.wo", residual=x)
@@ -365,13 +392,11 @@ class TinyTransformer:
         qo_indptr = torch.arange(0, (B + 1) * N, N, device=tokens.device, dtype=torch.int32)
         tables = self._rope_tables(positions.reshape(-1))
         x = self.embed(tokens.reshape(-1).clamp(min=0))
+        fused = self._fused_qkv_prep(backend)
         for i in range(cfg.n_layers):
-            q, k, v = self._fast_qkv(x, i, tables)
-            k_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, k.to(self.kv_dtype))
-            v_caches[i].view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, v.to(self.kv_dtype))
+            q = self._fast_layer_qkv(fused, x, i, tables, k_caches[i], v_caches[i], flat_slot)
             o, _ = backend.tree_attention(
-                q.to(self.kv_dtype).contiguous(), k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc,
-                self.sm_scale,
+                q, k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc, self.sm_scale,
             )
             x = self._fast_attn_out(o.reshape(B * N, -1).to(self.act_dtype), x, i)
             x = self._fast_mlp_residual(x, i)

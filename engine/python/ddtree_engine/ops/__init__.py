@@ -8,6 +8,7 @@ from ddtree_engine.ops._common import check_errors, error_flags
 from ddtree_engine.ops.build_tree import BuildTreeOutput, build_tree
 from ddtree_engine.ops.draft_topk_lse import draft_topk_lse
 from ddtree_engine.ops.kv_commit import kv_commit
+from ddtree_engine.ops.qkv_prep import qkv_prep
 from ddtree_engine.ops.round_finish import round_finish
 from ddtree_engine.ops.round_update import round_update
 from ddtree_engine.ops.tree_accept import AcceptOutput, tree_accept
@@ -21,6 +22,7 @@ __all__ = [
     "draft_topk_lse",
     "error_flags",
     "kv_commit",
+    "qkv_prep",
     "round_finish",
     "round_update",
     "tree_accept",
