@@ -8,6 +8,10 @@ forward_tree at tree shapes B x N, interleaved, and the two paths' logits agains
 against bf16 logits (logits_dtype = act_dtype: the GEMM writing bf16), each captured into its own graph; prints the
 times and how often the greedy token (argmax, ties to the lower id) of the bf16 logits differs from the fp32 one's,
 and how many rows have a tie at the top in bf16.
+
+--ab qkv_prep (session 10): the same fused model with the layer's RoPE + K/V cache write + q as one qkv_prep launch
+(the default) against the torch sequence (DDTREE_QKV_PREP=0's path: flip/mul/addcmul RoPE, two index_copy_, a
+q copy), each captured into its own graph; prints the times, the ratio, and the logits' difference.
 """
 from __future__ import annotations
 
@@ -45,8 +49,9 @@ def main() -> None:
     ap.add_argument("--presets", nargs="+", default=["toy", "qwen3-0.6b"], choices=sorted(PRESETS))
     ap.add_argument("--shapes", nargs="+", default=["1x17", "8x65"])
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--ab", choices=["fast", "logits"], default="fast",
-                    help="fast: fused vs unfused forward; logits: fp32 vs act-dtype logits of the fused forward")
+    ap.add_argument("--ab", choices=["fast", "logits", "qkv_prep"], default="fast",
+                    help="fast: fused vs unfused forward; logits: fp32 vs act-dtype logits of the fused forward; "
+                         "qkv_prep: the fused forward with and without the qkv_prep op")
     args = ap.parse_args()
     be = default_backend("cuda")
     for preset in args.presets:
@@ -54,10 +59,15 @@ def main() -> None:
             models = {"fused": build(preset, True), "unfused": build(preset, False)}
             assert models["fused"].fast and not models["unfused"].fast
             dtypes = {"fused": None, "unfused": None}
-        else:
+        elif args.ab == "logits":
             m = build(preset, True)
             models = {"fp32 logits": m, "bf16 logits": m}
             dtypes = {"fp32 logits": torch.float32, "bf16 logits": m.act_dtype}
+        else:
+            m = build(preset, True)
+            models = {"qkv_prep": m, "torch qkv": m}
+            dtypes = {"qkv_prep": None, "torch qkv": None}
+        prep = {"qkv_prep": True, "torch qkv": False}
         cfg = next(iter(models.values())).cfg
         for shape in args.shapes:
             B, N = map(int, shape.split("x"))
@@ -74,6 +84,8 @@ def main() -> None:
             for name, m in models.items():
                 if dtypes[name] is not None:
                     m.logits_dtype = dtypes[name]  # read when the forward runs / is captured
+                if name in prep:
+                    m.qkv_prep = prep[name]  # read when the forward runs / is captured
                 with torch.inference_mode():
                     outs[name] = m.forward_tree(be, cache.k, cache.v, cache.block_table, tokens, pos, ctx, anc)[0]
                 graphs[name] = _graph(lambda m=m: m.forward_tree(be, cache.k, cache.v, cache.block_table, tokens,
@@ -93,6 +105,17 @@ def main() -> None:
                 print(f"{preset} B {B} x N {N}: {na} {ta:8.1f} us, {nb} {tb:8.1f} us -> {nb}/{na} {tb / ta:.3f}x; "
                       f"greedy token differs in {differ} of {B * N} rows, bf16 top-1 tied in {ties} "
                       f"(logits dtypes {xa.dtype} / {xb.dtype})", flush=True)
+                del graphs, cache
+                continue
+            if args.ab == "qkv_prep":
+                assert models["qkv_prep"]._fused_qkv_prep(be) is not None, "qkv_prep is not used by this model"
+                xa, xb = outs["qkv_prep"].double(), outs["torch qkv"].double()
+                rel = float((xa - xb).norm() / xb.norm())
+                agree = float((xa.argmax(-1) == xb.argmax(-1)).float().mean())
+                ta, tb = (statistics.median(times[n]) * 1e6 for n in ("qkv_prep", "torch qkv"))
+                print(f"{preset} B {B} x N {N}: qkv_prep {ta:8.1f} us, torch qkv (DDTREE_QKV_PREP=0) {tb:8.1f} us -> "
+                      f"torch/qkv_prep {tb / ta:.3f}x ({(tb - ta) / cfg.n_layers:.2f} us per layer); logits "
+                      f"relative {rel:.2e}, argmax agreement {agree:.3f}", flush=True)
                 del graphs, cache
                 continue
             a, b = outs["fused"].double(), outs["unfused"].double()
