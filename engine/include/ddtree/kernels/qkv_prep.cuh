@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ddtree/kernels/common.cuh"
 
@@ -36,12 +37,15 @@ __device__ __forceinline__ void qkv_load(const T* __restrict__ p, float (&out)[N
   for (int i = 0; i < N; ++i) out[i] = to_float<T>(e[i]);
 }
 
+// fp32 -> the output dtype (fp32 or bf16), round to nearest even.
 template <typename T>
-__device__ __forceinline__ T qkv_from_float(float x);
-template <>
-__device__ __forceinline__ float qkv_from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 qkv_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ T qkv_from_float(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return __float2bfloat16_rn(x);
+  }
+}
 
 // Stores N floats as N elements of To: 16-byte stores when N * sizeof(To) is a multiple of 16, else one
 // 8-byte store (fp32 input -> bf16 output: 4 elements). The launcher checks the alignment this needs.
