@@ -65,6 +65,7 @@ def main() -> None:
             dtypes = {"fp32 logits": torch.float32, "bf16 logits": m.act_dtype}
         else:
             m = build(preset, True)
+            assert m.qkv_prep and m._fused_qkv_prep(be) is not None, f"{preset}: the fast path would not use qkv_prep"
             models = {"qkv_prep": m, "torch qkv": m}
             dtypes = {"qkv_prep": None, "torch qkv": None}
         prep = {"qkv_prep": True, "torch qkv": False}
@@ -108,7 +109,6 @@ def main() -> None:
                 del graphs, cache
                 continue
             if args.ab == "qkv_prep":
-                assert models["qkv_prep"]._fused_qkv_prep(be) is not None, "qkv_prep is not used by this model"
                 xa, xb = outs["qkv_prep"].double(), outs["torch qkv"].double()
                 rel = float((xa - xb).norm() / xb.norm())
                 agree = float((xa.argmax(-1) == xb.argmax(-1)).float().mean())

@@ -12,11 +12,13 @@ step() { local name=$1 t=$2; shift 2; local s=$(date +%s%N)
   echo "$name rc=$rc $(( ($(date +%s%N) - s) / 1000000 )) ms" | tee -a $OUT/steps.log; tail -4 $OUT/$name.log; }
 nvidia-smi -L > $OUT/steps.log
 step selftest 30 $D/ddtree-selftest qkv_prep
-step pytest_op 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_qkv_prep.py
+# The repository's pyproject (pytest rootdir) puts its own engine/python first: point pythonpath at this copy.
+PT="python3 -m pytest -q -x -p no:cacheprovider -o pythonpath=$D/engine/python"
+step pytest_op 60 $PT tests/test_qkv_prep.py
 step forward_ab 70 python3 bench/bench_forward_ab.py --ab qkv_prep --presets toy qwen3-0.6b --shapes 1x17 8x65 --rounds 7
 step memcheck 30 $CS --tool memcheck --error-exitcode 9 $D/ddtree-selftest qkv_prep
 step racecheck 30 $CS --tool racecheck --error-exitcode 9 $D/ddtree-selftest qkv_prep
 if grep -q qkv_prep bench/bench_tree_attention.py; then
   step attn_pred 60 python3 bench/bench_tree_attention.py --quick --no-flex --model-predecessor qkv_prep
 fi
-step decode_gpu 90 python3 -m pytest -q -x -p no:cacheprovider tests/test_decode_gpu.py
+step decode_gpu 150 $PT tests/test_decode_gpu.py
