@@ -156,7 +156,7 @@ FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask", "fa3_late_wait", "fa3_early
 def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls: list[str], *,
               use_flex: bool = True, use_sdpa: bool = True, page: int = 16, d: int = 128,
               ab: bool = False, ab_libs: dict[str, str] | None = None,
-              peer: Callable[[], object] | None = None, ab_rounds: int = 0, model_pred: bool = False,
+              peer: Callable[[], object] | None = None, ab_rounds: int = 0, model_pred: str | None = None,
               inputs_ready: bool = False) -> dict:
     gen = torch.Generator().manual_seed(hq * 1000 + n + ctx)
     parents = torch.tensor([ddtree_like_parents(n, gen)])
@@ -193,12 +193,33 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
     tree_slots = [bts[j][0].long()[torch.arange(ctx, length, device=dev) // page] * page
                   + torch.arange(ctx, length, device=dev) % page for j in range(sets)]
     tree_k = [kcs[j].view(-1, hkv, d)[tree_slots[j]].clone() for j in range(sets)]
+    # --model-predecessor qkv_prep: the model's real fused predecessor (session 10), a PDL kernel that triggers its
+    # dependents at entry: qkv_prep of a QKV row [q | the tree's K rows | its V rows] with cos = 1, sin = 0 (RoPE
+    # is then x exactly), so it writes q (a fresh tensor, what attention then reads) and the cache rows already
+    # there: outputs don't move. Both ours and SDPA read that q (times include qkv_prep), and ours passes
+    # inputs_ready=True as the model does (qkv_prep writes none of qo_indptr, ctx_len, block table, anc).
+    if model_pred == "qkv_prep":
+        from ddtree_engine.ops import qkv_prep
+
+        qkv_rows = [torch.cat([qs[j].reshape(n, -1), tree_k[j].reshape(n, -1),
+                               vcs[j].view(-1, hkv, d)[tree_slots[j]].reshape(n, -1)], 1).contiguous()
+                    for j in range(sets)]
+        rope_cos = torch.ones(n, d, dtype=torch.bfloat16, device=dev)
+        rope_sin = torch.zeros(n, d, dtype=torch.bfloat16, device=dev)
+        inputs_ready = True
+
+    def layer_q(i: int) -> torch.Tensor:
+        """q of call i after the model predecessor, if any, has run."""
+        if model_pred == "qkv_prep":
+            return qkv_prep(qkv_rows[i], rope_cos, rope_sin, tree_slots[i], kcs[i], vcs[i])
+        if model_pred == "index_copy":
+            kcs[i].view(-1, hkv, d).index_copy_(0, tree_slots[i], tree_k[i])
+        return qs[i]
 
     def ours():
         i = i_ours[0] = (i_ours[0] + 1) % sets
-        if model_pred:
-            kcs[i].view(-1, hkv, d).index_copy_(0, tree_slots[i], tree_k[i])
-        return tree_attention(qs[i], kcs[i], vcs[i], indptr, bts[i], ctx_t, anc, scale, inputs_ready=inputs_ready)
+        return tree_attention(layer_q(i), kcs[i], vcs[i], indptr, bts[i], ctx_t, anc, scale,
+                              inputs_ready=inputs_ready)
 
     row = {"hq": hq, "hkv": hkv, "n": n, "ctx": ctx}
     flops = 4.0 * n * length * d * hq
@@ -273,8 +294,9 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
 
     def sdpa():
         i = i_sdpa[0] = (i_sdpa[0] + 1) % sets
+        q_i = layer_q(i).permute(1, 0, 2).unsqueeze(0) if model_pred == "qkv_prep" else qd[i]
         return torch.nn.functional.scaled_dot_product_attention(
-            qd[i], kds[i], vds[i], attn_mask=mask, scale=scale, enable_gqa=True)
+            q_i, kds[i], vds[i], attn_mask=mask, scale=scale, enable_gqa=True)
 
     try:
         if not use_sdpa:
@@ -461,8 +483,12 @@ def main() -> None:
                     "with the default back end per shape (same power state) and print the floor from that rate")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
                     "(default: all; it has never compiled at 64 nodes here, and each attempt is slow)")
-    ap.add_argument("--model-predecessor", action="store_true", help="time each call of ours after an index_copy_ "
-                    "of the tree's K rows into the cache (a model layer's kernel before attention; times include it)")
+    ap.add_argument("--model-predecessor", nargs="?", const="index_copy", default=None,
+                    choices=["index_copy", "qkv_prep"],
+                    help="time each call of ours after a model layer's kernel before attention (times include it): "
+                    "index_copy (the default when no value is given) = an index_copy_ of the tree's K rows into the "
+                    "cache, ours only; qkv_prep = the fused qkv_prep op writing q and the tree's K/V rows, before "
+                    "ours (with inputs_ready=True) and before SDPA")
     ap.add_argument("--inputs-ready", action="store_true", help="call ours with inputs_ready=True (fa3 reads "
                     "qo_indptr, ctx_len, the block table and the bitset before its PDL wait; true here: no call of "
                     "ours writes them)")

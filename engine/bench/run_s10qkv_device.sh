@@ -19,6 +19,6 @@ step forward_ab 70 python3 bench/bench_forward_ab.py --ab qkv_prep --presets toy
 step memcheck 30 $CS --tool memcheck --error-exitcode 9 $D/ddtree-selftest qkv_prep
 step racecheck 30 $CS --tool racecheck --error-exitcode 9 $D/ddtree-selftest qkv_prep
 if grep -q qkv_prep bench/bench_tree_attention.py; then
-  step attn_pred 60 python3 bench/bench_tree_attention.py --quick --no-flex --model-predecessor qkv_prep
+  step attn_pred 60 python3 bench/bench_tree_attention.py --quick --no-flex --impls fa3 --model-predecessor qkv_prep
 fi
 step decode_gpu 150 $PT tests/test_decode_gpu.py

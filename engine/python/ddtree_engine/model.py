@@ -395,8 +395,11 @@ class TinyTransformer:
         fused = self._fused_qkv_prep(backend)
         for i in range(cfg.n_layers):
             q = self._fast_layer_qkv(fused, x, i, tables, k_caches[i], v_caches[i], flat_slot)
+            # After qkv_prep (a PDL kernel that writes only q and cache rows) fa3 may read qo_indptr, ctx_len, the
+            # block table and anc before its PDL wait: inputs_ready=True is that promise (ops/tree_attention.py).
+            ready = {"inputs_ready": True} if fused is not None else {}
             o, _ = backend.tree_attention(
-                q, k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc, self.sm_scale,
+                q, k_caches[i], v_caches[i], qo_indptr, block_table, ctx_len, anc, self.sm_scale, **ready,
             )
             x = self._fast_attn_out(o.reshape(B * N, -1).to(self.act_dtype), x, i)
             x = self._fast_mlp_residual(x, i)
