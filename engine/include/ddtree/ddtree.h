@@ -11,5 +11,6 @@
 #include "ddtree/kv_commit.h"
 #include "ddtree/round_update.h"
 #include "ddtree/round_finish.h"
+#include "ddtree/qkv_prep.h"
 
 #endif /* DDTREE_DDTREE_H_ */
