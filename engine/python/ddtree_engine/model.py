@@ -348,7 +348,7 @@ class TinyTransformer:
                         k_cache: torch.Tensor, v_cache: torch.Tensor, flat_slot: torch.Tensor) -> torch.Tensor:
         """Layer i's q [T, Hq, D] (contiguous, kv_dtype) after writing its K/V rows to the cache slots. With the
         fused op: RoPE in fp32 and one rounding (the torch sequence rounds x * cos to act_dtype before the add),
-        so the two differ within bf16 rounding (test_model_fast's qkv_prep test states the bound)."""
+        so the two differ within bf16 rounding (test_qkv_prep.py states the bound)."""
         cfg = self.cfg
         if fused is not None:
             qkv = self._gemm(self._norm(x, f"layers.{i}.attn_norm"), f"layers.{i}.wqkv")
