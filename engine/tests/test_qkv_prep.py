@@ -1,6 +1,7 @@
 """qkv_prep: the reference against a per-element hand computation (CPU, CI), the CUDA op against the reference
 bit for bit (GPU: the same fp32 operations, each rounded), bad arguments, and the model's fast path with the op
-against its torch sequence (test_fused_rope_is_within_one_rounding_of_the_torch_sequence states their exact relation)."""
+against its torch sequence (test_fused_rope_is_within_one_rounding_of_the_torch_sequence states their exact
+relation)."""
 
 from __future__ import annotations
 

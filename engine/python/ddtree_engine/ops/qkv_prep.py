@@ -17,7 +17,8 @@ _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT1
 def _fn() -> object:
     vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     return _lib.function(
-        "ddtree_qkv_prep", [vp, i64, ctypes.c_int, vp, vp, vp, i32, i32, i32, i32, vp, vp, vp, i64, ctypes.c_int, vp, vp],
+        "ddtree_qkv_prep",
+        [vp, i64, ctypes.c_int, vp, vp, vp, i32, i32, i32, i32, vp, vp, vp, i64, ctypes.c_int, vp, vp],
     )
 
 
