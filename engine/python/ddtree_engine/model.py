@@ -352,7 +352,8 @@ class TinyTransformer:
         cfg = self.cfg
         if fused is not None:
             qkv = self._gemm(self._norm(x, f"layers.{i}.attn_norm"), f"layers.{i}.wqkv")
-            return fused(qkv, tables[0], tables[1], flat_slot, k_cache, v_cache)
+            q: torch.Tensor = fused(qkv, tables[0], tables[1], flat_slot, k_cache, v_cache)
+            return q
         q, k, v = self._fast_qkv(x, i, tables)
         k_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, k.to(self.kv_dtype))
         v_cache.view(-1, cfg.n_kv_heads, cfg.head_dim).index_copy_(0, flat_slot, v.to(self.kv_dtype))
