@@ -10,8 +10,8 @@ times and how often the greedy token (argmax, ties to the lower id) of the bf16 
 and how many rows have a tie at the top in bf16.
 
 --ab qkv_prep (session 10): the same fused model with the layer's RoPE + K/V cache write + q as one qkv_prep launch
-(DDTREE_QKV_PREP=1) against the torch sequence (the default path: flip/mul/addcmul RoPE, two index_copy_, a
-q copy), each captured into its own graph; prints the times, the ratio, and the logits' difference.
+(the default since session 10) against the torch sequence (DDTREE_QKV_PREP=0: flip/mul/addcmul RoPE, two
+index_copy_, a q copy), each captured into its own graph; prints the times, the ratio, and the logits' difference.
 """
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def main() -> None:
                 rel = float((xa - xb).norm() / xb.norm())
                 agree = float((xa.argmax(-1) == xb.argmax(-1)).float().mean())
                 ta, tb = (statistics.median(times[n]) * 1e6 for n in ("qkv_prep", "torch qkv"))
-                print(f"{preset} B {B} x N {N}: qkv_prep {ta:8.1f} us, torch qkv (default) {tb:8.1f} us -> "
+                print(f"{preset} B {B} x N {N}: qkv_prep {ta:8.1f} us, torch qkv {tb:8.1f} us -> "
                       f"torch/qkv_prep {tb / ta:.3f}x ({(tb - ta) / cfg.n_layers:.2f} us per layer); logits "
                       f"relative {rel:.2e}, argmax agreement {agree:.3f}", flush=True)
                 del graphs, cache

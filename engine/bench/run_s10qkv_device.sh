@@ -21,5 +21,5 @@ step racecheck 30 $CS --tool racecheck --error-exitcode 9 $D/ddtree-selftest qkv
 if grep -q qkv_prep bench/bench_tree_attention.py; then
   step attn_pred 60 python3 bench/bench_tree_attention.py --quick --no-flex --impls fa3 --model-predecessor qkv_prep
 fi
-# The decode GPU tests with the fused op in the model's fast path (it is opt-in: DDTREE_QKV_PREP=1).
+# The decode GPU tests with the fused op in the model's fast path (written while it was opt-in: DDTREE_QKV_PREP=1).
 DDTREE_QKV_PREP=1 step decode_gpu 150 $PT tests/test_decode_gpu.py

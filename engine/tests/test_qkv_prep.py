@@ -177,8 +177,8 @@ def test_fused_rope_is_within_one_rounding_of_the_torch_sequence(dtype: torch.dt
 
 @pytest.mark.parametrize("act", [torch.bfloat16, torch.float32])
 def test_model_fast_forward_with_and_without_qkv_prep(act: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The model's fast forward (bf16 K/V) through the reference backend, qkv_prep on (DDTREE_QKV_PREP=1's
-    attribute) and off (the default): layer 0's V rows are the same bits, K rows within the bound above, logits
+    """The model's fast forward (bf16 K/V) through the reference backend, qkv_prep on (the default) and off
+    (DDTREE_QKV_PREP=0's attribute): layer 0's V rows are the same bits, K rows within the bound above, logits
     within bf16's error of each other."""
     from ddtree_engine.backend import reference_backend
     from ddtree_engine.decode import chain_anc
@@ -186,11 +186,12 @@ def test_model_fast_forward_with_and_without_qkv_prep(act: torch.dtype, monkeypa
     from ddtree_engine.paged_kv import PagedKVCache
 
     cfg = ModelConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96)
-    monkeypatch.delenv("DDTREE_QKV_PREP", raising=False)
+    monkeypatch.setenv("DDTREE_QKV_PREP", "0")
     m = TinyTransformer.random(cfg, 4, exact=False, act_dtype=act, kv_dtype=torch.bfloat16)
-    assert not m.qkv_prep and m._fused_qkv_prep(reference_backend()) is None  # opt-in (DDTREE_QKV_PREP=1)
-    m.qkv_prep = True
-    assert m._fused_qkv_prep(reference_backend()) is not None
+    assert not m.qkv_prep and m._fused_qkv_prep(reference_backend()) is None  # DDTREE_QKV_PREP=0: torch sequence
+    monkeypatch.delenv("DDTREE_QKV_PREP")
+    m = TinyTransformer.random(cfg, 4, exact=False, act_dtype=act, kv_dtype=torch.bfloat16)
+    assert m.qkv_prep and m._fused_qkv_prep(reference_backend()) is not None  # the default
     b, n = 2, 9
     tokens = torch.randint(0, cfg.vocab_size, (b, n), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
     ctx = torch.tensor([5, 20], dtype=torch.int32)

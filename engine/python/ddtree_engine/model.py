@@ -177,11 +177,11 @@ class TinyTransformer:
             raise ValueError(f"logits_dtype must be float32 or act_dtype ({self.act_dtype}) on the fast path, got "
                              f"{logits_dtype}")
         self.logits_dtype = logits_dtype
-        # Fast path, bf16 K/V: DDTREE_QKV_PREP=1 runs the layer's RoPE + K/V cache write + q through the backend's
-        # fused qkv_prep op (one launch instead of ~6 torch kernels; see _fast_layer_qkv); unset or 0 keeps the torch
-        # sequence. Opt-in until a GPU A/B shows it faster (NOTES "Session 10 (s10qkv)": not yet measured). Read
-        # here, at construction; the attribute may be flipped between captures (bench_forward_ab --ab qkv_prep).
-        self.qkv_prep = os.environ.get("DDTREE_QKV_PREP", "0") == "1"
+        # Fast path, bf16 K/V: the layer's RoPE + K/V cache write + q run through the backend's fused qkv_prep op
+        # (one launch instead of ~6 torch kernels; see _fast_layer_qkv); DDTREE_QKV_PREP=0 keeps the torch
+        # sequence. Measured in the session-10 final run (NOTES "Final verification run (session 10)"). Read here,
+        # at construction; the attribute may be flipped between captures (bench_forward_ab --ab qkv_prep).
+        self.qkv_prep = os.environ.get("DDTREE_QKV_PREP", "1") != "0"
         # K/V hold act-dtype-rounded values; the cache dtype is what the attention op computes in
         # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
         self.kv_dtype = kv_dtype or self.act_dtype
