@@ -7,7 +7,8 @@
 #                decoding GPU tests.
 #   STAGE=bench: benches (draft_topk_lse, build_tree, tree_attention fa3 vs SDPA and flex with the floor
 #                also measured interleaved, end-to-end decoding AR vs DDTree on the toy preset and on the
-#                qwen3-0.6b preset in bf16, each with its CUPTI engine-ops share).
+#                qwen3-0.6b preset in bf16, each with its CUPTI engine-ops share; session 10: tree_attention
+#                and SDPA after the model's fused qkv_prep, and the forward A/B of qkv_prep vs the torch sequence).
 # Every step has its own timeout so one hang cannot eat the call. The device tool returns at most 8
 # files from $OUT: each stage writes at most 7 logs there plus one archive of the rest.
 # (Deploy through ddtreectl and `ddtreectl gpus` on the GPU are bench/device_deploy_check.sh and
@@ -53,7 +54,9 @@ if [ "$STAGE" = check ]; then
            "memcheck tree_attention_zz_fa3" "racecheck tree_attention_zz_fa3" "synccheck tree_attention_zz_fa3" \
            "memcheck tree_accept" "racecheck tree_accept" "synccheck tree_accept" \
            "memcheck round_finish_san" "racecheck round_finish_san" \
-           "memcheck build_tree_v11" "racecheck build_tree_v11"; do  # the v11 case selects v11 itself
+           "memcheck build_tree_v11" "racecheck build_tree_v11" \
+           "memcheck build_tree_large_budgets" "racecheck build_tree_large_budgets" \
+           "memcheck qkv_prep" "racecheck qkv_prep"; do  # the v11 case selects v11 itself
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
@@ -70,6 +73,7 @@ if [ "$STAGE" = check ]; then
     engine/tests/test_build_tree_v11_gpu.py \
     engine/tests/test_draft_topk_lse.py engine/tests/test_draft_topk_lse_small_gpu.py \
     engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_round_finish.py engine/tests/test_lib.py \
+    engine/tests/test_qkv_prep.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "kernel pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_kernels.log" | head -15
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -k "fa3" engine/tests/test_tree_attention_gpu.py \
@@ -90,8 +94,18 @@ else
   tail -16 "$OUT/bench_build_tree.log"
   stamp "bench tree_attention (fa3 vs SDPA; flex at 64/8 x 512)"
   timeout 150 python3 engine/bench/bench_tree_attention.py --impls fa3 --flex-hq 64 --flex-nodes 512 \
-    --interleaved-floor --ab --ab-only fa3_early_inputs --json "$OUT/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
+    --interleaved-floor --ab --ab-only fa3_early_inputs --json "$SUB/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
   tail -14 "$OUT/bench_tree_attention.log"
+  # Session 10: fa3 and SDPA each after the model's real predecessor, the fused qkv_prep (a PDL kernel; fa3 with
+  # inputs_ready=True, as the model calls it): the shard shapes' ratio where a decoding round calls the kernel.
+  stamp "bench tree_attention after qkv_prep (4k shapes)"
+  timeout 90 python3 engine/bench/bench_tree_attention.py --quick --no-flex --impls fa3 --model-predecessor qkv_prep \
+    > "$OUT/bench_tree_attention_after_qkv_prep.log" 2>&1; echo "rc=$?"
+  tail -8 "$OUT/bench_tree_attention_after_qkv_prep.log"
+  stamp "forward A/B: the fused qkv_prep vs the torch sequence (toy, qwen3-0.6b)"
+  timeout 90 python3 engine/bench/bench_forward_ab.py --ab qkv_prep --presets toy qwen3-0.6b --shapes 1x17 8x65 \
+    --rounds 7 > "$OUT/bench_forward_qkv_prep.log" 2>&1; echo "rc=$?"
+  tail -6 "$OUT/bench_forward_qkv_prep.log"
   # Session 9: the presets (bench_e2e.py PRESETS). toy = the 2-layer model of every session; qwen3-0.6b = the same
   # TinyTransformer at Qwen3-0.6B's shape in bf16 (the fused fast path). --cupti adds the CUPTI engine-ops share.
   stamp "bench end to end, toy model (AR vs DDTree, CUDA graphs, CUPTI)"
