@@ -8,7 +8,8 @@ torch = pytest.importorskip("torch")
 
 from ddtree_engine.backend import OpBackend  # noqa: E402
 from ddtree_engine.decode import ar_generate, chain_anc  # noqa: E402
-from ddtree_engine.model import DenseKV, ModelConfig, TinyTransformer, load_model, random_weights, save_model  # noqa: E402
+from ddtree_engine.model import DenseKV, ModelConfig, TinyTransformer, random_weights  # noqa: E402
+from ddtree_engine.model_io import load_model, save_model  # noqa: E402
 
 from chunked_prefill import chunked_tree_logits  # noqa: E402
 

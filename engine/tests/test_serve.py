@@ -367,7 +367,8 @@ def test_sigterm_past_drain_timeout_fails_request_cleanly(tmp_path: Path) -> Non
 
 def test_serves_a_saved_model_file(tmp_path: Path) -> None:
     from ddtree_engine.decode import ar_generate
-    from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights, save_model
+    from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights
+    from ddtree_engine.model_io import save_model
     from ddtree_engine.tokenizer import ByteTokenizer
 
     cfg = ModelConfig(d_model=64, n_heads=2, n_kv_heads=1, ffn_dim=176)

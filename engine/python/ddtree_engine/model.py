@@ -44,11 +44,9 @@ bench's before/after in one process)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -186,7 +184,7 @@ class TinyTransformer:
         # (fp32 by default; fp64 storage lets an fp64-capable attention op keep the exact scheme end to end).
         self.kv_dtype = kv_dtype or self.act_dtype
         self._compute = torch.float64 if exact else self.act_dtype
-        missing = _expected_names(cfg) - set(weights)
+        missing = expected_weight_names(cfg) - set(weights)
         if missing:
             raise ValueError(f"weights are missing {sorted(missing)[:5]}")
         self.sm_scale = 1.0 / math.sqrt(cfg.head_dim)
@@ -482,56 +480,11 @@ class TinyTransformer:
         return self.head(x)
 
 
-def _expected_names(cfg: ModelConfig) -> set[str]:
+def expected_weight_names(cfg: ModelConfig) -> set[str]:
+    """The weight names a model of `cfg` needs (the constructor and model_io.load_model check them)."""
     names = {"embed", "final_norm", "lm_head"}
     for i in range(cfg.n_layers):
         names |= {f"layers.{i}.{n}" for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm",
                                                 "w_gate", "w_up", "w_down")}
     return names
 
-
-# ---- persistence --------------------------------------------------------------------------------------
-def save_model(path: str | Path, cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> Path:
-    """`*.safetensors` (needs the safetensors package) or anything else via torch.save."""
-    path = Path(path)
-    tensors = {k: v.detach().to(torch.float32).contiguous().cpu() for k, v in weights.items()}
-    if path.suffix == ".safetensors":
-        from safetensors.torch import save_file  # optional dependency
-
-        save_file(tensors, str(path), metadata={"ddtree_config": json.dumps(asdict(cfg))})
-    else:
-        torch.save({"format": "ddtree-tiny-v1", "config": asdict(cfg), "weights": tensors}, path)
-    return path
-
-
-def load_model(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Load what save_model wrote. A directory is searched for model.safetensors, then model.pt."""
-    path = Path(path)
-    if path.is_dir():
-        for name in ("model.safetensors", "model.pt"):
-            if (path / name).is_file():
-                path = path / name
-                break
-        else:
-            raise FileNotFoundError(f"{path}: no model.safetensors or model.pt in this directory")
-    if path.suffix == ".safetensors":
-        try:
-            from safetensors import safe_open
-        except ImportError as e:
-            raise RuntimeError(f"{path}: loading .safetensors needs `pip install safetensors`") from e
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if "ddtree_config" not in meta:
-                raise ValueError(f"{path}: no ddtree_config in the safetensors metadata")
-            cfg = ModelConfig(**json.loads(meta["ddtree_config"]))
-            weights = {k: f.get_tensor(k) for k in f.keys()}
-    else:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(blob, dict) or blob.get("format") != "ddtree-tiny-v1":
-            raise ValueError(f"{path}: not a ddtree tiny-model file (format key missing)")
-        cfg = ModelConfig(**blob["config"])
-        weights = blob["weights"]
-    missing = _expected_names(cfg) - set(weights)
-    if missing:
-        raise ValueError(f"{path}: missing weights {sorted(missing)[:5]}")
-    return cfg, weights

@@ -98,7 +98,8 @@ class Scheduler:
         from ddtree_engine.backend import default_backend
         from ddtree_engine.decode import DDTreeEngine
         from ddtree_engine.drafter import TinyDrafter, distill_drafter
-        from ddtree_engine.model import ModelConfig, TinyTransformer, load_model, random_weights
+        from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights
+        from ddtree_engine.model_io import load_model
 
         cfg = self.cfg
         if cfg.load_delay:
