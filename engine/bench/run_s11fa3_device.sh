@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s11fa3 device call: selftest + bench A/B (proto vs main) + ncu SourceCounters (main, proto) + pytest + sanitizers.
+# s11fa3 device call (as run, but for fa3_ncu_ranges.py, which ran here on the returned CSVs): selftest + bench A/B (proto vs main) + ncu SourceCounters (main, proto) + pytest + sanitizers.
 set -u
 export PYTHONUNBUFFERED=1
 R=$PWD; D=$R/.device/s11fa3
@@ -25,7 +25,8 @@ for n in main a; do
     -o $W/ncu_$n python3 $D/engine/bench/profile/profile_ops.py ta64x512 --reps 5 > $W/ncu_run_$n.log 2>&1; echo "ncu rc=$?"
   ncu -i $W/ncu_$n.ncu-rep --page source --csv --print-source sass > $W/sass_$n.csv 2>>$W/ncu_run_$n.log
   ncu -i $W/ncu_$n.ncu-rep --page details > $W/details_$n.txt 2>&1
-  { cat $W/details_$n.txt; python3 $D/engine/bench/profile/ncu_top_sass.py $W/sass_$n.csv --top 70; } > $OUT/ncu_$n.txt 2>&1
+  { cat $W/details_$n.txt; python3 $D/engine/bench/profile/fa3_ncu_ranges.py $W/sass_$n.csv
+    python3 $D/engine/bench/profile/ncu_top_sass.py $W/sass_$n.csv --top 70; } > $OUT/ncu_$n.txt 2>&1
   grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|warp-stall samples" $OUT/ncu_$n.txt | head -6
   if [ $n = main ]; then left 170 && {
     st pytest proto
