@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# s11fa3 device call (as run, but for fa3_ncu_ranges.py, which ran here on the returned CSVs): selftest + bench A/B (proto vs main) + ncu SourceCounters (main, proto) + pytest + sanitizers.
+# s11fa3 device call (as run, but for fa3_ncu_ranges.py, which ran here on the returned CSVs): selftest,
+# bench A/B (proto vs main), ncu SourceCounters (main, proto), pytest and sanitizers on the proto library.
 set -u
 export PYTHONUNBUFFERED=1
 R=$PWD; D=$R/.device/s11fa3
