@@ -142,6 +142,24 @@ def test_ragged_batch_and_batch_independent_rows() -> None:
     assert torch.equal(o1, o[t0:t1]) and torch.equal(lse1, lse[t0:t1])
 
 
+@pytest.mark.parametrize("kv_chunk", [0, 1024])
+@pytest.mark.parametrize("rise", [True, False])
+def test_row_max_jumps_between_tiles(kv_chunk: int, rise: bool) -> None:
+    # The online softmax's rescale path: the keys of one half of the key range (the later half, or the
+    # earlier one) get 8x larger scores, so a row's running max moves by far more than 2^8 between tiles
+    # (random scores alone move it by a few units at most). fa3's opt-in lazy rescale
+    # (DDTREE_TA_FA3_RESCALE_TH) must take these jumps; every back end must match the reference.
+    case = make_case(8, 1, 128, ctx=[2000, 700], n=[64, 30], page=16, seed=11 + kv_chunk + rise)
+    for b, length in enumerate((2000 + 64, 700 + 30)):
+        slots = torch.arange(length)
+        big = slots >= length // 2 if rise else slots < length // 2
+        pg, off = case.block_table[b].long()[slots[big] // 16], slots[big] % 16
+        case.k_cache[pg, off] = (case.k_cache[pg, off].float() * 8).to(case.k_cache.dtype)
+    case = case.to("cuda")
+    o, lse = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, o, lse)
+
+
 @pytest.mark.parametrize("kv_chunk", [0, 4096, 1024])
 def test_long_context_many_tiles_per_cta(kv_chunk: int) -> None:
     # Many key tiles per CTA: the fa3 back end's 3-stage K/V ring wraps many times, and its two

@@ -5,6 +5,12 @@
 
 #include "ddtree/kernels/tree_attention.cuh"
 
+// s11 (opt-in build, issue #9): lazy rescale threshold in log2 units (fa3_softmax); 0 = the running max
+// follows every tile's max (the default, v18's bits).
+#ifndef DDTREE_TA_FA3_RESCALE_TH
+#define DDTREE_TA_FA3_RESCALE_TH 0
+#endif
+
 namespace ddtree {
 namespace tree_attn {
 

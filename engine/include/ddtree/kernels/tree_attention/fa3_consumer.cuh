@@ -89,7 +89,18 @@ __device__ __forceinline__ void fa3_softmax(const Params& p, float (&s)[Fa3Confi
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float m_old = m_run[hf];
+#if DDTREE_TA_FA3_RESCALE_TH > 0
+    // s11 (opt-in build): the running max moves only when the tile's max exceeds it by more than
+    // 2^TH (FA4's lazy rescale). The softmax is exact for any reference value m as long as O, l and lse
+    // use the same m; p = 2^(x - m) <= 2^TH stays far from bf16 / fp32 limits. So corr == 1 on almost
+    // every tile after the first and fa3_rescale's warp vote skips the 64 FMULs. Other bits than the
+    // default (P is rounded to bf16 at another scale). A row still at -inf takes any finite max
+    // (inf > TH); an all-masked tile gives NaN > TH == false and keeps -inf.
+    const float m_cand = fmaxf(m_old, mx[hf] * p.scale_log2);
+    const float m_new = m_cand - m_old > static_cast<float>(DDTREE_TA_FA3_RESCALE_TH) ? m_cand : m_old;
+#else
     const float m_new = fmaxf(m_old, mx[hf] * p.scale_log2);
+#endif
     const float cr = m_old == -INFINITY ? 0.f : ex2(m_old - m_new);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
     m_run[hf] = m_new;
