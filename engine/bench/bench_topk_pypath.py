@@ -14,9 +14,12 @@ got, the SM clock after each warm-up, and the kernel list of one replay (torch.p
 
 Part 2 (clue 2): a round-like setting, the logits written by an lm_head GEMM ([15, H] x [H, V]^T, bf16, H = 1024:
 its weight evicts L2 and its cuBLAS code the instruction caches) right before each call: per variant, a graph of 16
-(GEMM, top-k) pairs minus a graph of 16 GEMMs, µs per call; default (v13r, solo) vs DDTREE_TOPK_V4_OPT=v9 (solo) vs
+(GEMM, top-k) pairs minus a graph of 16 GEMMs, µs per call; the default vs DDTREE_TOPK_V4_OPT=s10 (session 10's default:
+v13r, solo; the same as the default before session 11 and in libraries without "s10") vs =v9 (solo) vs
 DDTREE_TOPK_V4_LAUNCH=pair.
-Usage: python engine/bench/bench_topk_pypath.py [--passes=3] [--ks=1,16,32,64] [--dump=DIR]"""
+abi_fill_side: abi_fill replayed and timed on a created stream (the C profiler's) instead of torch's default stream.
+Usage: python engine/bench/bench_topk_pypath.py [--passes=3] [--ks=1,16,32,64] [--ks2=16,32] [--dump=DIR]
+    [--only=part1|part2]"""
 
 from __future__ import annotations
 
@@ -104,8 +107,10 @@ def warm_fill(seconds: float = 0.1) -> None:
         torch.cuda.synchronize()
 
 
-def time_fill(calls: list, replays: int = 30) -> tuple[float, int]:
-    """_timing.time_calls with the fill warm-up instead of GEMMs; also the SM clock right after the warm-up."""
+def time_fill(calls: list, replays: int = 30, side: bool = False) -> tuple[float, int]:
+    """_timing.time_calls with the fill warm-up instead of GEMMs; also the SM clock right after the warm-up. side:
+    replay and time on a created stream (as the C profiler does) instead of torch's default stream."""
+    stream = torch.cuda.Stream() if side else torch.cuda.current_stream()
     for c in calls:
         c()
     torch.cuda.synchronize()
@@ -115,16 +120,17 @@ def time_fill(calls: list, replays: int = 30) -> tuple[float, int]:
             c()
     warm_fill(0.1)
     clk = sm_clock()
-    g.replay()
-    torch.cuda.synchronize()
     t = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    with torch.cuda.stream(stream):
         g.replay()
-        b.record()
-        b.synchronize()
-        t.append(a.elapsed_time(b) * 1000.0 / len(calls))
+        torch.cuda.synchronize()
+        for _ in range(replays):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            t.append(a.elapsed_time(b) * 1000.0 / len(calls))
     return statistics.median(t), clk
 
 
@@ -136,6 +142,8 @@ def graph_nodes(calls: list, path: Path) -> str:
         for c in calls:
             c()
     g.debug_dump(str(path))
+    if not path.is_file():
+        return "(no DOT file written)"
     text = path.read_text(errors="replace")
     kinds = Counter(re.findall(r"\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|WAIT_EVENT|MEM_ALLOC|MEM_FREE|HOST|EMPTY)\b", text))
     names = Counter(re.findall(r"(draft_topk_lse\w*kernel|vectorized\w*|elementwise\w*|fill\w*)", text))
@@ -189,6 +197,7 @@ def part1(ks: list[int], passes: int, dump: Path | None) -> None:
             "op_hash": lambda: time_calls([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xh]),
             "op_fill": lambda: time_fill([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs]),
             "abi_fill": lambda: time_fill([lambda x=x: abi(x) for x in xs]),
+            "abi_fill_side": lambda: time_fill([lambda x=x: abi(x) for x in xs], side=True),
         }
         got: dict[str, list[float]] = {n: [] for n in variants}
         clocks: dict[str, list[int]] = {"gemm": [], "fill": []}
@@ -229,7 +238,7 @@ def part1(ks: list[int], passes: int, dump: Path | None) -> None:
             base = min(addrs)
             print(f"K={k} op top_lp addresses in one capture (offsets from the lowest, KB): "
                   + " ".join(str((a - base) >> 10) for a in addrs) + f"; distinct {len(set(addrs))} of {len(addrs)}")
-            if dump is not None:
+            if dump is not None:  # the DOT dump failed on the device in the first call (no file written)
                 print(f"K={k} graph op : " + graph_nodes([lambda x=x: draft_topk_lse_impl(x, k, "default")
                                                           for x in xs[:4]], dump / f"op_k{k}.dot"))
                 print(f"K={k} graph abi: " + graph_nodes([lambda x=x: abi(x) for x in xs[:4]], dump / f"abi_k{k}.dot"))
@@ -246,7 +255,8 @@ def part1(ks: list[int], passes: int, dump: Path | None) -> None:
 def part2(ks: list[int], passes: int, hidden: int = 1024) -> None:
     w = torch.randn(V, hidden, device="cuda", dtype=torch.bfloat16).mul_(hidden ** -0.5 * 4)
     hs = [torch.randn(L, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
-    sides = {"default": {}, "v9": {"DDTREE_TOPK_V4_OPT": "v9"}, "pair": {"DDTREE_TOPK_V4_LAUNCH": "pair"}}
+    sides = {"default": {}, "s10": {"DDTREE_TOPK_V4_OPT": "s10"}, "v9": {"DDTREE_TOPK_V4_OPT": "v9"},
+             "pair": {"DDTREE_TOPK_V4_LAUNCH": "pair"}}
     rows = []
     for k in ks:
         x = (hs[0] @ w.t()).view(1, L, V)
