@@ -107,31 +107,13 @@ def warm_fill(seconds: float = 0.1) -> None:
         torch.cuda.synchronize()
 
 
-def time_fill(calls: list, replays: int = 30, side: bool = False) -> tuple[float, int]:
+def time_fill(calls: list, side: bool = False) -> tuple[float, int]:
     """_timing.time_calls with the fill warm-up instead of GEMMs; also the SM clock right after the warm-up. side:
     replay and time on a created stream (as the C profiler does) instead of torch's default stream."""
-    stream = torch.cuda.Stream() if side else torch.cuda.current_stream()
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    warm_fill(0.1)
-    clk = sm_clock()
-    t = []
-    with torch.cuda.stream(stream):
-        g.replay()
-        torch.cuda.synchronize()
-        for _ in range(replays):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            t.append(a.elapsed_time(b) * 1000.0 / len(calls))
-    return statistics.median(t), clk
+    clk: list[int] = []
+    t = time_calls(calls, warm=lambda: (warm_fill(0.1), clk.append(sm_clock())),
+                   stream=torch.cuda.Stream() if side else None)
+    return t, clk[0]
 
 
 def graph_nodes(calls: list, path: Path) -> str:
