@@ -258,11 +258,11 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
     // identical calls, -5 to -6% with cold code), nor at 5-7 (not measured).
     if (session9 && cluster == k::kV4MaxCluster) opt = V4Opt::kV13r;
     // v15 (session 11, NOTES "v15 (session 11"): v9 again at k <= 16 where the launch is solo (a one-wave grid of 8-CTA
-    // clusters, the condition of run_v4's solo): faster than v13r both in a graph of identical calls (topk_period,
-    // 1x15 K = 16: 6.22 vs 6.35 µs) and right after an lm_head GEMM, as a decoding round calls it (bench_topk_pypath.py
-    // part 2: 7.26 vs 7.38 µs, lower in each of 3 paired passes). At k = 32 v9 was slower in both (6.68 vs 6.50; 7.81
-    // vs 7.60). Session 9's cold-code advantage of v13r (12.81 vs 13.55) was measured with the pair launch after an
-    // instruction-cache polluter, without PDL; it did not show after the GEMM.
+    // clusters, the condition of run_v4's solo): faster than v13r in a graph of identical calls (1x15 K = 16: Python
+    // A/B 6.58 vs 6.77 µs, topk_period 6.22 vs 6.35) and even with it right after an lm_head GEMM, as a decoding round
+    // calls it (bench_topk_pypath.py part 2, two calls: -0.12 / +0.07 µs, within that setting's noise). At k = 32 v9
+    // was slower (6.68 vs 6.50; after the GEMM 7.81 vs 7.60). Session 9's cold-code advantage of v13r (12.81 vs 13.55)
+    // was measured with the pair launch after an instruction-cache polluter, without PDL; it did not show after a GEMM.
     if (session9 && !s10 && cluster == k::kV4MaxCluster && k <= 16 &&
         int64_t(batch) * positions * cluster <= int64_t(sm_count()))
       opt = V4Opt::kV9;
