@@ -49,9 +49,11 @@ def warm_gpu(seconds: float = 0.3) -> None:
         torch.cuda.synchronize()
 
 
-def time_calls(calls: list[Callable[[], object]], replays: int = 30) -> float:
+def time_calls(calls: list[Callable[[], object]], replays: int = 30, warm: Callable[[], object] | None = None,
+               stream: torch.cuda.Stream | None = None) -> float:
     """Median microseconds per call: the calls are captured into one CUDA graph, replayed `replays` times
-    right after the GPU was kept busy (warm_gpu)."""
+    right after the GPU was kept busy (warm_gpu; `warm` replaces it, e.g. for bench_topk_pypath.py's
+    memory-bound warm-up), on torch's current stream (or `stream`)."""
     for call in calls:  # warm-up: library loading, allocator pools, cuBLAS handles outside the capture
         call()
     torch.cuda.synchronize()
@@ -59,17 +61,21 @@ def time_calls(calls: list[Callable[[], object]], replays: int = 30) -> float:
     with torch.cuda.graph(graph):
         for call in calls:
             call()
-    warm_gpu(0.1)
-    graph.replay()
-    torch.cuda.synchronize()
+    if warm is None:
+        warm_gpu(0.1)
+    else:
+        warm()
     times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream()):
         graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+        torch.cuda.synchronize()
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0 / len(calls))
     return statistics.median(times)
 
 

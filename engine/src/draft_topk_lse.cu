@@ -139,12 +139,12 @@ V4Config v4_config() {
 // candidate pass (session 8, NOTES "v11 (session 8"), "v13" the compact builds (session 9, NOTES "v13 (session 9": the
 // same code as session 8's choice, v9 or v11, with one copy of each hot stage and the rare paths called; v8 where that
 // runs v8), "v13r" / "v13s" the compact v11 with the rare paths called / inline for every k > 1, "s8" session 8's
-// default; unset or anything else: the default
+// default, "s10" session 10's (v13r also at k <= 16 where the solo launch applies); unset or anything else: the default
 // (v9 or v8 by cluster size, run_v4_async). k = 1 runs the kV4OptV7b instantiation in every case (the k > 1 options
 // change nothing on its path, and that instantiation measured 0.1 µs faster at 1x15 K = 1).
 // Read per call (session 9: one getenv, host side only), so that one process can capture the default and an option
 // into separate CUDA graphs and compare them against the same torch peer (bench_topk_v13_ab.py).
-enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13, kV13r, kV13s, kS8 };
+enum class V4Opt { kDefault, kV7b, kV8, kV9, kV10, kV11, kV13, kV13r, kV13s, kS8, kS10 };
 V4Opt env_v4_opt() {
   const char* e = std::getenv("DDTREE_TOPK_V4_OPT");
   if (e == nullptr) return V4Opt::kDefault;
@@ -157,6 +157,7 @@ V4Opt env_v4_opt() {
   if (std::strcmp(e, "v13r") == 0) return V4Opt::kV13r;
   if (std::strcmp(e, "v13s") == 0) return V4Opt::kV13s;
   if (std::strcmp(e, "s8") == 0) return V4Opt::kS8;
+  if (std::strcmp(e, "s10") == 0) return V4Opt::kS10;
   return V4Opt::kDefault;
 }
 
@@ -239,8 +240,8 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
                              int64_t row_stride, int32_t k, float* top_lp, int32_t* top_id, float* lse,
                              int32_t* error_flags, cudaStream_t stream) {
   V4Opt opt = env_v4_opt();
-  const bool compact = opt == V4Opt::kV13, s8 = opt == V4Opt::kS8;
-  if (compact || s8) opt = V4Opt::kDefault;
+  const bool compact = opt == V4Opt::kV13, s8 = opt == V4Opt::kS8, s10 = opt == V4Opt::kS10;
+  if (compact || s8 || s10) opt = V4Opt::kDefault;
   if (opt == V4Opt::kDefault && k > 1) {
     const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
     const bool session9 = !compact && !s8;
@@ -256,6 +257,15 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
     // 14.51 -> 12.81 / 12.98 / 13.19, both minus the same 12.3 µs). Not at 4-CTA clusters (8x15: +2-3% in the graph of
     // identical calls, -5 to -6% with cold code), nor at 5-7 (not measured).
     if (session9 && cluster == k::kV4MaxCluster) opt = V4Opt::kV13r;
+    // v15 (session 11, NOTES "v15 (session 11"): v9 again at k <= 16 where the launch is solo (a one-wave grid of 8-CTA
+    // clusters, the condition of run_v4's solo): faster than v13r in a graph of identical calls (1x15 K = 16: Python
+    // A/B 6.58 vs 6.77 µs, topk_period 6.22 vs 6.35) and even with it right after an lm_head GEMM, as a decoding round
+    // calls it (bench_topk_pypath.py part 2, two calls: -0.12 / +0.07 µs, within that setting's noise). At k = 32 v9
+    // was slower (6.68 vs 6.50; after the GEMM 7.81 vs 7.60). Session 9's cold-code advantage of v13r (12.81 vs 13.55)
+    // was measured with the pair launch after an instruction-cache polluter, without PDL; it did not show after a GEMM.
+    if (session9 && !s10 && cluster == k::kV4MaxCluster && k <= 16 &&
+        int64_t(batch) * positions * cluster <= int64_t(sm_count()))
+      opt = V4Opt::kV9;
   }
   if (k == 1 || opt == V4Opt::kV7b)
     return run_v4<T, 512, true, k::kV4OptV7b>(x, batch, positions, vocab, batch_stride, row_stride, k, top_lp, top_id,

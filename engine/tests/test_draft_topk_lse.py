@@ -288,3 +288,17 @@ def test_op_v4_back_to_back_calls_and_streams() -> None:
         assert torch.equal(ids, want_ids), f"call {i}"
         torch.testing.assert_close(lp, want_lp, atol=4e-6, rtol=0)
         torch.testing.assert_close(lse, want_lse, atol=4e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("opt", ["s10", "v13r", "v9"])
+@pytest.mark.parametrize("k", [2, 16])
+def test_op_v4_opt_switches_at_solo_rows(opt: str, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Session 11 made v9 the default at k <= 16 where the launch is solo (a one-wave grid of 8-CTA clusters: 1x15 and
+    # 1x2 x 163,840); DDTREE_TOPK_V4_OPT (read per call) keeps the other k > 1 builds reachable there for the A/B
+    # benches ("s10": session 10's default, v13r): each must still give the reference's answer, normal and -inf rows.
+    gen = torch.Generator().manual_seed(1100 + k)
+    monkeypatch.setenv("DDTREE_TOPK_V4_OPT", opt)
+    _compare(_logits(1, 15, 163840, torch.bfloat16, "normal", gen), k, "v4")
+    _compare(_logits(1, 2, 163840, torch.bfloat16, "neginf", gen), k, "v4")
