@@ -106,11 +106,13 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "compact": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
     "early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
     "onecta": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
+    # Session 11: tree_accept's bf16 chunk of 8192 logits (session 10's default; the default is 16,384 now)
+    "narrow": {"DDTREE_ACCEPT_WIDE": "0"},
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
     for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
-                 "DDTREE_ACCEPT_PDL"):
+                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE"):
         _env.setdefault(_var, None)
 
 
