@@ -33,35 +33,11 @@ sys.path.insert(0, str(here.parents[1]))
 from ddtree_engine.backend import default_backend  # noqa: E402
 from ddtree_engine.decode import Request  # noqa: E402
 from ddtree_engine.drafter import NoisyOracleDrafter  # noqa: E402
-from bench_e2e import STATE, VARIANTS, _graph, add_model_args, build_model, overhead_share, run, set_variant  # noqa: E402
+from bench_e2e import (STATE, VARIANTS, add_model_args, build_model, fenced, overhead_share, run,  # noqa: E402
+                       set_variant, sleep_us)
 from e2e_round_profile import models_graph, profile_replays  # noqa: E402
 
 med = statistics.median
-
-
-def sleep_us(us: float) -> None:
-    torch.cuda._sleep(int(us * 1980))  # ~1.98 GHz SM clock: cycles for `us` microseconds (approximate)
-
-
-def fenced(graphs: dict[str, object], restore: dict[str, int], snap: dict[str, torch.Tensor], eng: object,
-           samples: int) -> dict[str, list[float]]:
-    """GPU µs of single replays, each behind a sleep kernel (the host launch overlaps the sleep); the graphs
-    alternate replay by replay; `restore[name]` = r > 0: copy the snapshot state back before every r-th replay of
-    name (r = 1: every replay at one state; 7: the context grows as in a bench batch of 2 + 5 replays)."""
-    ev = {k: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
-          for k in graphs}
-    for i in range(samples):
-        for name, g in graphs.items():
-            if restore[name] and i % restore[name] == 0:
-                for k, v in snap.items():
-                    getattr(eng, k).copy_(v)
-            sleep_us(60)
-            a, b = ev[name][i]
-            a.record()
-            g.replay()  # type: ignore[attr-defined]
-            b.record()
-    torch.cuda.synchronize()
-    return {k: [a.elapsed_time(b) * 1e3 for a, b in v] for k, v in ev.items()}
 
 
 def launch_host_us(g: object, n: int = 8) -> float:
@@ -114,8 +90,8 @@ def case(model: object, be: object, batch: int, budget: int, variant: str, sampl
     snap = {k: getattr(eng, k).clone() for k in STATE}
     with torch.inference_mode():
         graphs = {"round": eng._graph, "models": models_graph(eng)}
-        f = fenced(graphs, {"round": 1, "models": 0}, snap, eng, samples)
-        gr = fenced(graphs, {"round": 7, "models": 0}, snap, eng, samples)
+        f = fenced(graphs, {"round": 1}, snap, eng, samples)
+        gr = fenced(graphs, {"round": 7}, snap, eng, samples)
         for k, v in snap.items():
             getattr(eng, k).copy_(v)
         host = {k: launch_host_us(gph) for k, gph in graphs.items()}
