@@ -7,6 +7,8 @@ Usage (GPU): PYTHONPATH=engine/python python3 engine/bench/bench_accept_vocab.py
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 from _timing import copy_bandwidth, device_name, print_table, save_json, scoped_env, time_calls
@@ -18,14 +20,24 @@ from ddtree_engine.reference import tree_accept as ref  # noqa: E402
 V = 151936
 SHAPES = [(1, 17), (1, 65), (8, 17), (8, 65)]
 VARIANTS = {
-    "unrolled": {"DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},  # session 9's default at this V
-    "compact": {"DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
-    "packed": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0"},  # fp32 rows: compact
-    "packed+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1"},
+    "unrolled": {"DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},  # session 9
+    "compact": {"DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},
+    # session 10's default (fp32 rows: compact)
+    "packed": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},
+    "packed+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "0"},
+    # session 11: bf16 chunks of 16,384 logits (fp32 rows: unchanged, their chunk is 32 KB already)
+    "packed_wide": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1"},
+    "packed_wide+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "1"},
 }
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                    help="the first is the ratio column's base")
+    a = ap.parse_args()
+    dtypes = [torch.float32 if d == "fp32" else torch.bfloat16 for d in a.dtypes]
     bw = copy_bandwidth()
     print(f"{device_name()}: copy bandwidth {bw / 1e12:.2f} TB/s")
     gen = torch.Generator().manual_seed(0)
@@ -37,24 +49,25 @@ def main() -> None:
                       temperature=torch.zeros(batch, device="cuda"),
                       seed=torch.arange(batch, dtype=torch.int64, device="cuda"),
                       stop_ids=torch.tensor([], dtype=torch.int32, device="cuda"), max_depth=DEPTH)
-        for dtype in (torch.float32, torch.bfloat16):
+        for dtype in dtypes:
             nbytes = batch * n * V * (4 if dtype == torch.float32 else 2)
             sets = max(2, min(8, (256 << 20) // nbytes + 1))
             xs = [(torch.randn(batch, n, V, device="cuda") * 3).to(dtype) for _ in range(sets)]
             want = ref(xs[0], **args, **common)
             floor = nbytes / bw * 1e6
             times = {}
-            for name, env in VARIANTS.items():
+            for name in a.variants:
+                env = VARIANTS[name]
                 with scoped_env(env):
                     out = tree_accept(xs[0], **args, **common)
                     assert all(torch.equal(a, b) for a, b in zip(out, want)), f"{name} {dtype} != reference"
                     times[name] = time_calls([lambda x=x: tree_accept(x, **args, **common) for x in xs])
-            base = times["unrolled"]
+            base = times[a.variants[0]]
             for name, t in times.items():
                 rows.append([f"{batch}x{n}", str(dtype).replace("torch.", ""), name, t, base / t, floor, t / floor])
             del xs
     print_table(f"tree_accept greedy at V = {V} (µs per call, median of graph replays)",
-                ["B x N", "logits", "scoring", "µs", "unrolled / this", "floor µs", "x floor"], rows)
+                ["B x N", "logits", "scoring", "µs", f"{a.variants[0]} / this", "floor µs", "x floor"], rows)
     save_json("bench_accept_vocab", {"device": device_name(), "copy_bw": bw, "rows": rows})
 
 

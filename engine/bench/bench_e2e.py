@@ -106,11 +106,14 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "compact": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
     "early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
     "onecta": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
+    # Session 11: tree_accept's bf16 chunk of 8192 logits (session 10's default; the default is 16,384 now)
+    "narrow": {"DDTREE_ACCEPT_WIDE": "0"},
+    "widepdl": {"DDTREE_ACCEPT_WIDE": "1", "DDTREE_ACCEPT_PDL": "1"},  # that plus the early (PDL) mode, opt-in above V 1024
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
     for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
-                 "DDTREE_ACCEPT_PDL"):
+                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE"):
         _env.setdefault(_var, None)
 
 
@@ -125,13 +128,42 @@ def set_variant(name: str) -> None:
 STATE = ("ctx_len", "root", "hidden", "out_len", "active", "live_budget")
 
 
+def sleep_us(us: float) -> None:
+    torch.cuda._sleep(int(us * 1980))  # ~1.98 GHz SM clock: cycles for `us` microseconds (approximate)
+
+
+def fenced(graphs: dict[str, object], restore: dict[str, int], snap: dict[str, torch.Tensor], eng: DDTreeEngine,
+           samples: int) -> dict[str, list[float]]:
+    """GPU µs of single replays, each behind a ~60 µs sleep kernel (the host's graph launch overlaps the sleep, so
+    the events bracket the graph alone); the graphs alternate replay by replay, so a drift of the clocks reaches
+    every graph alike. `restore[name]` = r > 0: copy the snapshot state back before every r-th replay of name (1: every
+    replay of the round sees the state the models graph sees)."""
+    ev = {k: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+          for k in graphs}
+    for i in range(samples):
+        for name, g in graphs.items():
+            if restore.get(name) and i % restore[name] == 0:
+                for k, v in snap.items():
+                    getattr(eng, k).copy_(v)
+            sleep_us(60)
+            a, b = ev[name][i]
+            a.record()
+            g.replay()  # type: ignore[attr-defined]
+            b.record()
+    torch.cuda.synchronize()
+    return {k: [a.elapsed_time(b) * 1e3 for a, b in v] for k, v in ev.items()}
+
+
 def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
     """Seconds per replay (medians over `batches` interleaved batches of ROUND_REPS replays, fewer for rounds
     over 0.5 ms) of: the round's
     graph; the drafter call and the target forward, each captured alone; and `models`, the drafter call
     followed by the target forward in ONE graph (the round with the engine ops taken out, seams included).
     Every slot active mid-generation; the state is restored before each batch of rounds, so every batch
-    replays the same rounds."""
+    replays the same rounds. On CUDA also `paired_other` / `paired_round` (session 11): the median over 21 pairs of
+    single round and models replays, alternating, each behind a sleep kernel (`fenced`), the round's state restored
+    before every replay: no batch-start launch on one side only, no context growth inside a batch, and a clock drift
+    between batches cancels in each pair's difference."""
     be, m = eng.be, eng.model
     budget = eng.budget.clone()
     drafts = eng.drafter.draft(eng.root, eng.hidden, eng.ctx_len)
@@ -173,9 +205,14 @@ def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
                     g.replay()  # type: ignore[attr-defined]
                 _sync()
                 times[name].append(_time_batch(g, reps))
+        out = {k: statistics.median(v) for k, v in times.items()}
+        if torch.cuda.is_available():  # session 11: the paired figure (see fenced)
+            f = fenced({"round": graphs["round"], "models": graphs["models"]}, {"round": 1}, snap, eng, 21)
+            out["paired_other"] = statistics.median(r - m for r, m in zip(f["round"], f["models"])) * 1e-6
+            out["paired_round"] = statistics.median(f["round"]) * 1e-6
     for k, v in snap.items():
         getattr(eng, k).copy_(v)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return out
 
 
 def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
@@ -424,6 +461,10 @@ def main() -> None:
                   f"{t['models'] * 1e6:7.1f} us -> other {other:6.1%} ({(t['round'] - t['models']) * 1e6:5.1f} us);"
                   f"  separately: drafter {t['drafter'] * 1e6:6.1f} + target {t['target'] * 1e6:6.1f} -> other "
                   f"{other_sep:6.1%}{floors}   tokens equal to AR {agree_tok:.3f}")
+            if "paired_other" in t:
+                print(f"    paired (21 alternating single replays, launch hidden, round state restored each time): round "
+                      f"{t['paired_round'] * 1e6:7.1f} us -> other {t['paired_other'] / t['paired_round']:6.1%} "
+                      f"({t['paired_other'] * 1e6:5.1f} us)")
             if args.cupti and DEV == "cuda":
                 sys.path.insert(0, str(Path(__file__).resolve().parent / "profile"))
                 from e2e_round_profile import profile_engine  # noqa: E402  (CUPTI; GPU only)

@@ -76,7 +76,19 @@ bool accept_pdl(int32_t vocab) {
   return vocab <= kAcceptSession7MaxV;
 }
 
-int num_chunks(int32_t vocab) { return (vocab + k::kAcceptChunk - 1) / k::kAcceptChunk; }
+// The fused kernel's wide bf16 chunk (kAcceptWideNV vectors a thread, 16,384 logits a CTA; session 11, issue #6):
+// DDTREE_ACCEPT_WIDE=1 on, =0 off (session 10's 8192-logit chunk), unset -> kAcceptWideDefault. bf16 rows with
+// 16-byte loads only (fp32 chunks are 32 KB already); the one-CTA kernel and the split plan are unchanged.
+constexpr bool kAcceptWideDefault = true;
+bool accept_wide() {
+  const char* e = std::getenv("DDTREE_ACCEPT_WIDE");
+  if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
+  if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
+  return kAcceptWideDefault;
+}
+
+// Chunks of `chunk` logits per row. The workspace is sized for kAcceptChunk, the smallest chunk of any plan.
+int num_chunks(int32_t vocab, int chunk = k::kAcceptChunk) { return (vocab + chunk - 1) / chunk; }
 
 size_t tree_bytes(int32_t batch, int32_t n_max) { return align_up(size_t(batch) * size_t(n_max) * sizeof(int32_t)); }
 
@@ -142,9 +154,22 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
     };
     return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
   }
-  const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
   const bool early = accept_pdl(vocab);
+  if constexpr (sizeof(T) == 2) {
+    if (vec && accept_wide()) {
+      using Wide = k::ChunkLogits<T, true, k::kAcceptWideNV>;
+      const int wide_chunks = num_chunks(vocab, Wide::kChunk);
+      return ddtree::detail::launch("tree_accept_fused_kernel",
+                                    k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
+                                    dim3{unsigned(wide_chunks), unsigned(n_max), unsigned(batch)},
+                                    dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
+                                    n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
+                                    seed, stop_ids, num_stop, width, wide_chunks, partial, counters, accept_nodes,
+                                    accept_len, committed_ids, bonus, finished, flags, tail, score, int(early));
+    }
+  }
+  const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   if (vec)
     return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
                                   dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,

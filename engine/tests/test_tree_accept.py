@@ -189,13 +189,18 @@ PLANS = {
     "split": {"DDTREE_ACCEPT_IMPL": "split"},
     # session 6's chunked kernel (unrolled scoring, no PDL) and session 7's early mode with the compact scoring
     "fused_s6": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled",
-                 "DDTREE_ACCEPT_PDL": "0"},
+                 "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},
     "fused_early": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact",
                     "DDTREE_ACCEPT_PDL": "1"},
     "one_cta_compact": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
     # session 10: the packed bf16 greedy scoring at every vocabulary (the default only above V = 1024; fp32 rows
     # and partial vectors take the compact loop), and session 6's unrolled loop at V = 151,936's default plan
     "fused_packed": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "packed"},
+    # session 11: the fused kernel's bf16 chunk of 8192 logits (session 10's; the default is now 16,384), and the
+    # wide chunk under the unrolled loop (greedy rows through the out-of-line scorer)
+    "fused_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "0"},
+    "fused_wide_unrolled": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "1",
+                            "DDTREE_ACCEPT_SCORE": "unrolled"},
 }
 ALL_PLANS = list(PLANS)
 

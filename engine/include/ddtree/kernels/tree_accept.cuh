@@ -23,6 +23,9 @@
 //   Session 10 (NOTES): above V = 1024 the greedy scoring defaults to `packed` (bf16: bf16x2 max, then one vector
 //   scored; fp32: the compact loop), 1.4-1.8x (bf16) and 1.1x (fp32) faster than session 6's unrolled loop at
 //   V = 151,936.
+//   Session 11 (NOTES, "Session 11 (s11e2e)"): bf16 rows with 16-byte loads take a chunk of 16,384 logits (8 vectors
+//   a thread, 32 KB a CTA, as fp32's 8192-logit chunk is; DDTREE_ACCEPT_WIDE=1|0, default on): 51.1 vs 58.8 us at
+//   8 x 65 nodes, V = 151,936, equal or faster at every measured shape.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel

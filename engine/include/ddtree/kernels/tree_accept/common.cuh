@@ -19,6 +19,9 @@ namespace kernels {
 constexpr int kAcceptThreads = 256;
 constexpr int kAcceptPerThread = 32;
 constexpr int kAcceptChunk = kAcceptThreads * kAcceptPerThread;  // 8192 logits per CTA
+// Session 11 (issue #6): the fused kernel's "wide" bf16 chunk, 8 16-byte vectors a thread like fp32's (64 bf16
+// logits, 16,384 a CTA, 32 KB): half the CTAs of the 8192-logit chunk, twice the bytes in flight per CTA.
+constexpr int kAcceptWideNV = 8;
 constexpr int kAcceptWalkThreads = 256;
 constexpr int kAcceptMaxWidth = 1024;  // max_depth + 1
 constexpr int kAcceptFusedMaxNodes = 1024;  // n_max of the fused plan (its last CTA holds the tree in smem)
@@ -186,13 +189,35 @@ __device__ __forceinline__ bool packed_bf16_best(const uint4 (&raw)[NV], int sta
   return true;
 }
 
+// The best scored_item of one 16-byte vector whose first element is vocab id `base` (sampling, or greedy under the
+// unrolled scoring); sets *bad on NaN. Out of line: the wide chunk calls it once per vector (kAcceptWideNV calls,
+// one copy of the noise code).
+template <typename T>
+__device__ __noinline__ uint64_t scored_vector_best(uint4 raw, int base, int vocab, bool sample, float temp,
+                                                    uint32_t key, int* bad) {
+  constexpr int VN = 16 / int(sizeof(T));
+  const T* e = reinterpret_cast<const T*>(&raw);
+  uint64_t top = 0;
+  int nan = 0;
+#pragma unroll
+  for (int q = 0; q < VN; ++q) {
+    if (base + q < vocab) {
+      const uint64_t it = scored_item(to_float<T>(e[q]), base + q, sample, temp, key, &nan);
+      top = it > top ? it : top;
+    }
+  }
+  *bad |= nan;
+  return top;
+}
+
 // One CTA's vocab chunk of one node's logits: loaded into registers first (the loads overlap whatever
 // the caller does before scoring them), then scored. best() gives the thread's best
 // pack_item(key(score), id) (0 = only NaN seen) and sets *bad on NaN.
-template <typename T, bool VEC>
+template <typename T, bool VEC, int NV_ = kAcceptPerThread / (16 / int(sizeof(T)))>
 struct ChunkLogits {
   static constexpr int VN = 16 / int(sizeof(T));
-  static constexpr int NV = kAcceptPerThread / VN;
+  static constexpr int NV = NV_;
+  static constexpr int kChunk = kAcceptThreads * NV * VN;  // logits per CTA
   uint4 raw[NV];
 
   __device__ __forceinline__ void load(const T* __restrict__ x, int start, int vocab) {
@@ -217,6 +242,18 @@ struct ChunkLogits {
       return top;
     }
     uint64_t top = 0;
+    if constexpr (NV * VN > kAcceptPerThread) {
+      // The wide chunk's sampled rows (and greedy ones under the unrolled scoring): one out-of-line copy of the
+      // noise code, not 64 inline copies (the unrolled loop's code size is what session 7 found the accept to wait on).
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;
+        if (base >= vocab) break;
+        const uint64_t it = scored_vector_best<T>(raw[j], base, vocab, sample, temp, key, bad);
+        top = it > top ? it : top;
+      }
+      return top;
+    }
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const int base = start + (j * kAcceptThreads + int(threadIdx.x)) * VN;

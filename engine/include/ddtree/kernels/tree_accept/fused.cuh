@@ -194,7 +194,9 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
 // and ctx_len together with num_nodes (session 6 loaded temperature after the num_nodes check: one more round
 // trip before scoring), so the last CTA's tail prefetch has ctx_len at once and also fetches the tree's
 // block-table entries (the commit's page lookups then come from shared memory, not a round trip after the walk).
-template <typename T, bool VEC, typename Tail>
+// NV: 16-byte vectors a thread loads (the chunk is kAcceptThreads x NV vectors): kAcceptPerThread's (8 fp32, 4 bf16)
+// or kAcceptWideNV for bf16 (session 11, DDTREE_ACCEPT_WIDE).
+template <typename T, bool VEC, typename Tail, int NV = kAcceptPerThread / (16 / int(sizeof(T)))>
 __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
     const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
     const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
@@ -208,11 +210,12 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   __shared__ AcceptTreeSmem tree;
   __shared__ int s_last;
   const int chunk = blockIdx.x, i = blockIdx.y, b = blockIdx.z;
-  const int start = chunk * kAcceptChunk;
+  using Chunk = ChunkLogits<T, VEC, NV>;
+  const int start = chunk * Chunk::kChunk;
   if (early) pdl_wait();  // no-op without a PDL launch; every input below is read after it
   // Row i < n_max exists (the launcher checked the strides), so its load need not wait for num_nodes:
   // rows past the tree are loaded and dropped, never scored.
-  ChunkLogits<T, VEC> chunk_logits;
+  Chunk chunk_logits;
   chunk_logits.load(logits + int64_t(b) * batch_stride + int64_t(i) * row_stride, start, vocab);
   const int nn = num_nodes[b];
   int ctx_early = -1;
