@@ -10,7 +10,7 @@ a design would have to do: deviation levels, parents and work items per level, a
 thresholds (the exact M-th score t*, the chain-family bound B1 = the M-th best of {0^(e-1).r} that the kernel
 computes today, and B2 = the M-th best of all candidates with <= 1 deviation, zero runs included). It checks
 that the enumeration above t* is exactly the reference heap's top M (the model is only worth its counts if so).
-Usage: python engine/bench/model_build_tree_devruns.py [--draws 3]
+Usage: python engine/bench/model_build_tree_devruns.py [--draws 3] [--m 256 64]  (~4 min at --draws 2)
 """
 from __future__ import annotations
 
@@ -54,6 +54,20 @@ def count_ge(row: list[float], base: float, t: float, lo: int) -> int:
     return a - lo
 
 
+def with_run(lp: list[list[float]], tup: tuple[int, ...], d: int, s: float, t: float) -> list:
+    """A deviation node and its zero run >= t as (tuple, depth, score); the root () is listed last (it is no
+    candidate, but its deviation children branch off it). In the kernel: one ballot over depths."""
+    members = [(tup, d, s)] if d else []
+    x, sc = tup, s
+    for e in range(d, L):
+        sc = sc + lp[e][0]
+        if sc < t:
+            break
+        x = x + (0,)
+        members.append((x, e + 1, sc))
+    return members if d else members + [((), 0, 0.0)]
+
+
 def enumerate_devruns(lp: list[list[float]], t: float, max_dev: int = 99) -> dict:
     """Candidates >= t, one deviation level at a time. Scores are summed along the tuple (kappa), as the
     kernel's fast path does. Returns the candidate set and the per-level work."""
@@ -66,16 +80,9 @@ def enumerate_devruns(lp: list[list[float]], t: float, max_dev: int = 99) -> dic
         run_members = []  # (tuple, depth, score) of every run member incl. the deviation node itself
         run_lens = []
         for tup, d, s in frontier:
-            members = [(tup, d, s)] if d else []
-            x, sc = tup, s
-            for e in range(d, L):
-                sc = sc + lp[e][0]
-                if sc < t:
-                    break
-                x = x + (0,)
-                members.append((x, e + 1, sc))
+            members = with_run(lp, tup, d, s, t)
             run_lens.append(len(members))
-            run_members.append(((tup, d, s), members if d else [((), 0, 0.0)] + members))
+            run_members.append(((tup, d, s), members))
         n_run = 0
         items = 0
         nxt = []
@@ -106,19 +113,7 @@ def enumerate_raise(lp: list[list[float]], m: int, t: float, cap: int = 0) -> di
     frontier = [((), 0, 0.0)]
     levels = []
     while frontier:
-        members = []
-        for tup, d, s in frontier:
-            x, sc = tup, s
-            if d:
-                members.append((tup, d, s))
-            for e in range(d, L):
-                sc = sc + lp[e][0]
-                if sc < t:
-                    break
-                x = x + (0,)
-                members.append((x, e + 1, sc))
-            if not d:
-                members.append(((), 0, 0.0))
+        members = [x for tup, d, s in frontier for x in with_run(lp, tup, d, s, t)]
         for tup, d, s in members:
             if d:
                 pool[tup] = s
@@ -200,7 +195,7 @@ def model_one(lp: list[list[float]], m: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=3)
-    ap.add_argument("--m", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--m", type=int, nargs="+", default=[256, 64])  # M = 1024: the pool above B1 runs out of memory
     args = ap.parse_args()
     print("| M | K | sharp | draw | max depth | D (deviations) | nodes per deviation count | P(t*) | "
           "levels(B1) | P(B1) | levels(B2) | P(B2) | parents / items / children per level at B2 | "
