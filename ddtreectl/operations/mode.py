@@ -187,7 +187,9 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     on_step("checking, before production is touched, that the GPUs can be verified idle")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
-    if not verdict.nvidia_smi_missing:  # busy now is expected (the service runs): the wait after the stop decides
+    # Busy now is expected (the service runs): the wait after the stop decides. A host declared
+    # GPU-less (`gpus: 0`) has nothing to verify: its verdict rests on the units alone.
+    if not verdict.nvidia_smi_missing or verdict.no_gpus:
         return
     service = inventory.service_of(host)
     kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
