@@ -93,6 +93,23 @@ def _check(cancel: threading.Event | None, host: str) -> None:
         raise InterruptedByOperatorError("interrupted; `current` unchanged", host=host)
 
 
+def _interrupted(err: InterruptedByOperatorError, transport: Transport, host: Host, stage: str,
+                 current: str | None, rid: str | None) -> InterruptedByOperatorError:
+    """The interrupt in words the operator can act on: where it stopped, what became of the remote
+    command it abandoned (the transport stops it: a build used to compile on until its timeout) and
+    which release is current. Only reached before the switch (the cancel checks and the build's and
+    self-test's ticks come before it), so `current` is the one the deploy found."""
+    stopped = getattr(transport, "last_abandoned", None)
+    remote = f" ({stopped})" if stopped and stage in ("build", "selftest") else ""
+    what = {"build": "the build", "selftest": "the self-test", "sync": "the copy"}.get(stage, stage)
+    staged = f"; release {rid} stays staged (.incoming-{rid}) for the next deploy" if rid and stage in (
+        "sync", "build", "selftest") else ""
+    return InterruptedByOperatorError(
+        f"interrupted during {what}{remote}; nothing was switched: `current` is still "
+        f"{current or 'unset (nothing deployed yet)'}{staged}; the deploy lock was released",
+        hint=err.hint, host=host.name)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -157,8 +174,16 @@ def target_release(facts: HostFacts, host: Host, files: tuple[ShippedFile, ...])
 def deploy_host(transport: Transport, inventory: Inventory, host: Host, options: DeployOptions, *,
                 on_event: EventFn | None = None, cancel: threading.Event | None = None) -> DeployResult:
     """Deploy the engine to one host (see the module docstring for the order and its guarantees)."""
-    emit = on_event or (lambda e: None)
+    stage = ["lock"]
+
+    def emit(event: DeployEvent) -> None:
+        stage[0] = event.phase
+        if on_event is not None:
+            on_event(event)
+
     root = host.remote_root
+    current: str | None = None
+    rid: str | None = None
     t0 = time.monotonic()
     # Lock first, then look: facts read before the lock could be stale by the time a waited-for
     # deploy finishes (it may have built this very release).
@@ -170,6 +195,7 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
         emit(DeployEvent(host.name, "probe"))
         facts = probe(transport, inventory, host)
         refuse_if_held_for_dev(lease_from_state_files(facts.state_files), host.name, "deploy")  # before a build
+        current = facts.release.current
         rid, archs, source = target_release(facts, host, options.files)
         result = DeployResult(host.name, rid, archs=archs, archs_source=source)
         result.lock_took_over = got.took_over.describe() if got.took_over else None
@@ -188,6 +214,8 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
                 raise
         _check(cancel, host.name)
         _activate(transport, inventory, host, facts, rid, options, result, emit)
+    except InterruptedByOperatorError as err:
+        raise _interrupted(err, transport, host, stage[0], current, rid) from None
     finally:
         release_lock_quietly(transport, root)
     result.timings["total"] = time.monotonic() - t0
