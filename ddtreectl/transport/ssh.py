@@ -302,7 +302,8 @@ class SshTransport:
         """Kill the abandoned command's process group over a second channel of the same connection:
         the wrapper announced the PID that leads it (wrap_command's announce_pid). SIGTERM, then
         SIGKILL for what is left after the wrapper's own grace. (The SSH "signal" request would need
-        no PID, but OpenSSH 9.2 on the test hosts did not act on it for a root session.) Returns what became of it."""
+        no PID, but OpenSSH 9.2 on the test hosts did not act on it for a root session.)
+        Returns what became of it."""
         pid = announced_pid(chan, err)
         for sig in ("TERM", "KILL"):
             if chan.exit_status_ready():
