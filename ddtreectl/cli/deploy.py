@@ -83,12 +83,14 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
         with cond:
             while active[0] and time.monotonic() < end:
                 cond.wait(max(0.0, end - time.monotonic()))
+            unsettled = [h.name for h in hosts if h.name not in left]
             states = [f"{h.name}: " + left.get(h.name, f"still working after {CLEANUP_GRACE_S:g} s (a switch or a "
                                                         f"restart is not broken off half way); `ddtreectl status "
                                                         f"{h.name}` shows where it ended") for h in hosts]
         raise InterruptedByOperatorError(
             "interrupted:\n  " + "\n  ".join(states),
-            hint="`ddtreectl lock status HOST` shows any lock left where a host did not answer") from None
+            hint=f"`ddtreectl lock status {unsettled[0] if len(unsettled) == 1 else 'HOST'}` shows whether its "
+                 "lock is still held" if unsettled else None) from None
 
 
 def exit_code_of(errors: list[BaseException], total: int) -> int:

@@ -102,8 +102,8 @@ def _interrupted(err: InterruptedByOperatorError, transport: Transport, host: Ho
     stopped = getattr(transport, "last_abandoned", None)
     remote = f" ({stopped})" if stopped and stage in ("build", "selftest") else ""
     what = {"build": "the build", "selftest": "the self-test", "sync": "the copy"}.get(stage, stage)
-    staged = f"; release {rid} stays staged (.incoming-{rid}) for the next deploy" if rid and stage in (
-        "sync", "build", "selftest") else ""
+    staged = f"; release {rid} was not activated (its staged copy .incoming-{rid} is left for the next " \
+        "deploy to reuse or prune)" if rid and stage in ("sync", "build", "selftest") else ""
     return InterruptedByOperatorError(
         f"interrupted during {what}{remote}; nothing was switched: `current` is still "
         f"{current or 'unset (nothing deployed yet)'}{staged}; the deploy lock was released",

@@ -181,15 +181,13 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     Stopping the service cannot install nvidia-smi: on a host without it the switch used to drain and
     stop production, then refuse (GPUs unknown), leaving the host down with no lease. One quick sample
     (one nvidia-smi query) decides it first; with --force the switch goes on and the final check
-    records the override."""
-    if force:
+    records the override. A host declared GPU-less (`gpus: 0`) has none to verify: not checked."""
+    if force or host.gpus == 0:
         return
     on_step("checking, before production is touched, that the GPUs can be verified idle")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
-    # Busy now is expected (the service runs): the wait after the stop decides. A host declared
-    # GPU-less (`gpus: 0`) has nothing to verify: its verdict rests on the units alone.
-    if not verdict.nvidia_smi_missing or verdict.no_gpus:
+    if not verdict.nvidia_smi_missing:  # busy now is expected (the service runs): the wait after the stop decides
         return
     service = inventory.service_of(host)
     kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \

@@ -194,7 +194,14 @@ def _zone_refusal(inventory: Inventory, host: Host, address: str) -> InventoryEr
     is shared (other operators, CI, a bastion read it), and there `eth0` is another link or none, so
     the address would reach a different machine or nothing. Refused before anything is checked or
     written; the hint gives the form to type (a link-local address is useless without its zone)."""
-    where = f"{inventory.path.name}:{host.line}" if host.line else inventory.path.name
+    from ddtreectl.inventory import edit
+
+    try:  # the line the address is written on, which is what would change; else the host's entry
+        line = edit.key_line(edit.read_text(inventory.path), host.name, "address",
+                             filename=inventory.path.name) or host.line
+    except (InventoryError, OSError):
+        line = host.line
+    where = f"{inventory.path.name}:{line}" if line else inventory.path.name
     bare, _, zone = address.partition("%")
     message = (f"{where}: hosts.{host.name}.address: set-ip: {address!r} carries a zone index (%{zone}), which "
                "names a network interface of the machine it is typed on; an inventory is shared and read on "

@@ -297,15 +297,15 @@ def test_a_scoped_ipv6_address_is_refused(
 ) -> None:
     """A zone index (`%eth0`) names an interface of the machine it was typed on; the inventory is read
     on others. set-ip used to write it (--no-verify; with a pinned key it then tried to connect
-    through this machine's eth0). Now refused, whatever the flags, naming the file, the host's line
-    and what to type; the file is untouched."""
+    through this machine's eth0). Now refused, whatever the flags, naming the file, the line of the
+    host's address and what to type; the file is untouched."""
     root = project(tmp_path)
     before = (root / "hosts.yaml").read_bytes()
     for flags in (["--no-verify"], ["--no-verify", "--force", "--dry-run"], []):
         assert cli(root, "set-ip", "here", typed, *flags) == 3
         err = capsys.readouterr().err.splitlines()
         zone = typed.partition("%")[2]
-        assert err[0] == (f"error: hosts.yaml:3: hosts.here.address: set-ip: {typed!r} carries a zone index "
+        assert err[0] == (f"error: hosts.yaml:5: hosts.here.address: set-ip: {typed!r} carries a zone index "
                           f"(%{zone}), which names a network interface of the machine it is typed on; an "
                           "inventory is shared and read on other machines, where "
                           f"{zone} is another link or none. The inventory was not changed"), err
