@@ -73,6 +73,7 @@ class SwitchResult:
     put_back: str | None = None
     units_removed: list[str] = field(default_factory=list)  # removed by a restore that then failed or broke off
     lease_kept: bool = False  # `lease` is the development lease still in force, not one written
+    broken_off: str | None = None  # mode prod broken off past its preflight: how it was settled (mode_settle)
 
     @property
     def ok(self) -> bool:
@@ -422,7 +423,7 @@ def _broken_off(transport: Transport, host: Host, result: SwitchResult, state: H
                          units_removed=result.units_removed or None)
     except (DdtreeError, KeyboardInterrupt):  # best effort: the settled words still say the truth so far
         pass
-    result.put_back = settled.words
+    result.put_back, result.broken_off = settled.words, settled.outcome
     if isinstance(err, KeyboardInterrupt):
         return InterruptedByOperatorError(f"interrupted: {settled.words}", hint=next_step(settled, host.name),
                                           host=host.name)

@@ -14,6 +14,7 @@ switch between its enable and its start (it sleeps on `reset-failed`, the comman
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -42,11 +43,11 @@ def unit_state(host: Any) -> tuple[str, str]:
             host.systemctl("is-enabled", UNIT, check=False).stdout.strip())
 
 
-def interrupt_prod(inventory: Path, ready: Any) -> tuple[int, str, str]:
-    """`mode HOST prod`, Ctrl-C once `ready()` says so; (exit status, stdout, stderr)."""
+def interrupt_prod(inventory: Path, ready: Any, *args: str) -> tuple[int, str, str]:
+    """`mode HOST prod ARGS`, Ctrl-C once `ready()` says so; (exit status, stdout, stderr)."""
     exe = shutil.which("ddtreectl")
     assert exe is not None, "install the CLI first: python3 -m pip install -e ."
-    proc = subprocess.Popen([exe, "-i", str(inventory), "mode", "mb-host", "prod"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([exe, "-i", str(inventory), "mode", "mb-host", "prod", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "USER": "alice", "LOGNAME": "alice"})
     try:
@@ -93,11 +94,16 @@ def test_mode_prod_broken_off_is_rolled_back_or_finished_and_says_which(
     assert (last["action"], last["to"], last["ok"], last["interrupted"], last["broken_off"]) == \
         ("mode", "prod", False, True, "rolled back"), last
 
-    # 2. Broken off once the unit was started (its health gate running): finished.
+    # 2. Broken off once the unit was started (its health gate running): finished; --json says so too.
     host.sh(f"rm -f /usr/local/bin/systemctl {REACHED}")
     code, out, err = interrupt_prod(
-        inventory, lambda: host.systemctl("is-active", UNIT, check=False).stdout.strip() in ("active", "activating"))
+        inventory, lambda: host.systemctl("is-active", UNIT, check=False).stdout.strip() in ("active", "activating"),
+        "--json")
     assert code == 130, out + err
+    doc = json.loads(out)
+    assert (doc["exit_code"], doc["broken_off"], doc["lease"]["mode"], doc["lease_kept"]) == \
+        (130, "finished", "prod", False), doc
+    err = doc["error"]["message"] + "\nhint: " + doc["error"]["hint"]
     assert f"interrupted: {UNIT} had been started" in err and "so the switch was finished: the host is in " \
            "production mode now (the development lease has ended); its health was NOT verified" in err, err
     assert "hint: `ddtreectl restore-service mb-host` verifies it" in err, err
