@@ -100,7 +100,8 @@ def _interrupted(err: InterruptedByOperatorError, transport: Transport, host: Ho
     which release is current. Only reached before the switch (the cancel checks and the build's and
     self-test's ticks come before it), so `current` is the one the deploy found."""
     stopped = getattr(transport, "last_abandoned", None)
-    remote = f" ({stopped})" if stopped and stage in ("build", "selftest") else ""
+    remote = f" ({stopped})" if stopped and stage in ("build", "selftest") else \
+        " (rsync was stopped)" if stage == "sync" else ""
     what = {"build": "the build", "selftest": "the self-test", "sync": "the copy"}.get(stage, stage)
     staged = f"; release {rid} was not activated (its staged copy .incoming-{rid} is left for the next " \
         "deploy to reuse or prune)" if rid and stage in ("sync", "build", "selftest") else ""
@@ -235,6 +236,12 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     def progress(done: int, pct: int) -> None:
         emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes"))
 
+    def tick() -> None:
+        # Called on every output line and at least once a second while the copy, a compile step or
+        # the self-test is quiet: raising abandons it (the transport or run_rsync stops it) so an
+        # interrupt is prompt and leaves nothing running behind the released lock.
+        _check(cancel, host.name)
+
     if transport.rsync_ssh_command() is None and shutil.which("rsync") is None:
         releases = Path(os.path.expanduser(root)) / "releases"
         copy_local(options.files, options.engine_dir, options.templates_dir, releases / f".incoming-{rid}",
@@ -244,7 +251,7 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
                           f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
         try:
             run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress,
-                      remote_root=root)
+                      remote_root=root, on_tick=tick)
         except RemoteCommandError as err:
             need = shipped_kib(options.files, options.engine_dir, options.templates_dir)
             raise explain_failed_copy(err, transport, root, need) from None
@@ -256,11 +263,6 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
 
     def step(n: int, total: int, what: str) -> None:
         emit(DeployEvent(host.name, "build", n, total, what))
-
-    def tick() -> None:
-        # Called on every output line and at least once a second while a compile step is quiet:
-        # raising abandons the remote command (the transport stops it) so Ctrl-C is prompt.
-        _check(cancel, host.name)
 
     outcome = build_release(transport, root, rid, archs, host.build.cmake_args, timeout=options.build_timeout_s,
                             on_step=step, on_line=lambda _: tick(), on_tick=tick)

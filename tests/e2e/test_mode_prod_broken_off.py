@@ -8,6 +8,8 @@ real state settles it, and the message says which way:
 - broken off once the unit was started (during the health gate): finished (the lease ends, as after a
   failed gate), saying its health was not verified.
 
+On the way, `run` interrupted by Ctrl-C stops its command on the host too.
+
 The host declares no GPUs (`gpus: 0`) and has no nvidia-smi: `mode HOST dev` takes it without one (it used
 to refuse: "GPUs can never be verified idle"). A `systemctl` stand-in first on the host's PATH holds the
 switch between its enable and its start (it sleeps on `reset-failed`, the command just before the start)."""
@@ -78,6 +80,21 @@ def test_mode_prod_broken_off_is_rolled_back_or_finished_and_says_which(
     dev = ddtreectl("-i", i, "mode", "mb-host", "dev", "--reason", "cpu work")  # gpus: 0, no nvidia-smi
     assert dev.returncode == 0, dev.stdout + dev.stderr
     assert lease(host)["mode"] == "dev" and unit_state(host) == ("inactive", "disabled")
+
+    # `run` interrupted: the command stops on the host too (it used to run on until it ended or --timeout).
+    exe = shutil.which("ddtreectl")
+    assert exe is not None
+    job = subprocess.Popen([exe, "-i", i, "run", "mb-host", "--", "sh", "-c", "sleep 4321 & wait"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env={**os.environ, "USER": "alice", "LOGNAME": "alice"})
+    deadline = time.monotonic() + 60
+    while host.sh("pgrep -x sleep", check=False).returncode != 0:
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.1)
+    os.killpg(job.pid, signal.SIGINT)
+    assert job.wait(timeout=60) == 130
+    job.communicate()
+    assert host.sh("pgrep -x sleep", check=False).returncode != 0, "the interrupted command runs on"
 
     # 1. Broken off between the enable and the start: rolled back.
     host.write_file("/usr/local/bin/systemctl", HOLD_START, mode=0o755)
