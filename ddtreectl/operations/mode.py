@@ -404,16 +404,21 @@ def _broken_off(transport: Transport, host: Host, result: SwitchResult, state: H
     """Settle a switch to prod broken off after the preflight (operations/mode_settle.py) and return
     the error that says which way: finished (the start took: the lease ends, as after a failed gate)
     or rolled back (an enable undone, the lease kept), or unknown."""
-    from ddtreectl.operations.mode_settle import next_step, settle
+    from ddtreectl.operations.mode_settle import Settled, next_step, settle
 
     holder = state.lease.holder if state.lease else None
     settled = settle(transport, host, unit, was_enabled=was_enabled, holder=holder)
     me = operator()
     try:
         if settled.outcome == "finished":
-            result.lease = write_lease(transport, host.remote_root, {
-                "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
-                "previous_holder": holder})
+            try:
+                result.lease = write_lease(transport, host.remote_root, {
+                    "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
+                    "previous_holder": holder})
+            except (DdtreeError, KeyboardInterrupt) as unwritten:  # the words must not claim the lease ended
+                why = getattr(unwritten, "message", None) or type(unwritten).__name__
+                settled = Settled("unknown", f"{unit} had been started, but ending the development lease "
+                                             f"failed ({why}): the lease of {holder} is still recorded")
         elif settled.outcome == "rolled back":
             result.lease, result.lease_kept = state.lease, True
         if settled.outcome != "unknown":

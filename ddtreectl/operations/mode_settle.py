@@ -63,8 +63,7 @@ def settle(transport: Transport, host: Host, unit: str, *, was_enabled: bool, ho
     except (Exception, KeyboardInterrupt) as unread:  # the link dropped, or a second Ctrl-C
         why = getattr(unread, "message", None) or type(unread).__name__
         return Settled("unknown", f"the state of {unit} could not be read afterwards ({why}): it may be enabled "
-                                  f"{'and starting ' if not was_enabled else ''}while the development lease is "
-                                  "still recorded")
+                                  "and starting while the development lease is still recorded")
 
 
 def next_step(settled: Settled, host: str) -> str:
