@@ -47,20 +47,29 @@ def engine_dir_for(inventory: Inventory, given: Path | None) -> Path:
 
 
 def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadline_s: float,
-            deadline_option: str | None = None) -> "FleetResult[T]":
-    """run_on_hosts with Ctrl-C handling: the hosts are told to stop at their next step and given
-    CLEANUP_GRACE_S to release their locks before ddtreectl exits 130."""
+            deadline_option: str | None = None,
+            finished: Callable[[T], str] = lambda value: "finished before the interrupt") -> "FleetResult[T]":
+    """run_on_hosts with Ctrl-C handling: the hosts are told to stop at their next step (a remote
+    command in progress is stopped on the host by the transport) and given CLEANUP_GRACE_S to
+    release their locks before ddtreectl exits 130, saying per host what state it was left in
+    (`finished` words a host that completed before it saw the interrupt)."""
     from ddtreectl.fleet import run_on_hosts
 
     cancel = threading.Event()
     active = [0]
     cond = threading.Condition()
+    left: dict[str, str] = {}  # per host, once its work ended: the state it is left in
 
     def wrapped(host: Host) -> T:
         with cond:
             active[0] += 1
         try:
-            return fn(host, cancel)
+            value = fn(host, cancel)
+            left[host.name] = finished(value)
+            return value
+        except BaseException as err:
+            left[host.name] = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+            raise
         finally:
             with cond:
                 active[0] -= 1
@@ -74,13 +83,24 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
         with cond:
             while active[0] and time.monotonic() < end:
                 cond.wait(max(0.0, end - time.monotonic()))
+            unsettled = [h.name for h in hosts if h.name not in left]
+            states = [f"{h.name}: " + left.get(h.name, f"still working after {CLEANUP_GRACE_S:g} s (a switch or a "
+                                                        f"restart is not broken off half way); `ddtreectl status "
+                                                        f"{h.name}` shows where it ended") for h in hosts]
         raise InterruptedByOperatorError(
-            "interrupted: hosts keep serving their old release",
-            hint="locks were released where the hosts answered; `ddtreectl lock status HOST` shows any left") from None
+            "interrupted:\n  " + "\n  ".join(states),
+            hint=f"`ddtreectl lock status {unsettled[0] if len(unsettled) == 1 else 'HOST'}` shows whether its "
+                 "lock is still held" if unsettled else None) from None
 
 
 def exit_code_of(errors: list[BaseException], total: int) -> int:
     return fan_out_exit_code([int(getattr(e, "exit_code", ExitCode.INTERNAL)) for e in errors], total)
+
+
+def _finished(value: object) -> str:
+    """A host whose deploy completed before it saw the interrupt (it was switching or restarting)."""
+    release, action = getattr(value, "release", "?"), getattr(value, "action", "?")
+    return f"finished before the interrupt took effect ({action}): `current` is {release}"
 
 
 @app.command("deploy")
@@ -111,9 +131,11 @@ def deploy_command(
     deploy goes through; --plan says so). A unit ddtreectl installed that the inventory no longer
     renders for the host (a profile's unit name changed) is stopped, disabled and deleted, audited;
     a running one only with --restart (before the restart: it holds the port and GPUs), else it is
-    left running and reported. Exit codes: 0 ok, 5 build/self-test/remote failure or the
-    restarted service unhealthy, 8 lock held or held for development, 6 some hosts failed,
-    4 unreachable, 130 interrupted.
+    left running and reported. Ctrl-C (SIGTERM, SIGHUP) stops the remote build or self-test in
+    progress (its process group is killed over the same SSH connection), releases the lock and
+    says per host where it stopped and which release is `current`. Exit codes: 0 ok, 5
+    build/self-test/remote failure or the restarted service unhealthy, 8 lock held or held for
+    development, 6 some hosts failed, 4 unreachable, 130 interrupted.
     """
     from ddtreectl.operations.deploy import DeployOptions, deploy_host
     from ddtreectl.operations.plan import plan_host
@@ -157,7 +179,7 @@ def deploy_command(
             with connect(h, inventory) as transport:
                 return deploy_host(transport, inventory, h, options, on_event=progress.event, cancel=cancel)
 
-        outcome = fan_out(hosts, deploy_one, deadline, "--deadline")
+        outcome = fan_out(hosts, deploy_one, deadline, "--deadline", finished=_finished)
     errors = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
     code = exit_code_of([e for _, e in errors], len(hosts))
     deploy_view.show_results([r.value for r in outcome.ok], errors, as_json=json_out,  # type: ignore[misc]

@@ -28,7 +28,9 @@ def gpus(
     or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, fewer GPUs than
     the inventory says) — unknown is never idle. One round trip per host samples everything.
     --json (`ddtreectl.gpus/1`): `samples` counts the nvidia-smi readings taken: 0, with
-    `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed.
+    `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed. A host
+    the inventory declares GPU-less (gpus: 0) needs no nvidia-smi: without one its verdict rests on
+    the units alone (`no_gpus` true); a host that declares GPUs and cannot read them is unknown.
 
     Exit codes: 0 every host idle; 7 some host busy or unknown; 4 no host could be asked (a
     host's key or identity refused: 4 whatever the others said); 6 some could be asked, some not.

@@ -29,7 +29,8 @@ def mode(
     `mode HOST dev --reason "…" [--ttl 8h]`: drain the production service (wait until /metrics shows
     no request running or queued, up to --drain-timeout), disable and stop it, verify the GPUs went
     idle, then record who holds the host, why, since and until when (<remote_root>/state/mode.json).
-    Where the GPUs cannot be read at all (no nvidia-smi) it refuses before changing anything.
+    Where declared GPUs cannot be read at all (no nvidia-smi) it refuses before changing anything;
+    a host the inventory declares GPU-less (gpus: 0) needs no nvidia-smi.
 
     `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore
     the service through the same preflight and health gate as `restore-service`, and clear the lease.
@@ -41,6 +42,10 @@ def mode(
     `systemctl start` that runs past the host's command_timeout is judged by the unit's state after it:
     running, starting or with its job queued, the start took (gate, lease ended); else it failed. The
     enable before it has the same bound; one that runs past it is a failed start (enable undone).
+    Broken off past the preflight (Ctrl-C, SIGTERM: exit 130; a dropped or timed-out command), the
+    switch is settled by the unit's real state and says which: started, it is finished (lease ended,
+    health not verified: restore-service verifies it); not started, it is rolled back (an enable it
+    made is undone, the lease kept); unreadable, said as unknown.
 
     `mode HOST`: show the mode, holder, reason and expiry. An expired lease is shown as expired and is
     never taken over silently. Every switch is an audit line on the host (state/audit.log).

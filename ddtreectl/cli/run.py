@@ -28,9 +28,10 @@ def run(
     Allowed only while HOST is in development mode held by you (`ddtreectl mode HOST dev`), so nobody
     starts a benchmark on a serving host by accident. Another holder: exit 8; a host in production:
     exit 7; --force runs anyway and records it. Arguments are passed as words, not through a shell:
-    use `-- sh -c '…'` for pipes and redirections. Ctrl-C stops a local command; over SSH the
-    command keeps running on the host until it ends or --timeout (`ddtreectl gpus HOST` shows it,
-    and `mode HOST prod` refuses while it holds a GPU).
+    use `-- sh -c '…'` for pipes and redirections. Ctrl-C (SIGTERM, SIGHUP) stops the command and
+    its children, over SSH too (its process group is killed over the same connection); a command
+    that detached itself (setsid, nohup &) is not followed (`ddtreectl gpus HOST` shows what still
+    holds a GPU, and `mode HOST prod` refuses while anything does).
 
     --json prints one `ddtreectl.run/1` document when CMD ends (README, "JSON output"): `host`, `ok`,
     `error` (null once CMD ran, whatever its status), `command`, `command_exit_code`, `output` (its

@@ -46,9 +46,13 @@ def set_ip(
     to, so nothing can prove its new address: it is refused (exit 3)
     unless --no-verify records the address unverified.
 
-    Exit codes: 0 done (or nothing to do); 3 bad address, unknown host,
-    address taken (see --force), a local host without --no-verify, or
-    inventory invalid; 4 new address unreachable or not this machine.
+    A scoped IPv6 address (fe80::1%eth0) is refused whatever the flags
+    (exit 3): its zone names an interface of this machine, and the
+    inventory is read on others; the hint gives the form to type.
+
+    Exit codes: 0 done (or nothing to do); 3 bad address, a scoped IPv6
+    address, unknown host, address taken (see --force), a local host
+    without --no-verify, or inventory invalid; 4 new address unreachable or not this machine.
     """
     from ddtreectl.operations.set_ip import set_ip as run_set_ip
     from ddtreectl.ui.set_ip_view import render_text, to_json

@@ -76,6 +76,17 @@ def set_host_value(text: str, host: str, key: str, value: EditValue, *, filename
     return _insert(text, host_node, key, value)
 
 
+def key_line(text: str, host: str, key: str, *, filename: str = "hosts.yaml") -> int | None:
+    """The line `hosts.<host>.<key>` is written on (None: not in the host's own mapping; raises
+    InventoryError as set_host_value does for a file it cannot read)."""
+    _, node = _host_entry(_compose(text, filename), host, filename)
+    if isinstance(node, MappingNode):
+        for k, _ in node.value:
+            if isinstance(k, ScalarNode) and k.value == key and k.tag != _MERGE:
+                return _line(k)
+    return None
+
+
 def _compose(text: str, filename: str) -> Node | None:
     """The node tree with marks that are character offsets into `text` (the pure-Python loader;
     libyaml's marks are not). It is stricter than libyaml in rare corners (a BOM mid-file): then

@@ -93,6 +93,24 @@ def _check(cancel: threading.Event | None, host: str) -> None:
         raise InterruptedByOperatorError("interrupted; `current` unchanged", host=host)
 
 
+def _interrupted(err: InterruptedByOperatorError, transport: Transport, host: Host, stage: str,
+                 current: str | None, rid: str | None) -> InterruptedByOperatorError:
+    """The interrupt in words the operator can act on: where it stopped, what became of the remote
+    command it abandoned (the transport stops it: a build used to compile on until its timeout) and
+    which release is current. Only reached before the switch (the cancel checks and the build's and
+    self-test's ticks come before it), so `current` is the one the deploy found."""
+    stopped = getattr(transport, "last_abandoned", None)
+    remote = f" ({stopped})" if stopped and stage in ("build", "selftest") else \
+        " (rsync was stopped)" if stage == "sync" else ""
+    what = {"build": "the build", "selftest": "the self-test", "sync": "the copy"}.get(stage, stage)
+    staged = f"; release {rid} was not activated (its staged copy .incoming-{rid} is left for the next " \
+        "deploy to reuse or prune)" if rid and stage in ("sync", "build", "selftest") else ""
+    return InterruptedByOperatorError(
+        f"interrupted during {what}{remote}; nothing was switched: `current` is still "
+        f"{current or 'unset (nothing deployed yet)'}{staged}; the deploy lock was released",
+        hint=err.hint, host=host.name)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -157,8 +175,16 @@ def target_release(facts: HostFacts, host: Host, files: tuple[ShippedFile, ...])
 def deploy_host(transport: Transport, inventory: Inventory, host: Host, options: DeployOptions, *,
                 on_event: EventFn | None = None, cancel: threading.Event | None = None) -> DeployResult:
     """Deploy the engine to one host (see the module docstring for the order and its guarantees)."""
-    emit = on_event or (lambda e: None)
+    stage = ["lock"]
+
+    def emit(event: DeployEvent) -> None:
+        stage[0] = event.phase
+        if on_event is not None:
+            on_event(event)
+
     root = host.remote_root
+    current: str | None = None
+    rid: str | None = None
     t0 = time.monotonic()
     # Lock first, then look: facts read before the lock could be stale by the time a waited-for
     # deploy finishes (it may have built this very release).
@@ -170,6 +196,7 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
         emit(DeployEvent(host.name, "probe"))
         facts = probe(transport, inventory, host)
         refuse_if_held_for_dev(lease_from_state_files(facts.state_files), host.name, "deploy")  # before a build
+        current = facts.release.current
         rid, archs, source = target_release(facts, host, options.files)
         result = DeployResult(host.name, rid, archs=archs, archs_source=source)
         result.lock_took_over = got.took_over.describe() if got.took_over else None
@@ -188,6 +215,8 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
                 raise
         _check(cancel, host.name)
         _activate(transport, inventory, host, facts, rid, options, result, emit)
+    except InterruptedByOperatorError as err:
+        raise _interrupted(err, transport, host, stage[0], current, rid) from None
     finally:
         release_lock_quietly(transport, root)
     result.timings["total"] = time.monotonic() - t0
@@ -207,6 +236,12 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
     def progress(done: int, pct: int) -> None:
         emit(DeployEvent(host.name, "sync", pct, 100, f"{done:,} bytes"))
 
+    def tick() -> None:
+        # Called on every output line and at least once a second while the copy, a compile step or
+        # the self-test is quiet: raising abandons it (the transport or run_rsync stops it) so an
+        # interrupt is prompt and leaves nothing running behind the released lock.
+        _check(cancel, host.name)
+
     if transport.rsync_ssh_command() is None and shutil.which("rsync") is None:
         releases = Path(os.path.expanduser(root)) / "releases"
         copy_local(options.files, options.engine_dir, options.templates_dir, releases / f".incoming-{rid}",
@@ -216,7 +251,7 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
                           f"{root.rstrip('/')}/releases/.incoming-{rid}", link_dest=f"../{prev}" if prev else None)
         try:
             run_rsync(argv, host=host.name, timeout=options.build_timeout_s, on_progress=progress,
-                      remote_root=root)
+                      remote_root=root, on_tick=tick)
         except RemoteCommandError as err:
             need = shipped_kib(options.files, options.engine_dir, options.templates_dir)
             raise explain_failed_copy(err, transport, root, need) from None
@@ -228,11 +263,6 @@ def _stage_build_test(transport: Transport, host: Host, facts: HostFacts, rid: s
 
     def step(n: int, total: int, what: str) -> None:
         emit(DeployEvent(host.name, "build", n, total, what))
-
-    def tick() -> None:
-        # Called on every output line and at least once a second while a compile step is quiet:
-        # raising abandons the remote command (the transport stops it) so Ctrl-C is prompt.
-        _check(cancel, host.name)
 
     outcome = build_release(transport, root, rid, archs, host.build.cmake_args, timeout=options.build_timeout_s,
                             on_step=step, on_line=lambda _: tick(), on_tick=tick)

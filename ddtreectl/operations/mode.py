@@ -73,6 +73,7 @@ class SwitchResult:
     put_back: str | None = None
     units_removed: list[str] = field(default_factory=list)  # removed by a restore that then failed or broke off
     lease_kept: bool = False  # `lease` is the development lease still in force, not one written
+    broken_off: str | None = None  # mode prod broken off past its preflight: how it was settled (mode_settle)
 
     @property
     def ok(self) -> bool:
@@ -181,8 +182,8 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     Stopping the service cannot install nvidia-smi: on a host without it the switch used to drain and
     stop production, then refuse (GPUs unknown), leaving the host down with no lease. One quick sample
     (one nvidia-smi query) decides it first; with --force the switch goes on and the final check
-    records the override."""
-    if force:
+    records the override. A host declared GPU-less (`gpus: 0`) has none to verify: not checked."""
+    if force or host.gpus == 0:
         return
     on_step("checking, before production is touched, that the GPUs can be verified idle")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
@@ -367,12 +368,15 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
                 result.restore = restore_host(transport, inventory, host, options, on_event=on_event, result=record)
             except ServiceStartError as err:
                 return _start_failed(transport, host, result, state, service.unit, err, was_enabled)
-            except DdtreeError:
-                # Ended half way (a start that timed out with its state unreadable, a dropped
-                # connection): what the restore changed stays in the switch document.
+            except (DdtreeError, KeyboardInterrupt) as err:
+                # Ended half way (Ctrl-C / SIGTERM, a start that timed out with its state unreadable,
+                # a dropped connection): what the restore changed stays in the switch document, and
+                # past the preflight the host is settled: finished or rolled back, never half-changed.
                 result.units_removed = list(record.units_removed)
                 result.warnings.extend(record.warnings)
-                raise
+                if not record.changing and not isinstance(err, KeyboardInterrupt):
+                    raise  # a refused preflight: nothing was changed, the lease is kept and true
+                raise _broken_off(transport, host, result, state, service.unit, was_enabled, err) from None
             result.warnings.extend(result.restore.warnings)
         # Past this point the unit is enabled and started, healthy or not: the host is production's
         # now (systemd may keep restarting a failing service on those GPUs), so the development lease
@@ -393,6 +397,45 @@ def switch_to_prod(transport: Transport, inventory: Inventory, host: Host, *, fo
     finally:
         remote_lock.release(transport, root, LOCK_NAME, owner=me)
 
+
+
+def _broken_off(transport: Transport, host: Host, result: SwitchResult, state: HostMode, unit: str,
+                was_enabled: bool, err: BaseException) -> DdtreeError:
+    """Settle a switch to prod broken off after the preflight (operations/mode_settle.py) and return
+    the error that says which way: finished (the start took: the lease ends, as after a failed gate)
+    or rolled back (an enable undone, the lease kept), or unknown."""
+    from ddtreectl.operations.mode_settle import Settled, next_step, settle
+
+    holder = state.lease.holder if state.lease else None
+    settled = settle(transport, host, unit, was_enabled=was_enabled, holder=holder)
+    me = operator()
+    try:
+        if settled.outcome == "finished":
+            try:
+                result.lease = write_lease(transport, host.remote_root, {
+                    "mode": "prod", "holder": me, "since": state.now, "forced": bool(result.forced),
+                    "previous_holder": holder})
+            except (DdtreeError, KeyboardInterrupt) as unwritten:  # the words must not claim the lease ended
+                why = getattr(unwritten, "message", None) or type(unwritten).__name__
+                settled = Settled("unknown", f"{unit} had been started, but ending the development lease "
+                                             f"failed ({why}): the lease of {holder} is still recorded")
+        elif settled.outcome == "rolled back":
+            result.lease, result.lease_kept = state.lease, True
+        if settled.outcome != "unknown":
+            append_audit(transport, host.remote_root, "mode", to="prod", ok=False, previous=state.mode,
+                         previous_holder=holder, interrupted=isinstance(err, KeyboardInterrupt),
+                         broken_off=settled.outcome, forced=result.forced or None,
+                         units_removed=result.units_removed or None)
+    except (DdtreeError, KeyboardInterrupt):  # best effort: the settled words still say the truth so far
+        pass
+    result.put_back, result.broken_off = settled.words, settled.outcome
+    if isinstance(err, KeyboardInterrupt):
+        return InterruptedByOperatorError(f"interrupted: {settled.words}", hint=next_step(settled, host.name),
+                                          host=host.name)
+    assert isinstance(err, DdtreeError)
+    err.message = f"{err.message}; {settled.words}"
+    err.hint = next_step(settled, host.name)
+    return err
 
 
 def _start_failed(transport: Transport, host: Host, result: SwitchResult, state: HostMode, unit: str,

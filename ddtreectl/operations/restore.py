@@ -47,6 +47,9 @@ class RestoreResult:
     duration_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     units_removed: list[str] = field(default_factory=list)  # stopped units of an older name (stale_units)
+    # The preflight passed and the host is being changed (units removed, enable, start, gate): an error
+    # or interrupt from here on may leave the unit enabled or started (mode prod settles it).
+    changing: bool = False
 
     @property
     def ok(self) -> bool:
@@ -273,6 +276,7 @@ def restore_host(
     result.unit = rendered.unit
     checked = preflight(transport, host, rendered, options)
     result.warnings = checked.warnings
+    result.changing = True
     if checked.stale:
         stale_units.remove_units(transport, host.remote_root, checked.stale, checked.record, host=host.name,
                                  rendered_unit=rendered.unit, enable_instead=options.enable)

@@ -129,6 +129,8 @@ def set_ip(
 
     validate_address(address)
     host = inventory.host(name)
+    if "%" in address:
+        raise _zone_refusal(inventory, host, address)
     old = host.address
     path = inventory.path
     if same_address(old, address):
@@ -185,6 +187,32 @@ def set_ip(
         verified, not verify, matched, tuple(project_refs), tuple(skipped), tuple(sweeps), audit,
         tuple(notes), rank0_peers(inventory, name),
     )
+
+
+def _zone_refusal(inventory: Inventory, host: Host, address: str) -> InventoryError:
+    """`fe80::1%eth0`: the zone index names an interface of the machine it was typed on. The inventory
+    is shared (other operators, CI, a bastion read it), and there `eth0` is another link or none, so
+    the address would reach a different machine or nothing. Refused before anything is checked or
+    written; the hint gives the form to type (a link-local address is useless without its zone)."""
+    from ddtreectl.inventory import edit
+
+    try:  # the line the address is written on, which is what would change; else the host's entry
+        line = edit.key_line(edit.read_text(inventory.path), host.name, "address",
+                             filename=inventory.path.name) or host.line
+    except (InventoryError, OSError):
+        line = host.line
+    where = f"{inventory.path.name}:{line}" if line else inventory.path.name
+    bare, _, zone = address.partition("%")
+    message = (f"{where}: hosts.{host.name}.address: set-ip: {address!r} carries a zone index (%{zone}), which "
+               "names a network interface of the machine it is typed on; an inventory is shared and read on "
+               f"other machines, where {zone} is another link or none. The inventory was not changed")
+    if ipaddress.ip_address(bare).is_link_local:
+        hint = (f"{bare} is link-local and cannot be reached without a zone: give {host.name}'s global or "
+                f"unique-local IPv6 address (`ip -6 addr show scope global` on the host), its IPv4 address or "
+                f"its DNS name: `ddtreectl set-ip {host.name} ADDRESS`")
+    else:
+        hint = f"give the address without its zone: `ddtreectl set-ip {host.name} {bare}`"
+    return InventoryError(message, hint=hint)
 
 
 def _local_refusal(inventory: Inventory, host: Host, address: str) -> InventoryError:

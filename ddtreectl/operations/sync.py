@@ -120,9 +120,12 @@ class RsyncOutcome:
 
 
 def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: ProgressFn | None = None,
-              remote_root: str = "the remote root") -> RsyncOutcome:
+              remote_root: str = "the remote root", on_tick: Callable[[], None] | None = None) -> RsyncOutcome:
     """Run rsync, feeding progress updates (split on CR and LF) to `on_progress`. Raises
-    ConnectError when ssh could not reach the host (rsync exit 255), RemoteCommandError otherwise."""
+    ConnectError when ssh could not reach the host (rsync exit 255), RemoteCommandError otherwise.
+    `on_tick` runs at least once a second; what it raises ends the transfer (rsync is killed): a
+    deploy interrupted by SIGTERM (not a terminal's Ctrl-C, which reaches rsync itself) left it
+    copying into the release after ddtreectl had exited and released the deploy lock."""
     started = time.monotonic()
     env = dict(os.environ, LC_ALL="C")
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -136,6 +139,8 @@ def run_rsync(argv: list[str], *, host: str, timeout: float, on_progress: Progre
             sel.register(proc.stdout, selectors.EVENT_READ, out)
             sel.register(proc.stderr, selectors.EVENT_READ, err)
             while sel.get_map():
+                if on_tick is not None:
+                    on_tick()
                 if time.monotonic() - started > timeout:
                     proc.kill()
                     raise RemoteCommandError(f"rsync did not finish within {timeout:g} s", host=host,

@@ -5,6 +5,8 @@ below max(512 MiB, 1% of the total) on every GPU, utilization 0 in every sample,
 serving unit nor a ddtree-dev-* unit active. A signal that could not be read makes the verdict
 "unknown", never "idle": `[N/A]` fields, nvidia-smi missing, failing or too slow, fewer GPUs than the
 inventory expects, a process whose owner we cannot see. A signal that fires makes it "busy".
+A host the inventory declares GPU-less (`gpus: 0`) needs no nvidia-smi: when it has none (or it finds
+no devices) the verdict rests on the units alone, `no_gpus` says so.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ class HostVerdict:
     settled: bool = False
     # nvidia-smi was not found in any sample, whatever else made the verdict (an active unit is busy).
     nvidia_smi_missing: bool = False
+    # The inventory declares no GPUs (`gpus: 0`) and the host has none to read (no nvidia-smi, or it
+    # found no devices): there is nothing to sample, which is the expected state, not an unknown one.
+    no_gpus: bool = False
 
     @property
     def idle(self) -> bool:
@@ -148,7 +153,10 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     slowest = max((s.duration_ms for s in states if s.duration_ms is not None and s.status != "missing"),
                   default=None)
     failed = [s for s in states if s.status != "ok"]
-    if failed:
+    # A host declared GPU-less needs no nvidia-smi: "not installed" / "no devices" is what it should
+    # say. A host that declares GPUs and cannot read them stays unknown below (never idle).
+    no_gpus = expected_gpus == 0 and bool(states) and all(s.status in ("missing", "no-devices") for s in states)
+    if failed and not no_gpus:
         unknown = True
         first = failed[0]
         words = {"missing": "nvidia-smi is not installed",
@@ -209,4 +217,5 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
                        # Without nvidia-smi the sampler stops at its first query: no reading was taken.
                        processes=processes, samples=0 if missing else len(states), interval_s=samples.interval_s,
-                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing)
+                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing,
+                       no_gpus=no_gpus)

@@ -30,6 +30,15 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return f" ({signal.Signals(number).name})"
+    except ValueError:
+        return ""
+
+
 def _exit_words(state: ServiceState) -> str:
     """`exit status 3, 2 restarts` — what a failed unit last did and how often systemd retried."""
     parts = []
@@ -39,6 +48,10 @@ def _exit_words(state: ServiceState) -> str:
         # A main process that exits 0 never makes `exit-code`: a helper command failed (or the main
         # process never ran), and "exit status 0" read as a contradiction.
         parts.append("an ExecStartPre/ExecStartPost/ExecStop command failed, not the main process")
+    elif state.exec_main_status is not None and state.result in ("signal", "core-dump"):
+        # systemd's ExecMainStatus is then the signal's number, not an exit status ("exit status 9"
+        # read as if the server had exited 9 after `kill -9`).
+        parts.append(f"killed by signal {state.exec_main_status}{_signal_name(state.exec_main_status)}")
     elif state.exec_main_status is not None:
         parts.append(f"exit status {state.exec_main_status}")
     if state.n_restarts is not None:

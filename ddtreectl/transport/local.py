@@ -50,6 +50,7 @@ class LocalTransport:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.host_name = host.name
+        self.last_abandoned: str | None = None  # what became of the last command an exception abandoned
 
     def run(
         self,
@@ -79,6 +80,7 @@ class LocalTransport:
             # on_line raised, or Ctrl-C: never leave the command running behind our back.
             if proc.returncode is None:
                 _kill_group(proc)
+                self.last_abandoned = "it was stopped on the host"  # as SshTransport words it
             raise
 
     def _collect(self, proc: "subprocess.Popen[bytes]", command: str, limit: float,

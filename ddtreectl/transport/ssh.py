@@ -35,7 +35,7 @@ from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
-from ddtreectl.transport.command import wrap_command
+from ddtreectl.transport.command import REMOTE_KILL_AFTER_S, announced_pid, strip_pid_line, wrap_command
 from ddtreectl.transport.local import LineSplitter
 from ddtreectl.transport.reasons import connect_error as _connect_error
 from ddtreectl.transport.reasons import reason_of as _reason_of
@@ -91,6 +91,8 @@ class SshTransport:
         self.nodelay = nodelay
         self._authenticated = False
         self._known_hosts_dir: str | None = None
+        # What became of the last command an exception abandoned (see run); None: none was.
+        self.last_abandoned: str | None = None
 
     # ---- connecting -----------------------------------------------------------------------
 
@@ -282,20 +284,54 @@ class SshTransport:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise _connect_error(self.host, self.where, f"connection lost: {exc}",
                                  "check the host") from None
+        err = bytearray()  # shared with _stop_remote, which reads the announced PID from it
         try:
-            return self._exec(chan, command, limit, started, stdin, on_line, on_tick)
+            return self._exec(chan, command, limit, started, stdin, on_line, on_tick, err)
         except BaseException:
-            chan.close()  # on_line raised or Ctrl-C; the remote `timeout` wrapper bounds the rest
+            # on_line/on_tick raised (a cancelled deploy) or Ctrl-C/SIGTERM: stop the command on the
+            # host, not only our end of it. Closing the channel alone left e.g. a build compiling
+            # until its timeout (an hour), holding the workspace lock the next deploy waits on.
+            # (A timeout closed the channel already: the remote `timeout` ends it; a lost link
+            # reaches nothing, and the remote `timeout` bounds it.)
+            if not chan.closed and self._t.is_active():
+                self.last_abandoned = self._stop_remote(chan, err, limit)
+            chan.close()
             raise
 
+    def _stop_remote(self, chan: Any, err: bytearray, limit: float) -> str:
+        """Kill the abandoned command's process group over a second channel of the same connection:
+        the wrapper announced the PID that leads it (wrap_command's announce_pid). SIGTERM, then
+        SIGKILL for what is left after the wrapper's own grace. (The SSH "signal" request would need
+        no PID, but OpenSSH 9.2 on the test hosts did not act on it for a root session.)
+        Returns what became of it."""
+        pid = announced_pid(chan, err)
+        for sig in ("TERM", "KILL"):
+            if chan.exit_status_ready():
+                return "it was stopped on the host"
+            if pid is None:
+                break
+            try:
+                self.run(f"kill -{sig} -- -{pid} 2>/dev/null || kill -{sig} {pid} 2>/dev/null", timeout=10)
+            except Exception:  # best effort (the link drops now): the caller's error is the one to show
+                break
+            end = time.monotonic() + REMOTE_KILL_AFTER_S + 2
+            while not chan.status_event.wait(0.2) and time.monotonic() < end:
+                while chan.recv_ready():  # a full window must not keep it from dying
+                    chan.recv(65536)
+        if chan.exit_status_ready():
+            return "it was stopped on the host"
+        return (f"it could not be confirmed stopped on the host: it ends at its remote timeout "
+                f"({max(1, int(limit) + 1)} s after it started) at the latest")
+
     def _exec(self, chan: Any, command: str, limit: float, started: float, stdin: bytes | None,
-              on_line: Callable[[str], None] | None, on_tick: Callable[[], None] | None = None) -> RunResult:
+              on_line: Callable[[str], None] | None, on_tick: Callable[[], None] | None,
+              err: bytearray) -> RunResult:
         import paramiko
 
         deadline = started + limit
         try:
-            chan.exec_command(wrap_command(command, limit))
-            out, err = bytearray(), bytearray()
+            chan.exec_command(wrap_command(command, limit, announce_pid=True))
+            out = bytearray()
             lines = LineSplitter(on_line)
 
             def drain() -> None:
@@ -350,7 +386,7 @@ class SshTransport:
             raise _connect_error(self.host, self.where, f"connection lost: {exc}",
                                  "check the host; the command may or may not have run") from None
         return RunResult(command=command, exit_code=code, stdout=out.decode("utf-8", "replace"),
-                         stderr=err.decode("utf-8", "replace"),
+                         stderr=strip_pid_line(err.decode("utf-8", "replace")),
                          duration_s=time.monotonic() - started)
 
     @staticmethod

@@ -26,7 +26,7 @@ def verdict_json(v: HostVerdict) -> dict[str, Any]:
     return {
         "verdict": v.verdict, "signals": list(v.signals), "reasons": list(v.reasons),
         "samples": v.samples, "interval_s": v.interval_s, "nvidia_smi_ms": v.nvidia_smi_ms,
-        "nvidia_smi_missing": v.nvidia_smi_missing,
+        "nvidia_smi_missing": v.nvidia_smi_missing, "no_gpus": v.no_gpus,
         "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "verdict": g.verdict,
                   "signals": list(g.signals), "unknowns": list(g.unknowns),
                   "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib,
@@ -37,8 +37,8 @@ def verdict_json(v: HostVerdict) -> dict[str, Any]:
 
 
 # An answered host's fields beyond name/host/ok/verdict/error (verdict_json's and the wait's).
-_ANSWERED = ("signals", "reasons", "samples", "interval_s", "nvidia_smi_ms", "nvidia_smi_missing", "gpus",
-             "processes", "waited_s", "rounds")
+_ANSWERED = ("signals", "reasons", "samples", "interval_s", "nvidia_smi_ms", "nvidia_smi_missing", "no_gpus",
+             "gpus", "processes", "waited_s", "rounds")
 
 
 def gpus_json(targets: Sequence[str], checks: Sequence[GpuCheck], errors: Sequence[tuple[str, BaseException]],
@@ -62,6 +62,9 @@ def _mib(value: int | None) -> str:
 def sampled(v: HostVerdict) -> str:
     """How the verdict was sampled. Without nvidia-smi the sampler stops at its first query (more
     samples cannot install it), so the line says that rather than "1 sample(s)" whatever --samples said."""
+    if v.no_gpus:
+        found = "nvidia-smi is not installed" if v.nvidia_smi_missing else "nvidia-smi found no devices"
+        return f"no GPUs, as the inventory says (gpus: 0; {found})"
     if v.nvidia_smi_missing:
         return "not sampled: nvidia-smi is not installed"
     return f"{v.samples} sample{'' if v.samples == 1 else 's'}" + (

@@ -48,6 +48,8 @@ def switch_json(result: SwitchResult, now: int, error: DdtreeError | None = None
         "start_failure": None if result.start_failure is None else {
             "error": result.start_failure, "unit": result.unit, "put_back": result.put_back},
         "lease_kept": result.lease_kept,
+        # `mode prod` broken off past its preflight: "finished" | "rolled back" | "unknown" (else null).
+        "broken_off": result.broken_off,
     }
 
 

@@ -131,3 +131,36 @@ def test_json_says_nothing_was_sampled_without_nvidia_smi(tmp_path: Path) -> Non
     assert (host["verdict"], host["samples"], host["nvidia_smi_missing"], host["nvidia_smi_ms"]) == \
         ("unknown", 0, True, None), host
     assert host["reasons"] == ["GPU state unknown: nvidia-smi is not installed"], host  # no "(1 of 1 samples)"
+
+
+def test_a_host_declared_gpu_less_needs_no_nvidia_smi(tmp_path: Path) -> None:
+    """`gpus: 0` and no nvidia-smi used to read "UNKNOWN" (exit 7), and `mode HOST dev` refused the host
+    (its GPUs "can never be verified idle"). Declaring no GPUs is the answer: idle, exit 0, and the line
+    says why nothing was sampled. A host that declares a GPU and cannot read it stays unknown (exit 7)."""
+    bare = "/usr/sbin:/usr/bin:/sbin:/bin"
+    if shutil.which("nvidia-smi", path=bare):
+        pytest.skip("this machine has an nvidia-smi")
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    env["PATH"] = bare
+    declared = inventory.read_text()
+    inventory.write_text(declared.replace("gpus: 1", "gpus: 0"))
+    text = ddtreectl(inventory, env)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "box: IDLE — no GPUs, as the inventory says (gpus: 0; nvidia-smi is not installed)" in text.stdout
+    (host,) = json.loads(ddtreectl(inventory, env, "--json").stdout)["hosts"]
+    assert (host["verdict"], host["ok"], host["no_gpus"], host["nvidia_smi_missing"], host["reasons"]) == \
+        ("idle", True, True, True, []), host
+    mode = [shutil.which("ddtreectl") or "ddtreectl", "-i", str(inventory), "mode", "box"]
+    dev = subprocess.run([*mode, "dev", "--reason", "cpu work", "--json"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert dev.returncode == 0, dev.stdout + dev.stderr
+    doc = json.loads(dev.stdout)
+    assert doc["lease"]["mode"] == "dev" and doc["gpus"]["verdict"] == "idle" and doc["forced"] == [], doc
+    prod = subprocess.run([*mode, "prod"], capture_output=True, text=True, timeout=120, env=env)
+    assert prod.returncode == 0, prod.stdout + prod.stderr
+
+    inventory.write_text(declared)  # gpus: 1 and no nvidia-smi: a problem, reported as before
+    one = ddtreectl(inventory, env, "--json")
+    assert one.returncode == 7 and json.loads(one.stdout)["hosts"][0]["no_gpus"] is False, one.stdout
+    refused = subprocess.run([*mode, "dev", "--reason", "x"], capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 7 and "nvidia-smi is not installed" in refused.stderr, refused.stderr

@@ -105,3 +105,26 @@ def test_local_deploy_builds_incrementally(tmp_path: Path, rsync: bool) -> None:
     assert (r1 / "CMakeLists.txt").stat().st_ino == (r2 / "CMakeLists.txt").stat().st_ino
     assert (r1 / "src/status.cu").read_text() != (r2 / "src/status.cu").read_text()
     assert os.readlink(work / "root/current") == f"releases/{second['release']}"
+
+
+def test_an_interrupt_ends_the_copy_at_once(tmp_path: Path) -> None:
+    """run_rsync's on_tick runs while the transfer is quiet, and what it raises ends it with rsync killed:
+    a deploy stopped by SIGTERM (which reaches ddtreectl alone, not its rsync) left rsync copying into the
+    release after ddtreectl had exited and released the deploy lock."""
+    import time
+
+    from ddtreectl.errors import InterruptedByOperatorError
+    from ddtreectl.operations.sync import run_rsync
+
+    pidfile = tmp_path / "rsync.pid"
+    stand_in = ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"]  # an rsync that goes quiet
+    started = time.monotonic()
+
+    def tick() -> None:
+        if pidfile.exists() and time.monotonic() - started > 0.5:
+            raise InterruptedByOperatorError("interrupted")
+
+    with pytest.raises(InterruptedByOperatorError):
+        run_rsync(stand_in, host="box", timeout=120, on_tick=tick)
+    assert time.monotonic() - started < 10
+    assert not os.path.exists(f"/proc/{pidfile.read_text().strip()}"), "the copy outlived the interrupt"

@@ -284,3 +284,33 @@ def test_a_local_host_is_refused_without_no_verify(tmp_path: Path, capsys: pytes
     doc = json.loads(capsys.readouterr().out)
     assert (doc["changed"], doc["verified"], doc["new"]) == (True, False, "127.0.0.91"), doc
     assert load(path).hosts["here"].address == "127.0.0.91"
+
+
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("fe80::1%eth0", "fe80::1 is link-local and cannot be reached without a zone: give here's global or "
+                     "unique-local IPv6 address (`ip -6 addr show scope global` on the host), its IPv4 address "
+                     "or its DNS name: `ddtreectl set-ip here ADDRESS`"),
+    ("2001:db8::5%bond0", "give the address without its zone: `ddtreectl set-ip here 2001:db8::5`"),
+])
+def test_a_scoped_ipv6_address_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], typed: str, hint: str
+) -> None:
+    """A zone index (`%eth0`) names an interface of the machine it was typed on; the inventory is read
+    on others. set-ip used to write it (--no-verify; with a pinned key it then tried to connect
+    through this machine's eth0). Now refused, whatever the flags, naming the file, the line of the
+    host's address and what to type; the file is untouched."""
+    root = project(tmp_path)
+    before = (root / "hosts.yaml").read_bytes()
+    for flags in (["--no-verify"], ["--no-verify", "--force", "--dry-run"], []):
+        assert cli(root, "set-ip", "here", typed, *flags) == 3
+        err = capsys.readouterr().err.splitlines()
+        zone = typed.partition("%")[2]
+        assert err[0] == (f"error: hosts.yaml:5: hosts.here.address: set-ip: {typed!r} carries a zone index "
+                          f"(%{zone}), which names a network interface of the machine it is typed on; an "
+                          "inventory is shared and read on other machines, where "
+                          f"{zone} is another link or none. The inventory was not changed"), err
+        assert err[-1] == f"hint: {hint}", err
+        assert (root / "hosts.yaml").read_bytes() == before
+    assert cli(root, "set-ip", "here", typed, "--no-verify", "--json") == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["exit_code"], doc["error"]["hint"]) == (3, hint), doc

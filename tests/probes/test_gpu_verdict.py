@@ -205,13 +205,30 @@ def test_script_names_a_real_process_holding_a_gpu(tmp_path: Path) -> None:
 
 
 def test_script_nvidia_smi_absent_is_unknown(tmp_path: Path) -> None:
+    """A host whose inventory declares GPUs and that has no nvidia-smi is a problem: never idle."""
     out = run_sampler(stand_in(tmp_path, None))
     s = parse_gpu_samples(out, unit=None)
     assert [st.status for st in s.samples] == ["missing"]  # one try: nothing changes between samples
-    v = gpu_verdict(s, unit=None, expected_gpus=0)
-    assert v.verdict == "unknown"
+    v = gpu_verdict(s, unit=None, expected_gpus=1)
+    assert v.verdict == "unknown" and v.settled and not v.no_gpus
     assert v.reasons == ("GPU state unknown: nvidia-smi is not installed",)  # nothing sampled: no "1 of 1"
     assert v.samples == 0 and v.nvidia_smi_missing
+
+
+@pytest.mark.parametrize("gpus_fixture", [None, "nvidia-smi-no-devices.txt"])
+def test_a_host_declared_gpu_less_needs_no_nvidia_smi(tmp_path: Path, gpus_fixture: str | None) -> None:
+    """`gpus: 0` in the inventory and no nvidia-smi (or one that finds no devices) is the declared
+    state, not an unknown one: the verdict rests on the units (it said "unknown", exit 7, and `mode
+    HOST dev` refused such a host). An active unit still makes it busy."""
+    s = parse_gpu_samples(run_sampler(stand_in(tmp_path, gpus_fixture, rc=6 if gpus_fixture else 0)), unit=None)
+    v = gpu_verdict(s, unit=None, expected_gpus=0)
+    assert (v.verdict, v.reasons, v.no_gpus, v.settled) == ("idle", (), True, False), v
+    assert v.nvidia_smi_missing == (gpus_fixture is None)
+    serving = GpuSamples(s.samples, (), UnitStates(True, "active", ()), 1.0)
+    busy = gpu_verdict(serving, unit=UNIT, expected_gpus=0)
+    assert (busy.verdict, busy.signals, busy.reasons) == ("busy", ("unit",), (f"{UNIT} is active",))
+    unreadable = GpuSamples(s.samples, (), UnitStates(False, None, ()), 1.0)
+    assert gpu_verdict(unreadable, unit=UNIT, expected_gpus=0).verdict == "unknown"  # systemd not asked
 
 
 @pytest.mark.parametrize("name,rc,words", [

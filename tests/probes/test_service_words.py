@@ -34,7 +34,9 @@ TABLE = [
     (state(active="failed", sub="failed", result="start-limit-hit", status=1, restarts=5),
      "failed", "failed (result start-limit-hit, exit status 1, 5 restarts)"),
     (state(active="failed", sub="failed", result="signal", status=9, restarts=1),
-     "failed", "failed (result signal, exit status 9, 1 restart)"),
+     "failed", "failed (result signal, killed by signal 9 (SIGKILL), 1 restart)"),  # not "exit status 9"
+    (state(active="failed", sub="failed", result="core-dump", status=11, restarts=0),
+     "failed", "failed (result core-dump, killed by signal 11 (SIGSEGV), 0 restarts)"),
     (state(file="enabled"), "stopped-enabled", "stopped but enabled (starts at boot)"),
     (state(file="disabled"), "stopped-disabled", "stopped and disabled (will not start at boot)"),
     (state(file="disabled", result="exit-code", status=3),

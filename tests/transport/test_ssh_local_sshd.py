@@ -76,11 +76,13 @@ class _Cancelled(Exception):
     pass
 
 
-def test_on_tick_abandons_a_quiet_command(start_sshd: Start) -> None:
-    # What deploy's Ctrl-C relies on: a compile step that prints nothing is still abandoned (without
-    # on_tick this run would sit out the whole minute). Closing the channel does not signal the remote
-    # command: like any abandoned command it is bounded by its own `timeout` wrapper (and SIGPIPE on
-    # its next write), which test_timeout_raises_and_the_remote_process_group_dies covers.
+@pytest.mark.parametrize("stop", [_Cancelled, KeyboardInterrupt])
+def test_an_abandoned_command_is_stopped_on_the_host(start_sshd: Start, stop: type[BaseException]) -> None:
+    """What deploy's Ctrl-C relies on: a compile step that prints nothing is still abandoned (without
+    on_tick this run would sit out the whole minute), and abandoning it stops it ON THE HOST, children
+    included. Closing the channel alone left it running until its `timeout` wrapper fired (a build: an
+    hour, holding the workspace lock the next deploy then waited on). Its process group is killed over
+    a second channel of the same connection, which stays usable, and the transport says so."""
     sshd = start_sshd()
     pidfile = sshd.dir / "quiet.pid"
     calls = []
@@ -88,13 +90,19 @@ def test_on_tick_abandons_a_quiet_command(start_sshd: Start) -> None:
     def on_tick() -> None:
         calls.append(1)
         if pidfile.exists() and len(calls) >= 2:
-            raise _Cancelled
+            raise stop
 
     with open_ssh(sshd.host()) as t:
-        with pytest.raises(_Cancelled):
-            t.run(f"echo $$ > {pidfile}; sleep 60", timeout=120, on_tick=on_tick)
-        assert t.run("echo still usable").stdout == "still usable\n"
-        t.run(f"kill $(cat {pidfile}) 2>/dev/null; true")
+        with pytest.raises(stop):
+            t.run(f"sh -c 'echo $$ > {pidfile}; exec sleep 60' & sleep 61", timeout=120, on_tick=on_tick)
+        assert t.last_abandoned == "it was stopped on the host"
+        child = int(pidfile.read_text())
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{child}"), "the abandoned command's child survived"
+        done = t.run("echo still usable; echo err >&2")
+        assert (done.stdout, done.stderr) == ("still usable\n", "err\n")  # the PID announcement is not output
 
 
 def test_input_the_command_never_reads_cannot_block_past_the_timeout(start_sshd: Start) -> None:
