@@ -21,17 +21,17 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --fo
 for s in $STEPS; do case $s in
 1)
   stamp "1. correctness (parallel)"
-  pt 80 engine/tests/test_commit_update.py engine/tests/test_round_update.py engine/tests/test_kv_commit.py \
+  pt 55 engine/tests/test_commit_update.py engine/tests/test_round_update.py engine/tests/test_kv_commit.py \
     engine/tests/test_round_finish.py > "$OUT/pytest_tail.log" 2>&1 &
-  pt 80 engine/tests/test_decode_gpu.py > "$OUT/pytest_decode.log" 2>&1 &
-  pt 80 engine/tests/test_tree_accept.py > "$OUT/pytest_accept.log" 2>&1 &
+  pt 55 engine/tests/test_decode_gpu.py > "$OUT/pytest_decode.log" 2>&1 &
+  pt 55 engine/tests/test_tree_accept.py > "$OUT/pytest_accept.log" 2>&1 &
   for tool in memcheck racecheck; do
-    { timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 "$SELFTEST" commit_update round_update kv_commit \
+    { timeout 55 compute-sanitizer --tool $tool --error-exitcode 9 "$SELFTEST" commit_update round_update kv_commit \
         2>&1 | tail -6; echo "$tool rc=${PIPESTATUS[0]}"; } > "$OUT/san_$tool.log" 2>&1 &
   done
-  { timeout 60 "$SELFTEST" kv_commit round_update commit_update round_finish; echo "selftest rc=$?";
-    DDTREE_COMMIT_UPDATE_PDL=1 timeout 60 "$SELFTEST" commit_update; echo "selftest pdl rc=$?";
-    DDTREE_COMMIT_UPDATE_PDL=1 pt 60 engine/tests/test_commit_update.py engine/tests/test_decode_gpu.py \
+  { timeout 30 "$SELFTEST" kv_commit round_update commit_update round_finish; echo "selftest rc=$?";
+    DDTREE_COMMIT_UPDATE_PDL=1 timeout 20 "$SELFTEST" commit_update; echo "selftest pdl rc=$?";
+    DDTREE_COMMIT_UPDATE_PDL=1 pt 45 engine/tests/test_commit_update.py engine/tests/test_decode_gpu.py \
       -k "commit or split or graph" 2>&1 | tail -3; } > "$OUT/selftest.log" 2>&1
   wait
   cat "$OUT"/san_*.log "$OUT/selftest.log" > "$OUT/selftest_sanitizer.log"; rm -f "$OUT"/san_*.log "$OUT/selftest.log"
@@ -40,7 +40,7 @@ for s in $STEPS; do case $s in
   ;;
 2)
   stamp "2. bench_e2e qwen3-0.6b splitops vs commit_update vs +pdl"
-  timeout 150 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --kinds noisy --logits act \
+  timeout 75 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --kinds noisy --logits act \
     --variants splitops default cupdl --batch 1 8 --budgets 16 64 --tokens 64 --cupti > "$OUT/bench_e2e.log" 2>&1
   echo "rc=$?"
   grep -E "^model|AR \(|DDTree|paired|CUPTI summary|Error|error" "$OUT/bench_e2e.log" | sed -E 's/ +/ /g' | cut -c1-330
