@@ -14,7 +14,7 @@ STATE = ("active", "out_len", "ctx_len", "root", "hidden", "r_tokens", "r_count"
 
 
 def random_round(seed: int, batch: int, layers: int, page_size: int, d: int, hid_dtype: torch.dtype,
-                 kv_dtype: torch.dtype, kv_row: int, wa: int = 9) -> dict[str, object]:
+                 kv_dtype: torch.dtype, kv_row: int, wa: int = 9, device: str = "cuda") -> dict[str, object]:
     """One round's tail inputs: accepted paths (strictly increasing from node 0) inside n tree nodes, the
     slots' state (inactive, stop, ignore_stop and length-limit slots all occur), paged caches."""
     g = torch.Generator().manual_seed(seed)
@@ -29,29 +29,32 @@ def random_round(seed: int, batch: int, layers: int, page_size: int, d: int, hid
                             torch.randint(0, 300, (batch, wa), generator=g, dtype=i32), -1).to(i32)
     max_new = torch.randint(1, 12, (batch,), generator=g, dtype=i32)
     active = torch.rand(batch, generator=g) < 0.7
-    max_pages = (40 + n) // page_size + 2
-    num_pages = batch * max_pages + 3
-    table = torch.randperm(num_pages, generator=g)[: batch * max_pages].reshape(batch, max_pages).to(i32)
-
-    def cache() -> torch.Tensor:
-        return torch.randint(0, 256, (num_pages, page_size, kv_row), generator=g).to(kv_dtype).cuda()
-
+    # Slot state first, so that it depends on the seed and batch alone (not on the cache or row shapes).
     st: dict[str, object] = {
-        "k_caches": [cache() for _ in range(layers)], "v_caches": [cache() for _ in range(layers)],
-        "block_table": table, "accept_len": accept_len,
-        "finished": torch.randint(0, 2, (batch,), generator=g, dtype=i32),
+        "accept_len": accept_len, "finished": torch.randint(0, 2, (batch,), generator=g, dtype=i32),
         "bonus": torch.randint(0, 300, (batch,), generator=g, dtype=i32), "committed_ids": committed,
-        "accept_nodes": accept_nodes, "hid": torch.randn(batch, n, d, generator=g).to(hid_dtype),
-        "active": active, "ignore_stop": torch.rand(batch, generator=g) < 0.3, "max_new": max_new,
+        "accept_nodes": accept_nodes, "active": active, "ignore_stop": torch.rand(batch, generator=g) < 0.3,
+        "max_new": max_new,
         "out_len": (max_new - torch.randint(1, 6, (batch,), generator=g, dtype=i32)).clamp(min=0),
         "ctx_len": torch.randint(0, 40, (batch,), generator=g, dtype=i32),
         "root": torch.randint(0, 300, (batch,), generator=g, dtype=i32),
-        "hidden": torch.randn(batch, d, generator=g).to(hid_dtype),
         "r_tokens": torch.full((batch, wa + 2), 7, dtype=i32), "r_count": torch.full((batch,), 9, dtype=i32),
         "r_finish": torch.full((batch,), 9, dtype=i32),
         "live_budget": torch.where(active, torch.randint(1, 64, (batch,), generator=g, dtype=i32), 0).to(i32),
     }
-    return {k: [t.cuda() for t in v] if isinstance(v, list) else v.cuda() for k, v in st.items()}  # type: ignore[union-attr]
+    st["hid"] = torch.randn(batch, n, d, generator=g).to(hid_dtype)
+    st["hidden"] = torch.randn(batch, d, generator=g).to(hid_dtype)
+    max_pages = (40 + n) // page_size + 2
+    num_pages = batch * max_pages + 3
+    st["block_table"] = torch.randperm(num_pages, generator=g)[: batch * max_pages].reshape(batch, max_pages).to(i32)
+
+    def cache() -> torch.Tensor:
+        return torch.randint(0, 256, (num_pages, page_size, kv_row), generator=g).to(kv_dtype)
+
+    st["k_caches"] = [cache() for _ in range(layers)]
+    st["v_caches"] = [cache() for _ in range(layers)]
+    return {k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device)  # type: ignore[union-attr]
+            for k, v in st.items()}
 
 
 def clone(st: dict[str, object]) -> dict[str, object]:
@@ -82,9 +85,22 @@ def test_cuda_op_matches_reference(layers: int, page_size: int, kv_dtype: torch.
     commit_update(**st)  # type: ignore[arg-type]
     check_errors()
     assert_same(st, want)
-    # The random state must exercise inactive slots and slots that stop this round.
-    was = want["active"]  # after the round
-    assert bool((~was).any()) and bool(was.any())  # type: ignore[union-attr, operator]
+
+
+def test_random_rounds_cover_every_branch() -> None:
+    # The GPU test's slot states (its seeds, batch 11: independent of its shapes) must exercise inactive slots, slots that stop or hit the length
+    # limit this round (live budget zeroed) and slots that go on (live budget kept); checked on the CPU.
+    seen = {"inactive": 0, "stop": 0, "length": 0, "continues": 0}
+    for seed in range(2):
+        st = random_round(seed, 11, 1, 4, 8, torch.float32, torch.float32, 4, device="cpu")
+        before = st["active"].clone()  # type: ignore[union-attr]
+        ref_commit_update(**st)  # type: ignore[arg-type]
+        seen["inactive"] += int((~before).sum())
+        seen["stop"] += int((st["r_finish"] == 1).sum())  # type: ignore[operator]
+        seen["length"] += int((st["r_finish"] == 2).sum())  # type: ignore[operator]
+        seen["continues"] += int(st["active"].sum())  # type: ignore[union-attr]
+        assert torch.equal(st["live_budget"] != 0, st["active"])  # type: ignore[operator]
+    assert all(v > 0 for v in seen.values()), seen
 
 
 @pytest.mark.gpu
