@@ -9,7 +9,8 @@ import ctypes
 import torch
 
 from ddtree_engine import _lib
-from ddtree_engine.ops._common import arrival_counters, cuda_device_of, error_flags, ptr, require, stream_handle
+from ddtree_engine.ops._common import (arrival_counters, cuda_device_of, error_flags, ptr, require, require_vectors,
+                                      stream_handle)
 from ddtree_engine.ops.kv_commit import kv_commit
 from ddtree_engine.ops.round_finish import _Tail
 from ddtree_engine.ops.round_update import round_update
@@ -53,14 +54,10 @@ def commit_update(k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], bl
             f"hid must be a contiguous [{batch}, N, D] tensor")
     require(tuple(hidden.shape) == (batch, hid.shape[2]) and hidden.dtype == hid.dtype and hidden.is_contiguous(),
             "hidden must be a contiguous [B, D] tensor of hid's dtype")
-    for name, t in (("accept_len", accept_len), ("finished", finished), ("bonus", bonus), ("max_new", max_new),
-                    ("out_len", out_len), ("ctx_len", ctx_len), ("root", root), ("r_count", r_count),
-                    ("r_finish", r_finish)) + ((("live_budget", live_budget),) if live_budget is not None else ()):
-        require(tuple(t.shape) == (batch,) and t.dtype == torch.int32 and t.is_contiguous(),
-                f"{name} must be a contiguous [{batch}] int32 tensor")
-    for name, t in (("active", active), ("ignore_stop", ignore_stop)):
-        require(tuple(t.shape) == (batch,) and t.dtype == torch.bool and t.is_contiguous(),
-                f"{name} must be a contiguous [{batch}] bool tensor")
+    require_vectors(batch, torch.int32, accept_len=accept_len, finished=finished, bonus=bonus, max_new=max_new,
+                    out_len=out_len, ctx_len=ctx_len, root=root, r_count=r_count, r_finish=r_finish,
+                    live_budget=live_budget)
+    require_vectors(batch, torch.bool, active=active, ignore_stop=ignore_stop)
     for name, t in (("committed_ids", committed_ids), ("accept_nodes", accept_nodes), ("r_tokens", r_tokens)):
         require(t.dim() == 2 and t.shape[0] == batch and t.shape[1] >= 1 and t.dtype == torch.int32
                 and t.is_contiguous(), f"{name} must be a contiguous [{batch}, W >= 1] int32 tensor")
