@@ -109,11 +109,15 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     # Session 11: tree_accept's bf16 chunk of 8192 logits (session 10's default; the default is 16,384 now)
     "narrow": {"DDTREE_ACCEPT_WIDE": "0"},
     "widepdl": {"DDTREE_ACCEPT_WIDE": "1", "DDTREE_ACCEPT_PDL": "1"},  # that plus the early (PDL) mode, opt-in above V 1024
+    # Session 11 (s11tail): the split tail as kv_commit + round_update + a torch.where budget mask (session 10's
+    # default; the default is one commit_update launch keeping the live budget now). Read when the engine is built.
+    "splitops": {"DDTREE_SPLIT_TAIL": "ops"},
+    "cupdl": {"DDTREE_COMMIT_UPDATE_PDL": "1"},  # commit_update launched with PDL (opt-in)
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
     for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
-                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE"):
+                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE", "DDTREE_SPLIT_TAIL", "DDTREE_COMMIT_UPDATE_PDL"):
         _env.setdefault(_var, None)
 
 

@@ -39,7 +39,7 @@ DDTREE_API ddtree_status_t ddtree_round_update(int32_t batch, const int32_t* acc
   k::RoundUpdateParams p = {accept_len, finished,  bonus,  committed_ids, committed_width, accept_nodes,
                             accept_width, static_cast<const char*>(hid), hid_rows, row_bytes, active,
                             ignore_stop, max_new,   out_len, ctx_len, root, static_cast<char*>(hidden),
-                            r_tokens,   tokens_width, r_count, r_finish, error_flags};
+                            r_tokens,   tokens_width, r_count, r_finish, error_flags, nullptr};
   const uintptr_t bits = uintptr_t(row_bytes) | reinterpret_cast<uintptr_t>(hid) | reinterpret_cast<uintptr_t>(hidden);
   if (bits % 16 == 0) return launch_unit<uint4>(p, batch, stream);
   if (bits % 4 == 0) return launch_unit<uint32_t>(p, batch, stream);

@@ -166,12 +166,14 @@ def test_gpu_fused_round_tail_is_lossless_and_equals_split(exact_model: TinyTran
     prompts = _prompts()
     pick = list(range(batch * 2))
     refs = {k: prompts[i] + greedy_ref[i] for k, i in enumerate(pick)}
-    for mode, fused in (("", True), ("split", False)):
+    # split: commit_update (one launch, live budget) by default, the two ops and the mask under =ops
+    for mode, tail, fused in (("", "", True), ("split", "", False), ("split", "ops", False)):
         monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        monkeypatch.setenv("DDTREE_SPLIT_TAIL", tail)
         drafter, on_admit = _noisy(batch, refs)
         eng = DDTreeEngine(exact_model, drafter, exact_backend, slots=batch, max_budget=budget,
                            max_context=MAX_CONTEXT)
-        assert eng.fused_finish is fused
+        assert eng.fused_finish is fused and eng.commit_update is (mode == "split" and tail == "")
         gens = eng.generate([Request(prompts[i], N_TOKENS, budget=budget) for i in pick], on_admit=on_admit)
         assert [g.tokens for g in gens] == [greedy_ref[i] for i in pick]
 
@@ -204,11 +206,13 @@ def test_gpu_fused_round_tail_graph_equals_split_graph(fast_model: TinyTransform
             for k, p in enumerate(prompts)]
     drafter = TinyDrafter(fast_model, block_len=L, seed=3)
     runs = []
-    for mode in ("fused", "split"):
+    for mode, tail in (("fused", ""), ("split", ""), ("split", "ops")):  # split "": commit_update
         monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
+        monkeypatch.setenv("DDTREE_SPLIT_TAIL", tail)
         runs.append(_run_fast(fast_model, drafter, 32, True, reqs))
-    assert [g.tokens for g in runs[0]] == [g.tokens for g in runs[1]]
-    assert [g.accept_lens for g in runs[0]] == [g.accept_lens for g in runs[1]]
+    for run in runs[1:]:
+        assert [g.tokens for g in run] == [g.tokens for g in runs[0]]
+        assert [g.accept_lens for g in run] == [g.accept_lens for g in runs[0]]
 
 
 # ---- the bf16 fast path (weights and activations in bf16, fused GEMMs): the realistic presets' model ----------

@@ -11,7 +11,7 @@ kernels (launch and dependency latency inside the graph):
     drafter  : the drafter's kernels (as many as one eager drafter call launches, ending before draft_topk_lse)
     target   : the tree-masked target forward (tree attention included)
     finish   : tree_accept .. the end (round_finish alone with the fused tail; tree_accept, kv_commit and
-               round_update with the split tail)
+               round_update with the split tail, or commit_update in one launch)
 Every kernel in select/finish that is not one of the engine's is a torch op the round could lose; the
 listing marks it. The summary line splits the engine ops into draft_topk_lse + build_tree kernel time and
 the rest (the other engine kernels, torch ops and every idle gap before an engine-segment kernel).
@@ -42,7 +42,8 @@ from bench_e2e import VARIANTS, _graph, add_model_args, build_model, set_variant
 
 # Engine kernels that open a segment (matched as substrings of the CUPTI kernel name).
 SEGMENT_OPENERS = (("select", "draft_topk"), ("finish", "tree_accept"))
-ENGINE_KERNELS = ("draft_topk", "build_tree", "tree_accept", "kv_commit", "round_update", "tree_attention")
+ENGINE_KERNELS = ("draft_topk", "build_tree", "tree_accept", "kv_commit", "round_update", "commit_update",
+                  "tree_attention")
 
 
 def short_name(name: str) -> str:

@@ -11,6 +11,7 @@
 #include "ddtree/kv_commit.h"
 #include "ddtree/round_update.h"
 #include "ddtree/round_finish.h"
+#include "ddtree/commit_update.h"
 #include "ddtree/qkv_prep.h"
 
 #endif /* DDTREE_DDTREE_H_ */

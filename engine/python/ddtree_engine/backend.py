@@ -28,6 +28,9 @@ class OpBackend:
     # tree_accept + kv_commit + round_update in one launch (ops.round_finish), offered only where those three
     # are this backend's CUDA kernels; the decode loop uses it when the commit fits (ops.round_finish.fits).
     round_finish: Callable[..., Any] | None = None
+    # kv_commit + round_update + the live budget in one op (reference/commit_update.py): the split tail's
+    # one launch on the CUDA backend; dropped by mixed_backend when kv_commit or round_update is replaced.
+    commit_update: Callable[..., Any] | None = None
     # The model layer's RoPE + K/V cache write + q in one op (reference/qkv_prep.py), used by the model's fast
     # path when present (its old torch sequence otherwise): the reference on the reference backend, the
     # libddtree kernel on the CUDA one. Not one of the decode loop's ops, so it is not in OP_NAMES.
@@ -41,17 +44,20 @@ def _load(package: str) -> dict[str, Callable[..., Any]]:
 
 
 def reference_backend() -> OpBackend:
+    from ddtree_engine.reference.commit_update import commit_update
     from ddtree_engine.reference.qkv_prep import qkv_prep
 
-    return OpBackend(name="reference", graph_safe=False, qkv_prep=qkv_prep, **_load("ddtree_engine.reference"))
+    return OpBackend(name="reference", graph_safe=False, qkv_prep=qkv_prep, commit_update=commit_update,
+                     **_load("ddtree_engine.reference"))
 
 
 def cuda_backend() -> OpBackend:
+    from ddtree_engine.ops.commit_update import commit_update
     from ddtree_engine.ops.qkv_prep import qkv_prep
     from ddtree_engine.ops.round_finish import round_finish
 
     return OpBackend(name="cuda", graph_safe=True, round_finish=round_finish, qkv_prep=qkv_prep,
-                     **_load("ddtree_engine.ops"))
+                     commit_update=commit_update, **_load("ddtree_engine.ops"))
 
 
 def mixed_backend(name: str, base: OpBackend, **overrides: Callable[..., Any]) -> OpBackend:
@@ -59,8 +65,10 @@ def mixed_backend(name: str, base: OpBackend, **overrides: Callable[..., Any]) -
     ops = {op: overrides.get(op, getattr(base, op)) for op in OP_NAMES}  # (qkv_prep may be overridden too)
     # The fused round tail stands for base's tree_accept, kv_commit and round_update: dropped if any is replaced.
     keep = not {"tree_accept", "kv_commit", "round_update"} & set(overrides)
+    keep_tail = not {"kv_commit", "round_update"} & set(overrides)  # likewise commit_update
     return OpBackend(name=name, graph_safe=base.graph_safe and not overrides,
                      round_finish=base.round_finish if keep else None,
+                     commit_update=base.commit_update if keep_tail else None,
                      qkv_prep=overrides.get("qkv_prep", base.qkv_prep), **ops)
 
 

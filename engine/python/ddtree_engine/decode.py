@@ -125,9 +125,11 @@ class DDTreeEngine:
         self.r_count = torch.zeros(B, **i32)
         self.r_finish = torch.zeros(B, **i32)
         # budget where active, else 0: what build_tree reads. Kept by admit/release and by the fused round
-        # tail, so the round needs no torch.where(active, budget, 0) kernel; the split path still masks.
+        # tail or commit_update, so the round needs no torch.where(active, budget, 0) kernel; only the split
+        # tail's two-op form (DDTREE_SPLIT_TAIL=ops) still masks.
         self.live_budget = torch.zeros(B, **i32)
         self.fused_finish = self._pick_finish(os.environ.get("DDTREE_ROUND_FINISH", ""))
+        self.commit_update = self._pick_split_tail(os.environ.get("DDTREE_SPLIT_TAIL", ""))
         self._no_draft = (torch.zeros(B, self.L, self.K, dtype=torch.float32, device=dev),
                           torch.zeros(B, self.L, self.K, **i32))
         self._graph: Any = None
@@ -149,6 +151,16 @@ class DDTreeEngine:
         if mode == "fused" and not ok:
             raise ValueError("DDTREE_ROUND_FINISH=fused: this model's commit does not fit one launch")
         return ok
+
+    def _pick_split_tail(self, mode: str) -> bool:
+        """Whether the split tail ends with one commit_update op (kv_commit + round_update + the live budget,
+        one launch on CUDA) or the two ops and a torch.where budget mask. DDTREE_SPLIT_TAIL=ops|commit_update;
+        default commit_update where the backend offers it (one launch up to ops.commit_update.MAX_LAYERS)."""
+        if mode not in ("", "ops", "commit_update"):
+            raise ValueError(f"DDTREE_SPLIT_TAIL must be ops or commit_update, got {mode!r}")
+        if mode == "commit_update" and self.be.commit_update is None:
+            raise ValueError(f"DDTREE_SPLIT_TAIL=commit_update: backend {self.be.name!r} has no commit_update")
+        return not self.fused_finish and mode != "ops" and self.be.commit_update is not None
 
     # ---- admission (eager, between rounds) ---------------------------------------------------------
     @torch.inference_mode()
@@ -205,7 +217,8 @@ class DDTreeEngine:
     # ---- one round (device only) --------------------------------------------------------------------
     def _round(self) -> None:
         be, m = self.be, self.model
-        budget = self.live_budget if self.fused_finish else torch.where(self.active, self.budget, 0)
+        keeps_budget = self.fused_finish or self.commit_update  # the tail zeroes live_budget of stopped slots
+        budget = self.live_budget if keeps_budget else torch.where(self.active, self.budget, 0)
         if self.max_budget == 0:
             # Plain decoding (the AR peer): every tree is the root alone whatever the drafts say, so the round
             # skips the drafter and top-k; build_tree reads constant placeholder top-k rows at budget 0.
@@ -231,6 +244,13 @@ class DDTreeEngine:
             logits, tree.node_token, tree.first_child, tree.next_sibling, tree.num_nodes, self.ctx_len,
             self.temperature, self.seed, self.stop_ids,
         )
+        if self.commit_update:  # the two ops below in one launch, plus the live budget
+            assert be.commit_update is not None
+            be.commit_update(self.cache.k, self.cache.v, self.cache.block_table, acc.accept_len, acc.finished,
+                             acc.bonus, acc.committed_ids, acc.accept_nodes, hid, self.active, self.ignore_stop,
+                             self.max_new, self.out_len, self.ctx_len, self.root, self.hidden, self.r_tokens,
+                             self.r_count, self.r_finish, self.live_budget)
+            return
         be.kv_commit(self.cache.k, self.cache.v, self.cache.block_table, acc.accept_nodes, acc.accept_len,
                      self.ctx_len)
         # Tokens to report, finish codes, restored state of inactive slots, next root and hidden state:

@@ -24,17 +24,13 @@ struct CommitLayers {
   char* v[kCommitMaxLayers];  // null when only K caches are given
 };
 
+// One layer's K or V rows of request b (whose context length before the commit is ctx), by one CTA of
+// kCommitThreads threads (every thread calls it). base is null for a missing V cache.
 template <typename U>
-__global__ void __launch_bounds__(kCommitThreads) kv_commit_kernel(
-    const CommitLayers layers, int num_layers, int num_pages, int page_size, int64_t row_bytes,
-    const int32_t* __restrict__ block_table, int max_pages, const int32_t* __restrict__ accept_nodes, int width,
-    const int32_t* __restrict__ accept_len, int32_t* __restrict__ ctx_len, int32_t* __restrict__ counters,
-    int update_ctx, int32_t* __restrict__ flags) {
-  const int b = blockIdx.x;
-  const int layer = blockIdx.y >> 1;
-  const bool is_v = blockIdx.y & 1;
-  char* base = is_v ? layers.v[layer] : layers.k[layer];
-  const int ctx = ctx_len[b];
+__device__ __forceinline__ void kv_commit_rows(char* base, int b, int ctx, int num_pages, int page_size,
+                                               int64_t row_bytes, const int32_t* __restrict__ block_table,
+                                               int max_pages, const int32_t* __restrict__ accept_nodes, int width,
+                                               const int32_t* __restrict__ accept_len, int32_t* __restrict__ flags) {
   const int n = min(max(accept_len[b], 0), width);
   const int32_t* an = accept_nodes + int64_t(b) * width;
   const int32_t* bt = block_table + int64_t(b) * max_pages;
@@ -80,7 +76,20 @@ __global__ void __launch_bounds__(kCommitThreads) kv_commit_kernel(
       __syncthreads();  // the next tile's sources were destinations' neighbours: keep tiles ordered
     }
   }
+}
 
+template <typename U>
+__global__ void __launch_bounds__(kCommitThreads) kv_commit_kernel(
+    const CommitLayers layers, int num_layers, int num_pages, int page_size, int64_t row_bytes,
+    const int32_t* __restrict__ block_table, int max_pages, const int32_t* __restrict__ accept_nodes, int width,
+    const int32_t* __restrict__ accept_len, int32_t* __restrict__ ctx_len, int32_t* __restrict__ counters,
+    int update_ctx, int32_t* __restrict__ flags) {
+  const int b = blockIdx.x;
+  const int layer = blockIdx.y >> 1;
+  char* base = (blockIdx.y & 1) ? layers.v[layer] : layers.k[layer];
+  const int ctx = ctx_len[b];
+  kv_commit_rows<U>(base, b, ctx, num_pages, page_size, row_bytes, block_table, max_pages, accept_nodes, width,
+                    accept_len, flags);
   if (!update_ctx) return;
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -38,6 +38,7 @@ struct RoundUpdateParams {
   int32_t* r_count;
   int32_t* r_finish;
   int32_t* flags;
+  int32_t* live_budget;  // null: not kept (ddtree_round_update); else zeroed when the slot stops
 };
 
 // What one active (or inactive) slot's round amounts to; shared with the fused round tail (round_finish.cuh)
@@ -57,13 +58,16 @@ __device__ __forceinline__ SlotOutcome slot_outcome(bool act, int32_t acc, int32
   return {n_new, stopped ? kFinishStop : length ? kFinishLength : kFinishNone, act && !(stopped || length)};
 }
 
+// Slot b's bookkeeping by one CTA of kRoundUpdateThreads threads (every thread calls it). With a null
+// p.ctx_len the inactive slot's undo of kv_commit's advance is the caller's (commit_update folds both into
+// one write). Returns, in thread 0, whether the slot was active before the round.
 template <typename U>
-__global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const RoundUpdateParams p) {
-  const int b = blockIdx.x;
+__device__ __forceinline__ bool round_update_slot(const RoundUpdateParams& p, int b) {
   __shared__ int32_t s_new;   // tokens reported this round
   __shared__ int32_t s_node;  // tree node whose hidden state becomes the slot's, -1 for none
+  bool act = false;
   if (threadIdx.x == 0) {
-    const bool act = p.active[b] != 0;
+    act = p.active[b] != 0;
     const int32_t acc = p.accept_len[b];
     const SlotOutcome o = slot_outcome(act, acc, p.finished[b], p.ignore_stop[b] != 0, p.max_new[b], p.out_len[b]);
     const int32_t n_new = o.n_new;
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const
     p.r_finish[b] = o.finish;
     if (act) {
       p.root[b] = p.bonus[b];
-    } else {
+    } else if (p.ctx_len != nullptr) {
       p.ctx_len[b] -= acc;  // kv_commit advanced every slot; an inactive one keeps its context
     }
     int32_t node = -1;
@@ -85,6 +89,7 @@ __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const
       }
     }
     p.active[b] = o.keep_active ? 1 : 0;
+    if (p.live_budget != nullptr && !o.keep_active) p.live_budget[b] = 0;
     s_new = n_new;
     s_node = node;
   }
@@ -102,6 +107,12 @@ __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const
     U* dst = reinterpret_cast<U*>(p.hidden + int64_t(b) * p.row_bytes);
     for (int64_t i = threadIdx.x; i < units; i += blockDim.x) dst[i] = src[i];
   }
+  return act;
+}
+
+template <typename U>
+__global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const RoundUpdateParams p) {
+  round_update_slot<U>(p, blockIdx.x);
 }
 
 }  // namespace kernels

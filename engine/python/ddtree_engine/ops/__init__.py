@@ -6,6 +6,7 @@ submodule of the same name."""
 
 from ddtree_engine.ops._common import check_errors, error_flags
 from ddtree_engine.ops.build_tree import BuildTreeOutput, build_tree
+from ddtree_engine.ops.commit_update import commit_update
 from ddtree_engine.ops.draft_topk_lse import draft_topk_lse
 from ddtree_engine.ops.kv_commit import kv_commit
 from ddtree_engine.ops.qkv_prep import qkv_prep
@@ -19,6 +20,7 @@ __all__ = [
     "BuildTreeOutput",
     "build_tree",
     "check_errors",
+    "commit_update",
     "draft_topk_lse",
     "error_flags",
     "kv_commit",

@@ -19,6 +19,14 @@ def require(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def require_vectors(batch: int, dtype: torch.dtype, **tensors: torch.Tensor | None) -> None:
+    """Argument check: every tensor given (None skipped) is a contiguous [batch] tensor of `dtype`."""
+    for name, t in tensors.items():
+        if t is not None:
+            require(tuple(t.shape) == (batch,) and t.dtype == dtype and t.is_contiguous(),
+                    f"{name} must be a contiguous [{batch}] {dtype} tensor")
+
+
 def cuda_device_of(*tensors: torch.Tensor) -> torch.device:
     """The one CUDA device all tensors live on (ValueError otherwise); loads/checks the library for it."""
     dev = tensors[0].device

@@ -3,6 +3,7 @@
 Imported eagerly so that `ddtree_engine.reference.<op>` is always the function, never the submodule."""
 
 from ddtree_engine.reference.build_tree import BuildTreeOutput, build_tree
+from ddtree_engine.reference.commit_update import commit_update
 from ddtree_engine.reference.draft_topk_lse import draft_topk_lse
 from ddtree_engine.reference.kv_commit import kv_commit
 from ddtree_engine.reference.qkv_prep import qkv_prep
@@ -15,6 +16,7 @@ __all__ = [
     "AcceptOutput",
     "BuildTreeOutput",
     "build_tree",
+    "commit_update",
     "draft_topk_lse",
     "gumbel_noise",
     "kv_commit",
