@@ -226,7 +226,8 @@ def test_status_shows_restart_pending_until_restart(inv: Path, hosts: Any) -> No
     assert (rel["current"], rel["running"], rel["restart_pending"]) == (STATE["r2"], STATE["r1"], True)
     assert f"restart pending: running release {STATE['r1']}, current {STATE['r2']}" in \
         json.loads(out)["hosts"][0]["warnings"]
-    code, out, err = run(inv, "status", "dp-main")
+    # Wide enough that the warnings column does not wrap the sentence (the table is ~200 columns here).
+    code, out, err = run(inv, "status", "dp-main", columns=320)
     assert f"restart pending: running release {STATE['r1']}, current {STATE['r2']}" in out, out
     code, doc, err = deploy_json(inv, "--host", "dp-main", "--restart")
     assert code == 0, err
