@@ -8,7 +8,9 @@
 #   STAGE=bench: benches (draft_topk_lse, build_tree, tree_attention fa3 vs SDPA and flex with the floor
 #                also measured interleaved, end-to-end decoding AR vs DDTree on the toy preset and on the
 #                qwen3-0.6b preset in bf16, each with its CUPTI engine-ops share; session 10: tree_attention
-#                and SDPA after the model's fused qkv_prep, and the forward A/B of qkv_prep vs the torch sequence).
+#                and SDPA after the model's fused qkv_prep, and the forward A/B of qkv_prep vs the torch sequence;
+#                session 11: commit_update's sanitizers and GPU tests, the decode tests' longer limit for its
+#                three tail variants).
 # Every step has its own timeout so one hang cannot eat the call. The device tool returns at most 8
 # files from $OUT: each stage writes at most 7 logs there plus one archive of the rest.
 # (Deploy through ddtreectl and `ddtreectl gpus` on the GPU are bench/device_deploy_check.sh and
@@ -56,7 +58,8 @@ if [ "$STAGE" = check ]; then
            "memcheck round_finish_san" "racecheck round_finish_san" \
            "memcheck build_tree_v11" "racecheck build_tree_v11" \
            "memcheck build_tree_large_budgets" "racecheck build_tree_large_budgets" \
-           "memcheck qkv_prep" "racecheck qkv_prep"; do  # the v11 case selects v11 itself
+           "memcheck qkv_prep" "racecheck qkv_prep" \
+           "memcheck commit_update_golden" "racecheck commit_update_golden"; do  # the v11 case selects v11 itself
     set -- $t
     timeout 90 compute-sanitizer --tool $1 --error-exitcode 9 "$B/ddtree-selftest" $2 > "$SUB/san_$1_$2.log" 2>&1
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
@@ -73,7 +76,7 @@ if [ "$STAGE" = check ]; then
     engine/tests/test_build_tree_v11_gpu.py \
     engine/tests/test_draft_topk_lse.py engine/tests/test_draft_topk_lse_small_gpu.py \
     engine/tests/test_tree_accept.py engine/tests/test_kv_commit.py engine/tests/test_round_finish.py engine/tests/test_lib.py \
-    engine/tests/test_qkv_prep.py \
+    engine/tests/test_qkv_prep.py engine/tests/test_commit_update.py \
     > "$OUT/pytest_kernels.log" 2>&1
   echo "kernel pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_kernels.log" | head -15
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -k "fa3" engine/tests/test_tree_attention_gpu.py \
@@ -81,7 +84,7 @@ if [ "$STAGE" = check ]; then
   echo "tree_attention fa3 pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_tree_attention_fa3.log" | head -15
 
   stamp "4. end-to-end decoding GPU tests"
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu -rs engine/tests/test_decode_gpu.py -s \
+  timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu -rs engine/tests/test_decode_gpu.py -s \
     > "$OUT/pytest_decode.log" 2>&1
   echo "decode pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR|match" "$OUT/pytest_decode.log" | head -15
   stamp "check done"
