@@ -4,9 +4,7 @@
 // The per-tile steps live in fa3_producer.cuh / fa3_consumer.cuh, called from the kernel's lambdas (one-
 // line forwarders): moving the lambdas' bodies left the SASS identical on sm_90a and sm_120, whereas
 // moving inline blocks (the consumers' prologue, the nact == 1 epilogue) or the page_of / cache_row lambdas
-// into functions changed ptxas' register allocation. Check per-function SASS before moving more. The
-// producer warpgroup's branch sits in fa3_kernel_producer_loop.inc, #included where it stands so that no
-// file passes 500 lines (the SASS is unchanged: the kernel's tokens are).
+// into functions changed ptxas' register allocation. Check per-function SASS before moving more.
 #pragma once
 
 #include "ddtree/kernels/tree_attention/fa3_consumer.cuh"
@@ -290,7 +288,59 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 
   if (wg == 0) {
     // =================================== producer ===================================================
-#include "ddtree/kernels/tree_attention/fa3_kernel_producer_loop.inc"
+    regs_dealloc<C::PRODUCER_REGS>();
+    // Tile j sits in ring stage st = j % 3 (also its s_rows buffer) in round ph = (j / 3) & 1; once
+    // j >= 3 its stage's empty barrier is waited on with parity (j / 3 - 1) & 1 = ph ^ 1. sv, phv and
+    // kt_prev are the same for tile j-1, whose V goes out in step j. Counters instead of j % 3, j / 3.
+    // Steps 0 .. npre-1 ran in the prologue (npre <= 2 < ST: no empty waits there, round 0). Step j
+    // issues K_j and V_{j-1}, so the V of tile npre-1 is still due in step npre.
+    int j = npre;
+    int st = j, ph = 0, sv = j >= 1 ? j - 1 : 0, phv = 0;
+    int kt_prev = kStrided ? (j >= 2 ? k1 : c_begin) : c_begin + (j >= 1 ? (j - 1) * BN : 0);
+    int kt = next_tile(kpre);  // == kpre when kpre_known (a context tile), whose page is already loaded
+    if (!kpre_known && kt < c_end && kt + tid < kv_len) page_next = page_of(kt + tid);
+    if (j == 1 && kt >= c_end) {  // a single tile: its V
+      issue(v_ring, v_src0, 0, kv_len - c_begin - cp_g);
+      cp_async_mbar_arrive(full_v);
+    }
+    for (; kt < c_end; ++j) {
+      const int kn = next_tile(adv(kt));
+      const int row = cache_row(kt + tid, page_next);
+      if (kn < c_end && kn + tid < kv_len) page_next = page_of(kn + tid);  // consumed next tile
+      s_rows[st * BN + rows_slot] = row;
+      named_sync(5, 128);  // rows of tile j visible to every producer thread
+      // K of tile j: its stage last held K of tile j-3, released once both consumers finished S_{j-3}.
+      if (j >= ST) mbar_wait(empty_k + 8 * st, static_cast<uint32_t>(ph ^ 1));
+      issue(k_ring + st * C::KV_BYTES, k_src0, st, kv_len - kt - cp_g);
+      cp_async_mbar_arrive(full_k + 8 * st);
+      // V of tile j-1 (needed together with K_j: iteration j issues S_j and P_{j-1} V_{j-1}).
+      if (j >= 1) {
+        if (j - 1 >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(phv ^ 1));
+        issue(v_ring + sv * C::KV_BYTES, v_src0, sv, kv_len - kt_prev - cp_g);
+        cp_async_mbar_arrive(full_v + 8 * sv);
+      }
+      sv = st;
+      phv = ph;
+      kt_prev = kt;
+      if (++st == ST) {
+        st = 0;
+        ph ^= 1;
+      }
+      kt = kn;
+    }
+    if (j >= 1 && !(npre == 1 && j == 1)) {  // V of the last tile (a single tile's V went above)
+      if (j - 1 >= ST) mbar_wait(empty_v + 8 * sv, static_cast<uint32_t>(phv ^ 1));
+      issue(v_ring + sv * C::KV_BYTES, v_src0, sv, kv_len - kt_prev - cp_g);
+      cp_async_mbar_arrive(full_v + 8 * sv);
+    }
+    // Leave no copy in flight behind an exited thread (the consumers wait for all of them anyway).
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    ddtree::kernels::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
+    if (tid == 0) DDTREE_TA_FA3_TRACE(7);
+    if (cmerge) {  // the producer's part of the consumers' two cluster barriers (see the epilogue)
+      cluster_sync_all();
+      cluster_sync_relaxed();
+    }
   } else {
     // =================================== consumers ==================================================
     regs_alloc<C::CONSUMER_REGS>();
