@@ -3,10 +3,8 @@
 // The bodies of the kernel's lambdas live in stages.cuh; the lambdas stay as one-line forwarders, which
 // kept the SASS identical on sm_90a and sm_120. Moving inline blocks (CTA 0's merge, tried by value, by
 // reference and through a lambda) into functions changed ptxas' register allocation, so the stages without
-// a lambda (loads + sums, the k = 1 warp path, the bound, the merge) stay in the kernel. Check per-function
-// SASS before moving more. Two of its stages sit in files of their own, #included where they stand so that
-// no file passes 500 lines (the SASS is unchanged: the kernel's tokens are): the candidate stage
-// (kernel_candidates.inc) and CTA 0's merge (kernel_merge.inc).
+// a lambda (loads + sums, the k = 1 warp path, the bound, the merge) stay here, one kernel past 500 lines.
+// Check per-function SASS before moving more.
 #pragma once
 
 #include "ddtree/kernels/draft_topk_lse_v4/helpers.cuh"
@@ -368,7 +366,257 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   }
 
   if (!bad) {  // NaN/+inf slice: CTA 0 writes NaN rows; nothing to select
-#include "ddtree/kernels/draft_topk_lse_v4/kernel_candidates.inc"
+    uint32_t thr = RB && k > 1 ? thr_rb : 1u;  // key 0 = no logit; 1 admits every valid one
+    if (RW) {
+      // v11: the last warp waits for every warp value of every other CTA (sent before barrier 2; a NaN/+inf CTA's
+      // values are sent too: its row is written as NaN whatever the bound) and forms this CTA's bound: v9's (the
+      // largest of the warps' red_t) raised to the row bound R = the smallest over the CTAs of the largest of their
+      // warps' values (lane l reads 4 values of CTA l / LPC, LPC lanes per CTA), when R is a finite logit. The others
+      // read it after one more block barrier (in every warp, beside v9's 16 loads of red_t, ptxas spilled 8-20 bytes).
+      if (warp == WARPS - 1) {
+        constexpr int LPC = WARPS / 4;
+        static_assert(!RW || (WARPS % 4 == 0 && LPC * kV4MaxCluster <= 32), "the row bound's values in one warp");
+        const int ml = v4_lane_again();
+        if (ml == 0) v4_mbar_arrive_expect(&sm.mbar2, 4u * unsigned(WARPS * (cluster - 1)));
+        v4_mbar_wait0(&sm.mbar2);
+        DDTREE_V4_MARK(10);
+        const int o = ml / LPC;
+        uint32_t mo = 0xFFFFFFFFu;
+        if (o < cluster) {
+          const uint4 w4 = reinterpret_cast<const uint4*>(&sm.rbw[o][0])[ml - o * LPC];
+          mo = max(max(w4.x, w4.y), max(w4.z, w4.w));
+        }
+#pragma unroll
+        for (int d = 1; d < LPC; d <<= 1) mo = max(mo, __shfl_xor_sync(0xffffffffu, mo, d));
+        const uint32_t rb = __reduce_min_sync(0xffffffffu, mo);
+        uint32_t t = 1u;
+        if (kc < n_valid) t = __reduce_max_sync(0xffffffffu, ml < WARPS ? sm.red_t[ml] : 0u);
+        if (rb > kV4KeyNegInf) t = max(t, rb);  // a finite logit: the lane append's condition holds
+        if (ml == 0) sm.thr_s = t;
+        if (ml == 0 && rb > kV4KeyNegInf) DDTREE_TOPK_V4_EVENT(row_bound);
+      }
+      __syncthreads();
+      thr = sm.thr_s;
+    } else if (!(RB && k > 1) && kc < n_valid) {
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) thr = max(thr, sm.red_t[w]);
+    }
+    // Candidates: keys > thr, and keys == thr except that when thr is -inf's key only the -inf logits of
+    // the first kc ids qualify (the slice's best items are its finite logits, then its lowest -inf ids).
+    const int id_lim = thr == kV4KeyNegInf ? id0 + kc : 0x7fffffff;
+    // v7 (FF): the same test on floats. thr is 1 (admit all) or the key of a logit of this slice (no NaN or
+    // +inf: bad slices skip this); key order is float order with -0 == +0, which float compares give too,
+    // and thr = 1 becomes -inf with id_lim = INT_MAX (every non-NaN logit passes). v6 converted every
+    // logit to its key first (~4 instructions each).
+    const float thr_f = key_to_float(max(thr, kV4KeyNegInf));
+    auto item_of = [&](float f, int id) -> uint64_t { return v4_item_of(f, id, thr, id_lim); };
+    // K = 1, lane-local (v5): only a lane whose maximum reaches thr looks at its vectors again, only at
+    // those whose maximum reaches it, and keeps its best admitted item (one atomicMax per such lane).
+    // K > 1, warp-uniform (v5): a warp looks at vector j only when one of its lanes' vector j reaches thr;
+    // each lane builds the bit mask of its admitted logits without branches, eight independent ballots
+    // give every admitted logit its slot, and ONE atomicAdd per (warp, vector) reserves them. v4.1 ran a
+    // ballot -> branch -> atomic -> shuffle chain per logit (the hottest stall was the barrier after it);
+    // a lane-local append (a scan-aggregated atomic per lane and vector, first v5 try) was slower still.
+    if (k == 1) {
+      if (tkey >= thr) {
+        unsigned long long best = 0ull;
+        auto visit = [&](const uint4& v, int lv) { v4_visit_k1<T>(v, lv, v0, nv_cta, vocab, thr, item_of, best); };
+        if (rounds == 1) {  // still in registers
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+        } else {
+          for (int lv = tid; lv < nv_cta; lv += THREADS) visit(load(lv), lv);
+        }
+        if (best != 0ull) atomicMax(&sm.best, best);
+      }
+    } else if (__any_sync(0xffffffffu, tkey >= thr)) {
+      // The pass over the vectors with a visit (warp-uniform calls); instantiated once per visit below, so
+      // the two visits' live ranges stay apart (one pass with a per-visit branch spilled 4 bytes, sm_90a).
+      auto pass = [&](auto visit) {
+        if (RV && rounds == 1) {  // one copy of visit (v6): the registers rotate as in the sums
+#pragma unroll 1
+          for (int j = 0; j < kV4Vecs; ++j) {
+            const uint4 v = raw[0];
+#pragma unroll
+            for (int i = 0; i + 1 < kV4Vecs; ++i) raw[i] = raw[i + 1];
+            raw[kV4Vecs - 1] = v;
+            visit(v, j * THREADS + tid);
+          }
+        } else if (RV) {
+#pragma unroll 1
+          for (int lj = 0; lj < rounds * kV4Vecs; ++lj) {
+            const int lv = lj * THREADS + tid;
+            visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
+          }
+        } else if (rounds == 1) {
+#pragma unroll
+          for (int j = 0; j < kV4Vecs; ++j) visit(raw[j], j * THREADS + tid);
+        } else if (BR) {
+          // v7: a round's vectors are loaded together, then visited (v6 issued each L2 load right before its
+          // visit, behind the previous visit's shared atomic: one L2 latency per vector, 6.4 µs at 8x15 K = 16).
+          const bool want = tkey >= thr;
+          for (int r = 0; r < rounds; ++r) {
+            // v9 (A2A): reloaded into raw (dead here: a k > 1 pass over two or more rounds): a separate array
+            // spilled 8 bytes beside the all-to-all merge (sm_90a).
+            uint4 vloc[kV4Vecs];
+            uint4(&v)[kV4Vecs] = (OPT & kV4OptA2AMerge) != 0u ? raw : vloc;
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              v[j] = v4_neg_inf_vec<T>();
+              if (want && lv < nv_cta) v[j] = fast ? __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv)) : load(lv);
+            }
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) visit(v[j], (r * kV4Vecs + j) * THREADS + tid);
+          }
+        } else {
+          for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              visit(lv < nv_cta && tkey >= thr ? load(lv) : v4_neg_inf_vec<T>(), lv);
+            }
+          }
+        }
+      };
+      // v8 (LA): a bound above -inf's key is a finite logit (thr_f > -inf): no id limit, -inf never passes.
+      if (WA && (rounds == 1 || fast) && thr > kV4KeyNegInf) {
+        // v9: a round at a time (v4_append_round); later rounds are reloaded into raw (a separate array
+        // spilled, sm_90a), a round's loads issued together; with two or more rounds only where every vector
+        // lies inside the row (16-byte loads; the element-wise fallback spilled).
+        auto append = [&](int lv0) {
+          if (CP) v4_append_round_compact<T, THREADS>(sm, raw, lv0, v0, thr_f);
+          else v4_append_round<T, THREADS>(sm, raw, lv0, v0, thr_f);
+        };
+        if (rounds == 1) {
+          append(tid);
+        } else {
+          const bool want = tkey >= thr;
+          for (int r = 0; r < rounds; ++r) {
+#pragma unroll
+            for (int j = 0; j < kV4Vecs; ++j) {
+              const int lv = (r * kV4Vecs + j) * THREADS + tid;
+              raw[j] = v4_neg_inf_vec<T>();
+              if (want && lv < nv_cta) raw[j] = __ldg(reinterpret_cast<const uint4*>(x) + (v0 + lv));
+            }
+            append(r * kV4Vecs * THREADS + tid);
+          }
+        }
+      } else if (CC) {  // v13b: the rare passes as a called function
+        v4_elementwise_pass<T, VEC, FF, THREADS>(sm, x, v0, nv_cta, vocab, rounds, tkey, thr, thr_f, id_lim);
+      } else if (LA && !CP && thr > kV4KeyNegInf) {  // v13: the element-wise pass takes these (rare) cases
+        pass([&](const uint4& v, int lv) { v4_append_lane<T, THREADS>(sm, v, lv, v0, thr_f); });
+      } else {
+        const unsigned lt = (1u << lane) - 1u;
+        pass([&](const uint4& v, int lv) {
+          v4_append_candidates<T, FF, THREADS>(sm, v, lv, v0, nv_cta, vocab, thr, thr_f, id_lim, lane, lt);
+        });
+      }
+    }
+    __syncthreads();
+    DDTREE_V4_MARK(5);
+    if (STOP == 4) {
+      if (tid == 0) sink(float(sm.cnt) + float(sm.best & 1u));
+      return;
+    }
+    uint64_t* slot = v4_map_rank(&sm.slot[c][0], 0u);  // CTA 0's slot for this CTA's items
+    auto put = [&](int r, uint64_t it) {
+      if (a2a) {
+        // v9: into every CTA's slot for this CTA, swizzled (item r at r ^ c); its own by a plain store.
+        const int at = r ^ c;
+        for (int o = 0; o < cluster; ++o) {
+          if (o == c) sm.slot[c][at] = it;
+          else v4_st_async(&sm.slot[c][at], unsigned(o), it, &sm.mbar);
+        }
+      } else if (ASYNC && c != 0) {
+        v4_st_async(&sm.slot[c][r], 0u, it, &sm.mbar);
+      } else {
+        slot[r] = it;
+      }
+    };
+    if (k == 1) {  // one exact candidate whatever the ties: never overflows
+      if (tid == 0) put(0, sm.best);
+    } else {
+      int n = sm.cnt;
+      if (n > kV4Cap) {
+        if (tid == 0) DDTREE_TOPK_V4_EVENT(cta_radix);
+        if (CC) {  // v13b: a called function
+          v4_radix_fallback<T, VEC, THREADS>(sm, x, v0, nv_cta, vocab, kc, thr, id_lim);
+          n = kc;
+        }
+        // Tie-heavy slice: exact top-kc by radix select over the (re-read) admitted items.
+        auto for_each = [&](auto f) {
+          for (int lv = tid; lv < nv_cta; lv += THREADS) {
+            const uint4 v = load(lv);
+            const int base = (v0 + lv) * VN;
+            if (CP) {  // v13: one copy of the element's code (the radix fallback runs on tie-heavy slices only)
+#pragma unroll 1
+              for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+            } else {
+#pragma unroll
+              for (int q = 0; q < VN; ++q) f(base + q < vocab ? item_of(v4_elem<T>(v, q), base + q) : 0ull);
+            }
+          }
+        };
+        uint64_t prefix, mask;
+        if (!CC) {
+        block_select_top<THREADS>(for_each, kc, sm.sel, prefix, mask);
+        if (tid == 0) sm.cnt = 0;  // every thread read n before block_select_top's barriers
+        __syncthreads();
+        for_each([&](uint64_t it) {
+          if (it != 0ull && (it & mask) >= prefix) sm.cbuf[atomicAdd(&sm.cnt, 1)] = it;  // exactly kc
+        });
+        __syncthreads();
+        n = kc;
+        }
+      }
+      // Ranks by counting (distinct items; the candidates hold the slice's top kc), into CTA 0's slot.
+      if (SP) {
+        // v10: pair t = 8 p + s (candidate p, lane s of its group; the groups are lane-aligned, the loop bound
+        // warp-uniform for the shuffles). Lane s counts candidates s, s + 8, ...: the 8 lanes of a group read 8
+        // consecutive items (16 banks) and every group of the warp the same ones (broadcast); session 6's lane
+        // ranks read contiguous slices, 64 bytes apart, and measured slower. Lane s then sends to CTA s.
+        for (int t = tid; (t & ~31) < n * 8; t += THREADS) {
+          const int p = t >> 3, s = t & 7;
+          const bool valid = p < n;
+          const uint64_t it = valid ? sm.cbuf[p] : 0ull;
+          int r0 = 0, r1 = 0;
+          if (valid) {
+            int q = s;
+            for (; q + 8 < n; q += 16) {
+              r0 += int(sm.cbuf[q] > it);
+              r1 += int(sm.cbuf[q + 8] > it);
+            }
+            if (q < n) r0 += int(sm.cbuf[q] > it);
+          }
+          int rank = r0 + r1;
+          rank += __shfl_xor_sync(0xffffffffu, rank, 1);
+          rank += __shfl_xor_sync(0xffffffffu, rank, 2);
+          rank += __shfl_xor_sync(0xffffffffu, rank, 4);
+          if (valid && rank < kc && s < cluster) {
+            const int at = rank ^ c;
+            if (s == c) sm.slot[c][at] = it;
+            else v4_st_async(&sm.slot[c][at], unsigned(s), it, &sm.mbar);
+          }
+        }
+      } else {
+        for (int p = tid; p < n; p += THREADS) {
+          const uint64_t it = sm.cbuf[p];
+          const int rank = v4_count_greater(sm.cbuf, n, it);
+          if (rank < kc) put(rank, it);
+        }
+        if (RW) {
+          // v11: fewer than kc candidates above the row bound: slots [n, kc) of this CTA's list get 0 (below every
+          // item) in every CTA, one (slot, CTA) pair per thread; the receivers count 8 bytes per slot.
+          if (tid == 0 && n < kc) DDTREE_TOPK_V4_EVENT(row_short);
+          for (int t = tid; t < (kc - n) * kV4MaxCluster; t += THREADS) {
+            const int r = n + (t >> 3), o = t & (kV4MaxCluster - 1);
+            if (o == c) sm.slot[c][r ^ c] = 0ull;
+            else if (o < cluster) v4_st_async(&sm.slot[c][r ^ c], unsigned(o), 0ull, &sm.mbar);
+          }
+        }
+      }
+    }
   } else if (ASYNC && (c != 0 || a2a)) {
     // NaN/+inf slice: CTA 0 (a2a: every other CTA, CTA 0's slice included) still counts this CTA's item bytes.
     if (RW) {  // v11: the other CTAs' row-bound values land before this CTA may exit
@@ -398,7 +646,157 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     if (c != 0) return;
   }
 
-#include "ddtree/kernels/draft_topk_lse_v4/kernel_merge.inc"
+  // ---- CTA 0: merge (v5). No gather, no second bound, no barrier: every warp computes the row's lse from
+  // the partials itself (fp32 terms, two fp64 operations), and every item of every CTA's sorted slot gets
+  // its row rank as its index in its own slot plus, for each other CTA, how many of that CTA's items beat
+  // it (a branch-free binary search of <= 64 sorted items). v4.1's warp 1 gathered the items above the
+  // best CTA's ksel-th one (about 5k of them, not k..2k: the CTAs' ksel-th items are close; 85 at K = 16,
+  // 420 at K = 64 on the bench's rows) in a serial loop with an integer division per step, then every
+  // thread counted over all of them.
+  float* lp_out = top_lp + int64_t(row) * k;
+  int32_t* id_out = top_id + int64_t(row) * k;
+  const int ksel = min(k, vocab);
+  const int ml = v4_lane_again();
+  const float2 p = ml < cluster ? sm.part[ml] : make_float2(0.f, 0.f);
+  if (__any_sync(0xffffffffu, p.y != p.y)) {  // NaN or +inf in the row
+    if (c != 0) return;  // a2a: CTA 0 writes the NaN row
+    const float qnan = __int_as_float(0x7fc00000);
+    for (int r = tid; r < k; r += THREADS) {
+      lp_out[r] = qnan;
+      id_out[r] = -1;
+    }
+    if (tid == 0) {
+      lse[row] = qnan;
+      raise_flag(flags, 0x1);
+    }
+    return;
+  }
+  // lse = (R + log2(sum_c S_c 2^(ref_c - R))) / fl(log2 e): sum_x 2^(x fl(log2 e) - ref) is what the CTAs
+  // summed (x fl(log2 e) is exact inside the FMA). The terms in fp32 (MUFU.EX2, 2^-22 relative, as each CTA
+  // combines its warps), their sum in fp32 (<= 8 terms), log2 in fp32 (result in [0, 27): <= 2^-20
+  // absolute), the last add and scale in fp64.
+  const uint32_t kb = __reduce_max_sync(0xffffffffu, p.y != 0.f ? ordered_key(p.x) : 0u);
+  const float big = kb == 0u ? -INFINITY : key_to_float(kb);
+  const float sf = warp_sum(p.y != 0.f ? p.y * v4_ex2(p.x - big) : 0.f);  // every lane needs it
+  const double lse_d =
+      big == -INFINITY ? -double(INFINITY) : (double(big) + double(log2f(sf))) * (1.0 / double(kV4Log2e));
+  const int step = pv * VN;
+  auto n_of = [&](int cc) { return min(k, min(step, vocab - cc * step)); };  // items CTA cc sent (cc < cluster)
+  if (SPLIT) {
+    // v6: item i of slot cc is index cc * k + i; P lanes (consecutive, P | 32) rank one item, lane p searching
+    // the slots o = p, p + P, ... (not its own), then a shuffle sum. P = the largest power of 2 <= 8 with
+    // cluster * k * P <= THREADS (K = 16 at 8 CTAs: 4; K = 64: 1). Warp-uniform loop bounds for the shuffles.
+    const int items = cluster * k;
+    int P = 1;
+    while (P < 8 && items * P * 2 <= THREADS) P *= 2;
+    for (int t0 = warp * 32; t0 < items * P; t0 += THREADS) {
+      const int t = t0 + lane;
+      const int item = t / P, p = t - item * P;
+      const int cc = item / k, r = item - cc * k;
+      const bool valid = t < items * P && r < n_of(cc);
+      const uint64_t it = valid ? sm.slot[cc][r] : 0ull;
+      int rank = 0;
+      if (valid) {
+#pragma unroll 1
+        for (int o = p; o < cluster; o += P) {
+          if (o != cc) rank += v4_count_greater_sorted(&sm.slot[o][0], n_of(o), it);
+        }
+      }
+      for (int d = 1; d < P; d <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, d);
+      rank += r;
+      if (valid && p == 0 && rank < ksel) {
+        const float f = key_to_float(item_key(it));
+        lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+        id_out[rank] = item_id(it);
+      }
+    }
+  }
+  if (a2a) {
+    // v9: this CTA's own items only, one lane per (item, list) pair.
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    using I16 = std::integral_constant<int, 16>;
+    using I32 = std::integral_constant<int, 32>;
+    using I64 = std::integral_constant<int, 64>;
+    // v11: this CTA's list holds min(candidates, kc) items, then zeros (its candidates are above the row bound).
+    const int nown = RW ? min(sm.cnt, n_of(c)) : 0;
+    auto rank_own = [&](auto maxn_tag, auto lists_tag) {
+      v4_rank_own_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS, RW>(sm, n_of, c, cluster, ksel,
+                                                                                          lse_d, lp_out, id_out, nown);
+    };
+    if (CP) {
+      // v13: one instantiation (eight lists, a rolled search of the depth k needs).
+      v4_rank_own_items_compact<THREADS, RW>(sm, n_of, c, cluster, k <= 16 ? 16 : k <= 32 ? 32 : 64, ksel, lse_d, lp_out,
+                                             id_out, nown);
+    } else if (cluster <= 4) {
+      if (k <= 16) rank_own(I16{}, I4{});
+      else if (k <= 32) rank_own(I32{}, I4{});
+      else rank_own(I64{}, I4{});
+    } else {
+      if (k <= 16) rank_own(I16{}, I8{});
+      else if (k <= 32) rank_own(I32{}, I8{});
+      else rank_own(I64{}, I8{});
+    }
+    if (c != 0) {
+      DDTREE_V4_MARK(9);
+      return;
+    }
+  }
+  if (FM && !SPLIT && !a2a) {
+    // v7: items numbered densely (item t = slot cc = t / k, index r = t % k), so at k = 16 four warps hold
+    // all 128 of them; each item's row rank is the sum over ALL lists (its own included: r items of its own
+    // list beat it) of a branch-free binary search, the lists searched step by step together (eight
+    // independent loads per step, seven steps). v6 ran the seven searches one after another, each behind a
+    // branch (ncu: ~400 instructions per warp, one long dependent chain).
+    int nl[kV4MaxCluster];
+#pragma unroll
+    for (int o = 0; o < kV4MaxCluster; ++o) nl[o] = o < cluster ? n_of(o) : 0;
+    // MAXN >= every list's length, LISTS >= cluster: the searches' steps and lists (SS, v7b: the smallest
+    // that fit; else 64 and 8).
+    auto rank_items = [&](auto maxn_tag, auto lists_tag) {
+      v4_rank_items<decltype(maxn_tag)::value, decltype(lists_tag)::value, THREADS>(sm, nl, n_of, tid, cluster, k, ksel,
+                                                                                   lse_d, lp_out, id_out);
+    };
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    using I16 = std::integral_constant<int, 16>;
+    using I32 = std::integral_constant<int, 32>;
+    using I64 = std::integral_constant<int, 64>;
+    static_assert(kV4MaxK == 64 && kV4MaxCluster == 8, "the short-search cases below");
+    if (SS && cluster <= 4) {
+      if (k <= 16) rank_items(I16{}, I4{});
+      else if (k <= 32) rank_items(I32{}, I4{});
+      else rank_items(I64{}, I4{});
+    } else if (SS && k <= 16) {
+      rank_items(I16{}, I8{});
+    } else if (SS && k <= 32) {
+      rank_items(I32{}, I8{});
+    } else {
+      rank_items(I64{}, I8{});
+    }
+  }
+  // (v13: not built beside the all-to-all merge, which never enters it.)
+  for (int t = SPLIT || FM || a2a ? cluster * kV4MaxK : tid; !(CP && a2a) && t < cluster * kV4MaxK; t += THREADS) {
+    const int cc = t / kV4MaxK, r = t - cc * kV4MaxK;
+    if (r >= n_of(cc)) continue;
+    const uint64_t it = sm.slot[cc][r];
+    int rank = r;
+#pragma unroll
+    for (int o = 0; o < kV4MaxCluster; ++o) {
+      if (o < cluster && o != cc) rank += v4_count_greater_sorted(&sm.slot[o][0], n_of(o), it);
+    }
+    if (rank < ksel) {
+      const float f = key_to_float(item_key(it));
+      lp_out[rank] = f == -INFINITY ? -INFINITY : float(double(f) - lse_d);
+      id_out[rank] = item_id(it);
+    }
+  }
+  for (int r = ksel + tid; r < k; r += THREADS) {
+    lp_out[r] = -INFINITY;
+    id_out[r] = -1;
+  }
+  if (tid == 0) lse[row] = float(lse_d);
+  DDTREE_V4_MARK(9);
 #endif
 }
 
