@@ -32,6 +32,7 @@ from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.drain import DrainResult, drain
+from ddtreectl.operations.mode_settle import Settled, next_step, settle, undo_enable
 from ddtreectl.operations.gpus import SampleOptions, check_gpus, wait_idle
 from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
 from ddtreectl.operations.service_gate import PhaseEvent
@@ -404,8 +405,6 @@ def _broken_off(transport: Transport, host: Host, result: SwitchResult, state: H
     """Settle a switch to prod broken off after the preflight (operations/mode_settle.py) and return
     the error that says which way: finished (the start took: the lease ends, as after a failed gate)
     or rolled back (an enable undone, the lease kept), or unknown."""
-    from ddtreectl.operations.mode_settle import Settled, next_step, settle
-
     holder = state.lease.holder if state.lease else None
     settled = settle(transport, host, unit, was_enabled=was_enabled, holder=holder)
     me = operator()
@@ -448,9 +447,7 @@ def _start_failed(transport: Transport, host: Host, result: SwitchResult, state:
     result.units_removed = list(err.units_removed)
     u = shlex.quote(unit)
     if err.enabled and not was_enabled:
-        undo = transport.run(f"systemctl disable --quiet -- {u}", timeout=host.command_timeout)
-        result.put_back = f"{unit} disabled again" if undo.ok else \
-            f"{unit} is left ENABLED: disabling it failed: {undo.stderr.strip()[-200:]}; run `systemctl disable {unit}`"
+        result.put_back = undo_enable(transport, host, unit)
     else:
         result.put_back = f"{unit} {'enabled' if was_enabled else 'disabled'} as before"
     active = transport.run(f"systemctl is-active -- {u}", timeout=15).stdout.strip()

@@ -44,6 +44,16 @@ def unit_state(transport: Transport, host: Host, unit: str) -> tuple[bool, bool,
     return running, enabled, f"{active or 'unknown'}/{sub or 'unknown'}" + (f", job {job} queued" if queued else "")
 
 
+def undo_enable(transport: Transport, host: Host, unit: str) -> str:
+    """Disable `unit` again (this command enabled it; `mode dev` had left it disabled): the words for what the
+    unit is left in. Shared by a failed start (mode._start_failed) and a broken-off switch (settle)."""
+    undo = transport.run(f"systemctl disable --quiet -- {shlex.quote(unit)}", timeout=host.command_timeout)
+    if undo.ok:
+        return f"{unit} disabled again"
+    return (f"{unit} is left ENABLED: disabling it failed: {undo.stderr.strip()[-200:]}; "
+            f"run `systemctl disable {unit}`")
+
+
 def settle(transport: Transport, host: Host, unit: str, *, was_enabled: bool, holder: str | None) -> Settled:
     """Finish or roll back (see the module docstring); never raises for the host's answer."""
     kept = f"the development lease of {holder} is kept" if holder else "the lease is unchanged"
@@ -55,9 +65,7 @@ def settle(transport: Transport, host: Host, unit: str, *, was_enabled: bool, ho
                                        "was NOT verified")
         put_back = f"{unit} {'enabled' if enabled else 'disabled'} as before"
         if enabled and not was_enabled:
-            undo = transport.run(f"systemctl disable --quiet -- {shlex.quote(unit)}", timeout=host.command_timeout)
-            put_back = f"{unit} disabled again" if undo.ok else \
-                f"{unit} is left ENABLED: disabling it failed: {undo.stderr.strip()[-200:]}"
+            put_back = undo_enable(transport, host, unit)
         return Settled("rolled back", f"nothing was started ({unit} is {state}), so the switch was rolled back: "
                                       f"{put_back}; the host stays in development mode ({kept})")
     except (Exception, KeyboardInterrupt) as unread:  # the link dropped, or a second Ctrl-C
