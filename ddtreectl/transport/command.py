@@ -13,6 +13,11 @@ REMOTE_KILL_AFTER_S = 5  # remote `timeout -k`: SIGKILL this long after SIGTERM
 PID_MARKER = "@@ddtreectl-pid"  # announce_pid: "<marker> <pid>" is the first line ddtreectl's sh writes to stderr
 
 
+def remote_timeout_s(timeout: float) -> int:
+    """The remote `timeout` wrapper's limit: a little after the client's own deadline."""
+    return max(1, int(timeout) + 1)
+
+
 def wrap_command(command: str, timeout: float, *, announce_pid: bool = False) -> str:
     """What we hand sshd: POSIX sh whatever the login shell, killed remotely at the timeout too.
 
@@ -26,7 +31,7 @@ def wrap_command(command: str, timeout: float, *, announce_pid: bool = False) ->
     (or the command), so that PID leads the process group holding all of the command, which a
     client that abandons the command can kill over a second channel (ssh.py).
     """
-    secs = max(1, int(timeout) + 1)  # a little after the client's own deadline
+    secs = remote_timeout_s(timeout)
     announce = f'echo "{PID_MARKER} $$" >&2; ' if announce_pid else ""
     wrapper = (f'{announce}if command -v timeout >/dev/null 2>&1; then exec timeout -k {REMOTE_KILL_AFTER_S} '
                f'{secs} /bin/sh -c "$1"; else exec /bin/sh -c "$1"; fi')

@@ -35,7 +35,8 @@ from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
 from ddtreectl.transport.hostkeys import PublicKey, check_presented_key, pinned_key
-from ddtreectl.transport.command import REMOTE_KILL_AFTER_S, announced_pid, strip_pid_line, wrap_command
+from ddtreectl.transport.command import (REMOTE_KILL_AFTER_S, announced_pid, remote_timeout_s, strip_pid_line,
+                                         wrap_command)
 from ddtreectl.transport.local import LineSplitter
 from ddtreectl.transport.reasons import connect_error as _connect_error
 from ddtreectl.transport.reasons import reason_of as _reason_of
@@ -321,7 +322,7 @@ class SshTransport:
         if chan.exit_status_ready():
             return "it was stopped on the host"
         return (f"it could not be confirmed stopped on the host: it ends at its remote timeout "
-                f"({max(1, int(limit) + 1)} s after it started) at the latest")
+                f"({remote_timeout_s(limit)} s after it started) at the latest")
 
     def _exec(self, chan: Any, command: str, limit: float, started: float, stdin: bytes | None,
               on_line: Callable[[str], None] | None, on_tick: Callable[[], None] | None,
