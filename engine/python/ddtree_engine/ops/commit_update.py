@@ -14,8 +14,10 @@ from ddtree_engine.ops._common import (arrival_counters, cuda_device_of, error_f
 from ddtree_engine.ops.kv_commit import kv_commit
 from ddtree_engine.ops.round_finish import _Tail
 from ddtree_engine.ops.round_update import round_update
+from ddtree_engine.reference.commit_update import composed
 
 MAX_LAYERS = 128  # DDTREE_COMMIT_UPDATE_MAX_LAYERS
+_two_launches = composed(kv_commit, round_update)  # the fallback beyond MAX_LAYERS
 
 
 def _fn() -> object:
@@ -36,11 +38,9 @@ def commit_update(k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], bl
                   r_count: torch.Tensor, r_finish: torch.Tensor, live_budget: torch.Tensor | None = None) -> None:
     """Same arguments and in-place effects as reference.commit_update."""
     if not fits(k_caches):  # too many layers for one launch: the two ops, then the mask
-        kv_commit(k_caches, v_caches, block_table, accept_nodes, accept_len, ctx_len)
-        round_update(accept_len, finished, bonus, committed_ids, accept_nodes, hid, active, ignore_stop, max_new,
-                     out_len, ctx_len, root, hidden, r_tokens, r_count, r_finish)
-        if live_budget is not None:
-            live_budget.copy_(torch.where(active, live_budget, torch.zeros_like(live_budget)))
+        _two_launches(k_caches, v_caches, block_table, accept_len, finished, bonus, committed_ids, accept_nodes,
+                      hid, active, ignore_stop, max_new, out_len, ctx_len, root, hidden, r_tokens, r_count,
+                      r_finish, live_budget)
         return
     require(len(v_caches) in (0, len(k_caches)), "v_caches must be empty or as many as k_caches")
     shape, dtype = k_caches[0].shape, k_caches[0].dtype
