@@ -49,13 +49,16 @@ __device__ __forceinline__ int count_ge_f32(const float* row, int lo, int hi, fl
 // F32 = true: fp32 bisection steps against a threshold lowered by a margin that covers fp32 rounding (a count
 // >= M at theta - margin still proves theta - margin <= the M-th score, so the raise reports lo - margin), and
 // (e, e') read from a table in shared memory. Everything after the probe rounds is the same code.
-template <bool F32>
+template <int MODE>
 __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict__ lp, int K, int M, Out* out) {
+  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2;
+  constexpr int NPL = MODE == 3 ? 2 : 1;  // ILP: probes per lane (32 or 64 per round)
   constexpr int NPAIR = L * (L + 1) / 2;
   __shared__ unsigned char pair_e[NPAIR], pair_ep[NPAIR];
   __shared__ float rows[L][RMAX];
   __shared__ double Z[L + 1];
   __shared__ int counts[2][NPROBE];
+  __shared__ int wcounts[2][NT / 32][32 * NPL];  // ILP: per-warp partial counts, probe-major in a row
   __shared__ double probe_lo, probe_hi;
   __shared__ int kid_off[L + 1];
   __shared__ double pool_key[POOL];
@@ -67,6 +70,8 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   int nm = 0;
   // ---- phase 1: rows + Z
   for (int i = tid; i < L * R; i += NT) rows[i / R][i % R] = __ldg(lp + size_t(i / R) * K + (i % R));
+  // ILP: the fixed-step bisection reads up to index 2^ceil(log2 R) - 1: pad with -inf (never >= a finite u)
+  if (ILP) for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) rows[i / RMAX][i % RMAX] = -INFINITY;
   if (F32 && tid < NPAIR) {
     int k = tid, e = 0;
     while (k >= L - e) { k -= L - e; ++e; }
@@ -96,6 +101,75 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   int lo_count = 0;
   for (;;) {
     ++rounds;
+    if (ILP) {
+      // lane = probe (lane + 32 k for k < NPL), warp = item group: warp w owns pairs q = w + 16 j. Each thread
+      // runs its 8 (x NPL) fixed-step bisections in lockstep, so the dependent chain is log2(R) steps, not
+      // 8 x log2(R); the keys are the fp32 rows and the per-item threshold u = thf - base is computed once.
+      constexpr int IPW = (NPAIR + NT / 32 - 1) / (NT / 32), NI = IPW * NPL;
+      const double pstep = (hi - lo) / (32 * NPL);
+      int ro[NI];  // offset of rank 1 of the item's row in rows[][] (32-bit shared addressing)
+      float u[NI];
+      int cnt[NI];
+      int chain_c[NPL];
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        const double th = lo + (lane + 32 * k) * pstep;
+        chain_c[k] = warp < L ? int(Z[warp + 1] >= th) : 0;  // the chain 0^(warp+1), counted exactly
+      }
+#pragma unroll
+      for (int j = 0; j < IPW; ++j) {
+        const int q = warp + (NT / 32) * j;
+        const int qq = q < NPAIR ? q : 0;
+        const int e = pair_e[qq], ep = pair_ep[qq];
+        const float base = float(Z[ep + 1] - double(rows[e][0]));
+#pragma unroll
+        for (int k = 0; k < NPL; ++k) {
+          const double th = lo + (lane + 32 * k) * pstep;
+          const float margin = 1e-5f * (1.f + fabsf(float(th)));
+          ro[j * NPL + k] = e * RMAX + 1;
+          u[j * NPL + k] = q < NPAIR ? (float(th) - margin) - base : INFINITY;
+          cnt[j * NPL + k] = 0;
+        }
+      }
+      int half = 1;
+      while (half < R - 1) half <<= 1;  // R - 1 candidates at ranks 1.. (padded to a power of two)
+      for (int s = half >> 1; s >= 1; s >>= 1) {
+#pragma unroll
+        for (int i = 0; i < NI; ++i) cnt[i] += (&rows[0][0])[ro[i] + cnt[i] + s - 1] >= u[i] ? s : 0;
+      }
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        int c = chain_c[k];
+#pragma unroll
+        for (int j = 0; j < IPW; ++j) c += cnt[j * NPL + k];
+        wcounts[buf][warp][lane + 32 * k] = c;
+      }
+      __syncthreads();
+      int best = 0, cbest = 0;
+      unsigned okm[NPL];
+      int cs[NPL];
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        int c = 0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) c += wcounts[buf][w][lane + 32 * k];
+        cs[k] = c;
+        okm[k] = __ballot_sync(~0u, c >= M);
+      }
+#pragma unroll
+      for (int k = 0; k < NPL; ++k)
+        if (okm[k]) { best = 32 * k + 31 - __clz(okm[k]); cbest = __shfl_sync(~0u, cs[k], 31 - __clz(okm[k])); }
+      if (!okm[0] && NPL == 1) cbest = __shfl_sync(~0u, cs[0], 0);
+      const double nlo = lo + best * pstep - (best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
+      const double nhi = best == 32 * NPL - 1 ? hi : lo + (best + 1) * pstep;
+      lo_count = cbest;
+      buf ^= 1;
+      if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
+      ++nm;
+      lo = nlo; hi = nhi;
+      if (cbest <= M + max(32, M / 8) || rounds == 4 || !(nhi > nlo)) break;
+      continue;
+    }
     const double step = (hi - lo) / NPROBE;
     for (int pi = 0; pi < 2; ++pi) {  // warp w: probes 2w, 2w + 1 (probe p at lo + p * step; p = 0 is lo)
       const int p = 2 * warp + pi;
@@ -203,6 +277,8 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   }
 }
 
+static const char* const kModeName[4] = {"f64", "f32", "ilp32", "ilp64"};
+
 int main() {
   struct Cfg { int M, K; float sharp; };
   const Cfg cfgs[] = {{256, 64, 8.f}, {256, 64, 4.f}, {256, 64, 1.f}, {256, 1024, 8.f}, {256, 1024, 4.f}, {256, 1024, 1.f}};
@@ -226,16 +302,18 @@ int main() {
     float* d_lp;
     CK(cudaMalloc(&d_lp, lp.size() * 4));
     CK(cudaMemcpy(d_lp, lp.data(), lp.size() * 4, cudaMemcpyHostToDevice));
-    for (int f32 = 0; f32 < 2; ++f32) {
+    for (int f32 = 0; f32 < 4; ++f32) {  // the mode: fp64 chain, fp32 chain, ILP 32 probes, ILP 64 probes
     Out o{};
     for (int rep = 0; rep < 3; ++rep) {  // the first launch is a warm-up; print the last two
-      if (f32) devruns_kernel<true><<<1, NT>>>(d_lp, c.K, c.M, d_out);
-      else devruns_kernel<false><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      if (f32 == 3) devruns_kernel<3><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 2) devruns_kernel<2><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 1) devruns_kernel<1><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else devruns_kernel<0><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(&o, d_out, sizeof(Out), cudaMemcpyDeviceToHost));
       if (rep == 0) continue;
-      std::printf("%s M=%d K=%d sharp=%.0f rep %d: rounds %d, count at bound %d, pool %d | cycles:", f32 ? "f32" : "f64", c.M, c.K, c.sharp,
+      std::printf("%s M=%d K=%d sharp=%.0f rep %d: rounds %d, count at bound %d, pool %d | cycles:", kModeName[f32], c.M, c.K, c.sharp,
                   rep, o.rounds, o.lo_count, o.pool);
       long long prev = 0;
       for (int i = 0; i < o.nmarks; ++i) { std::printf(" %lld", o.marks[i] - prev); prev = o.marks[i]; }
