@@ -21,7 +21,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); std::exit(1); } } while (0)
 
-constexpr int L = 15, RMAX = 256, NT = 512, NPROBE = 32, POOL = 2048, NMARK = 12;
+constexpr int L = 15, RMAX = 256, NT = 512, NPROBE = 32, POOL = 768, NMARK = 12;  // pools here are <= ~300
 
 struct Out { long long marks[NMARK]; int nmarks, rounds, pool, lo_count; double t; };
 
@@ -51,15 +51,17 @@ __device__ __forceinline__ int count_ge_f32(const float* row, int lo, int hi, fl
 // (e, e') read from a table in shared memory. Everything after the probe rounds is the same code.
 template <int MODE>
 __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict__ lp, int K, int M, Out* out) {
-  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2;
-  constexpr int NPL = MODE == 3 ? 2 : 1;  // ILP: probes per lane (32 or 64 per round)
+  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2, EYT = MODE >= 4;
+  constexpr int NPL = MODE == 3 || MODE == 5 ? 2 : 1;  // ILP: probes per lane (32 or 64 per round)
   constexpr int NPAIR = L * (L + 1) / 2;
   __shared__ unsigned char pair_e[NPAIR], pair_ep[NPAIR];
   __shared__ float rows[L][RMAX];
+  // EYT: ranks 1 .. 2^k - 1 of each row in Eytzinger (BFS) order, node i at [i], children 2i, 2i + 1 (pads -inf)
+  __shared__ float eyt[EYT ? L : 1][RMAX];
+  __shared__ double row_min;  // min(0, min_e lp[e][R-1] - lp[e][0]): the initial probe range's lower end
   __shared__ double Z[L + 1];
   __shared__ int counts[2][NPROBE];
   __shared__ int wcounts[2][NT / 32][32 * NPL];  // ILP: per-warp partial counts, probe-major in a row
-  __shared__ double probe_lo, probe_hi;
   __shared__ int kid_off[L + 1];
   __shared__ double pool_key[POOL];
   __shared__ int pool_rank[POOL];
@@ -71,7 +73,22 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   // ---- phase 1: rows + Z
   for (int i = tid; i < L * R; i += NT) rows[i / R][i % R] = __ldg(lp + size_t(i / R) * K + (i % R));
   // ILP: the fixed-step bisection reads up to index 2^ceil(log2 R) - 1: pad with -inf (never >= a finite u)
-  if (ILP) for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) rows[i / RMAX][i % RMAX] = -INFINITY;
+  int nk = 1, kbits = 0;  // nk = the smallest power of two >= R: the bisections cover ranks 1 .. nk - 1
+  while (nk < R) { nk <<= 1; ++kbits; }
+  if (ILP && !EYT && nk != R)
+    for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) rows[i / RMAX][i % RMAX] = -INFINITY;
+  if (EYT)
+    for (int i = tid; i < L * (nk - 1); i += NT) {
+      const int e = i / (nk - 1), t = i % (nk - 1) + 1;  // in-order position t = rank t
+      const int h = __ffs(t) - 1;                          // height of t's node in the perfect tree
+      const int node = (1 << (kbits - 1 - h)) + (t >> (h + 1));
+      eyt[e][node] = t < R ? __ldg(lp + size_t(e) * K + t) : -INFINITY;
+    }
+  if (warp == 1) {  // the initial range's row minimum, in parallel with warp 0's scan
+    double m = lane < L ? double(__ldg(lp + size_t(lane) * K + R - 1)) - double(__ldg(lp + size_t(lane) * K)) : 0.0;
+    for (int o = 16; o; o >>= 1) m = fmin(m, __shfl_xor_sync(~0u, m, o));
+    if (lane == 0) row_min = fmin(m, 0.0);
+  }
   if (F32 && tid < NPAIR) {
     int k = tid, e = 0;
     while (k >= L - e) { k -= L - e; ++e; }
@@ -89,15 +106,9 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   ++nm;
   // ---- phase 2: the level-0 raise by probe rounds. Every <= 1-deviation candidate 0^(e-1).r.0^j (r >= 1)
   // scores Z[e'] - lp[e-1][0] + lp[e-1][r] with e' = e + j in [e, L]; the chain 0^e' scores Z[e'].
-  if (tid == 0) {
-    double mn = 0.0;
-    for (int e = 0; e < L; ++e) mn = fmin(mn, double(rows[e][R - 1]) - double(rows[e][0]));
-    probe_lo = Z[L] + mn;  // below every candidate counted (ranks < R): L * R >= M of them, so <= the M-th best
-    probe_hi = Z[1];
-  }
-  __syncthreads();
   int rounds = 0, buf = 0;
-  double lo = probe_lo, hi = probe_hi;
+  // lo is below every candidate counted (ranks < R): L * R >= M of them, so lo <= the M-th best
+  double lo = Z[L] + row_min, hi = Z[1];
   int lo_count = 0;
   for (;;) {
     ++rounds;
@@ -126,16 +137,23 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
         for (int k = 0; k < NPL; ++k) {
           const double th = lo + (lane + 32 * k) * pstep;
           const float margin = 1e-5f * (1.f + fabsf(float(th)));
-          ro[j * NPL + k] = e * RMAX + 1;
+          ro[j * NPL + k] = EYT ? e * RMAX : e * RMAX + 1;
           u[j * NPL + k] = q < NPAIR ? (float(th) - margin) - base : INFINITY;
-          cnt[j * NPL + k] = 0;
+          cnt[j * NPL + k] = EYT ? 1 : 0;
         }
       }
-      int half = 1;
-      while (half < R - 1) half <<= 1;  // R - 1 candidates at ranks 1.. (padded to a power of two)
-      for (int s = half >> 1; s >= 1; s >>= 1) {
+      if (EYT) {  // descend kbits levels: right (2i + 1) where the node passes; the leaf slot i - nk is the count
+        for (int s = 0; s < kbits; ++s) {
 #pragma unroll
-        for (int i = 0; i < NI; ++i) cnt[i] += (&rows[0][0])[ro[i] + cnt[i] + s - 1] >= u[i] ? s : 0;
+          for (int i = 0; i < NI; ++i) cnt[i] = 2 * cnt[i] + int((&eyt[0][0])[ro[i] + cnt[i]] >= u[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) cnt[i] -= nk;
+      } else {
+        for (int s = nk >> 1; s >= 1; s >>= 1) {  // ranks 1 .. nk - 1 (padded to a power of two)
+#pragma unroll
+          for (int i = 0; i < NI; ++i) cnt[i] += (&rows[0][0])[ro[i] + cnt[i] + s - 1] >= u[i] ? s : 0;
+        }
       }
 #pragma unroll
       for (int k = 0; k < NPL; ++k) {
@@ -277,7 +295,7 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   }
 }
 
-static const char* const kModeName[4] = {"f64", "f32", "ilp32", "ilp64"};
+static const char* const kModeName[6] = {"f64", "f32", "ilp32", "ilp64", "eyt32", "eyt64"};
 
 int main() {
   struct Cfg { int M, K; float sharp; };
@@ -302,10 +320,12 @@ int main() {
     float* d_lp;
     CK(cudaMalloc(&d_lp, lp.size() * 4));
     CK(cudaMemcpy(d_lp, lp.data(), lp.size() * 4, cudaMemcpyHostToDevice));
-    for (int f32 = 0; f32 < 4; ++f32) {  // the mode: fp64 chain, fp32 chain, ILP 32 probes, ILP 64 probes
+    for (int f32 = 0; f32 < 6; ++f32) {  // the mode: fp64 chain, fp32 chain, ILP 32 / 64 probes, Eytzinger 32 / 64
     Out o{};
     for (int rep = 0; rep < 3; ++rep) {  // the first launch is a warm-up; print the last two
-      if (f32 == 3) devruns_kernel<3><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      if (f32 == 5) devruns_kernel<5><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 4) devruns_kernel<4><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 3) devruns_kernel<3><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else if (f32 == 2) devruns_kernel<2><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else if (f32 == 1) devruns_kernel<1><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else devruns_kernel<0><<<1, NT>>>(d_lp, c.K, c.M, d_out);
