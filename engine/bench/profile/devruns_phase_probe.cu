@@ -45,13 +45,28 @@ __device__ __forceinline__ int count_ge_f32(const float* row, int lo, int hi, fl
   return a - lo;
 }
 
+// HOIST mode: NI fixed-step bisections in lockstep, KB steps fully unrolled. a[i] is the byte offset (from the
+// rows array) of rank 1 of item i's row plus 4 x its count so far, so a step is one shared load at a[i] plus a
+// compile-time offset, one compare and one predicated add: no index arithmetic on the dependent chain.
+template <int KB, int NI>
+__device__ __forceinline__ void descend_unrolled(const char* rows_base, unsigned (&a)[NI], const float (&u)[NI]) {
+#pragma unroll
+  for (int b = KB - 1; b >= 0; --b) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const float v = *reinterpret_cast<const float*>(rows_base + a[i] + (((1u << b) - 1u) << 2));
+      a[i] += v >= u[i] ? (4u << b) : 0u;
+    }
+  }
+}
+
 // F32 = false: fp64 bisection steps, the pair index decoded by a loop (the first version measured).
 // F32 = true: fp32 bisection steps against a threshold lowered by a margin that covers fp32 rounding (a count
 // >= M at theta - margin still proves theta - margin <= the M-th score, so the raise reports lo - margin), and
 // (e, e') read from a table in shared memory. Everything after the probe rounds is the same code.
 template <int MODE>
 __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict__ lp, int K, int M, Out* out) {
-  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2, EYT = MODE >= 4;
+  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2, EYT = MODE == 4 || MODE == 5, HOIST = MODE == 6;
   constexpr int NPL = MODE == 3 || MODE == 5 ? 2 : 1;  // ILP: probes per lane (32 or 64 per round)
   constexpr int NPAIR = L * (L + 1) / 2;
   __shared__ unsigned char pair_e[NPAIR], pair_ep[NPAIR];
@@ -75,7 +90,7 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   // ILP: the fixed-step bisection reads up to index 2^ceil(log2 R) - 1: pad with -inf (never >= a finite u)
   int nk = 1, kbits = 0;  // nk = the smallest power of two >= R: the bisections cover ranks 1 .. nk - 1
   while (nk < R) { nk <<= 1; ++kbits; }
-  if (ILP && !EYT && nk != R)
+  if (ILP && !EYT && nk != R)  // (HOIST reads ranks up to nk - 1 as well)
     for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) rows[i / RMAX][i % RMAX] = -INFINITY;
   if (EYT)
     for (int i = tid; i < L * (nk - 1); i += NT) {
@@ -110,8 +125,61 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   // lo is below every candidate counted (ranks < R): L * R >= M of them, so lo <= the M-th best
   double lo = Z[L] + row_min, hi = Z[1];
   int lo_count = 0;
+  constexpr int IPW_H = (NPAIR + NT / 32 - 1) / (NT / 32);
+  float hbase[IPW_H];     // HOIST: per raise, not per round: the item's fp32 base and row offset
+  unsigned hoff[IPW_H];
+  if (HOIST) {
+#pragma unroll
+    for (int j = 0; j < IPW_H; ++j) {
+      const int q = warp + (NT / 32) * j;
+      const int qq = q < NPAIR ? q : 0;
+      const int e = pair_e[qq], ep = pair_ep[qq];
+      hbase[j] = q < NPAIR ? float(Z[ep + 1] - double(rows[e][0])) : -INFINITY;  // u = +inf: a dead item
+      hoff[j] = unsigned(e * RMAX + 1) * 4u;
+    }
+  }
   for (;;) {
     ++rounds;
+    if (HOIST) {
+      const double pstep = (hi - lo) / 32;
+      const double th = lo + lane * pstep;
+      const float thf = float(th) - 1e-5f * (1.f + fabsf(float(th)));
+      int c = warp < L ? int(Z[warp + 1] >= th) : 0;  // the chain 0^(warp+1), counted exactly
+      float u[IPW_H];
+      unsigned a[IPW_H];
+#pragma unroll
+      for (int j = 0; j < IPW_H; ++j) { u[j] = thf - hbase[j]; a[j] = hoff[j]; }
+      const char* rb = reinterpret_cast<const char*>(&rows[0][0]);
+      if (kbits == 8) descend_unrolled<8>(rb, a, u);
+      else if (kbits == 7) descend_unrolled<7>(rb, a, u);
+      else if (kbits == 6) descend_unrolled<6>(rb, a, u);
+      else {
+        for (int b = kbits - 1; b >= 0; --b) {
+#pragma unroll
+          for (int j = 0; j < IPW_H; ++j)
+            a[j] += *reinterpret_cast<const float*>(rb + a[j] + (((1u << b) - 1u) << 2)) >= u[j] ? (4u << b) : 0u;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < IPW_H; ++j) c += int(a[j] - hoff[j]) >> 2;
+      wcounts[buf][warp][lane] = c;
+      __syncthreads();
+      int cs = 0;
+#pragma unroll
+      for (int w = 0; w < NT / 32; ++w) cs += wcounts[buf][w][lane];
+      const unsigned okm = __ballot_sync(~0u, cs >= M);
+      const int best = okm ? 31 - __clz(okm) : 0;
+      const int cbest = __shfl_sync(~0u, cs, best);
+      const double nlo = lo + best * pstep - (best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
+      const double nhi = best == 31 ? hi : lo + (best + 1) * pstep;
+      lo_count = cbest;
+      buf ^= 1;
+      if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
+      ++nm;
+      lo = nlo; hi = nhi;
+      if (cbest <= M + max(32, M / 8) || rounds == 4 || !(nhi > nlo)) break;
+      continue;
+    }
     if (ILP) {
       // lane = probe (lane + 32 k for k < NPL), warp = item group: warp w owns pairs q = w + 16 j. Each thread
       // runs its 8 (x NPL) fixed-step bisections in lockstep, so the dependent chain is log2(R) steps, not
@@ -295,7 +363,7 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   }
 }
 
-static const char* const kModeName[6] = {"f64", "f32", "ilp32", "ilp64", "eyt32", "eyt64"};
+static const char* const kModeName[7] = {"f64", "f32", "ilp32", "ilp64", "eyt32", "eyt64", "ilp32h"};
 
 int main() {
   struct Cfg { int M, K; float sharp; };
@@ -320,10 +388,11 @@ int main() {
     float* d_lp;
     CK(cudaMalloc(&d_lp, lp.size() * 4));
     CK(cudaMemcpy(d_lp, lp.data(), lp.size() * 4, cudaMemcpyHostToDevice));
-    for (int f32 = 0; f32 < 6; ++f32) {  // the mode: fp64 chain, fp32 chain, ILP 32 / 64 probes, Eytzinger 32 / 64
+    for (int f32 = 0; f32 < 7; ++f32) {  // the mode: fp64 / fp32 chain, ILP 32 / 64, Eytzinger 32 / 64, ILP 32 hoisted
     Out o{};
     for (int rep = 0; rep < 3; ++rep) {  // the first launch is a warm-up; print the last two
-      if (f32 == 5) devruns_kernel<5><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      if (f32 == 6) devruns_kernel<6><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 5) devruns_kernel<5><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else if (f32 == 4) devruns_kernel<4><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else if (f32 == 3) devruns_kernel<3><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       else if (f32 == 2) devruns_kernel<2><<<1, NT>>>(d_lp, c.K, c.M, d_out);
