@@ -9,6 +9,11 @@
 //   scan, writes), then a counting rank of that pool (fp64 keys, index on ties).
 // It checks its pool size against a host count of the same candidates (fp64, same expressions). Timing only:
 // this is not an exact build_tree (no tie handling beyond the index, no output stage).
+// Probe-round modes, same process (session 12, NOTES "### Session 12 (s12tree)"): f64 / f32 = session 11's
+// per-lane bisection chains (warp = 2 probes, lane = items); ilp32 / ilp64 = lane = probe, each thread's 8 (16)
+// fixed-step bisections in lockstep; eyt32 / eyt64 = the same on Eytzinger-order rows; ilp32h = ilp32 with the
+// items' bases hoisted per raise and the steps unrolled on byte offsets; ilp32s = ilp32h on rows skewed by one
+// pad word per 32 (no bank conflicts when the probes are spread). Every mode is followed by the same level 1 and rank.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o devruns_phase_probe devruns_phase_probe.cu
 #include <cuda_runtime.h>
 
