@@ -157,8 +157,10 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   }
   for (;;) {
     ++rounds;
+    double pstep;  // every mode: the probes of this round at lo + p * pstep; the decision below is shared
+    int best = 0, cbest = 0;
     if (HOIST) {
-      const double pstep = (hi - lo) / 32;
+      pstep = (hi - lo) / 32;
       const double th = lo + lane * pstep;
       const float thf = float(th) - 1e-5f * (1.f + fabsf(float(th)));
       int c = warp < L ? int(Z[warp + 1] >= th) : 0;  // the chain 0^(warp+1), counted exactly
@@ -189,24 +191,14 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
 #pragma unroll
       for (int w = 0; w < NT / 32; ++w) cs += wcounts[buf][w][lane];
       const unsigned okm = __ballot_sync(~0u, cs >= M);
-      const int best = okm ? 31 - __clz(okm) : 0;
-      const int cbest = __shfl_sync(~0u, cs, best);
-      const double nlo = lo + best * pstep - (best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
-      const double nhi = best == 31 ? hi : lo + (best + 1) * pstep;
-      lo_count = cbest;
-      buf ^= 1;
-      if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
-      ++nm;
-      lo = nlo; hi = nhi;
-      if (cbest <= M + max(32, M / 8) || rounds == 4 || !(nhi > nlo)) break;
-      continue;
-    }
-    if (ILP) {
+      best = okm ? 31 - __clz(okm) : 0;
+      cbest = __shfl_sync(~0u, cs, best);
+    } else if (ILP) {
       // lane = probe (lane + 32 k for k < NPL), warp = item group: warp w owns pairs q = w + 16 j. Each thread
       // runs its 8 (x NPL) fixed-step bisections in lockstep, so the dependent chain is log2(R) steps, not
       // 8 x log2(R); the keys are the fp32 rows and the per-item threshold u = thf - base is computed once.
       constexpr int IPW = (NPAIR + NT / 32 - 1) / (NT / 32), NI = IPW * NPL;
-      const double pstep = (hi - lo) / (32 * NPL);
+      pstep = (hi - lo) / (32 * NPL);
       int ro[NI];  // offset of rank 1 of the item's row in rows[][] (32-bit shared addressing)
       float u[NI];
       int cnt[NI];
@@ -252,7 +244,6 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
         wcounts[buf][warp][lane + 32 * k] = c;
       }
       __syncthreads();
-      int best = 0, cbest = 0;
       unsigned okm[NPL];
       int cs[NPL];
 #pragma unroll
@@ -267,45 +258,40 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
       for (int k = 0; k < NPL; ++k)
         if (okm[k]) { best = 32 * k + 31 - __clz(okm[k]); cbest = __shfl_sync(~0u, cs[k], 31 - __clz(okm[k])); }
       if (!okm[0] && NPL == 1) cbest = __shfl_sync(~0u, cs[0], 0);
-      const double nlo = lo + best * pstep - (best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
-      const double nhi = best == 32 * NPL - 1 ? hi : lo + (best + 1) * pstep;
-      lo_count = cbest;
-      buf ^= 1;
-      if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
-      ++nm;
-      lo = nlo; hi = nhi;
-      if (cbest <= M + max(32, M / 8) || rounds == 4 || !(nhi > nlo)) break;
-      continue;
-    }
-    const double step = (hi - lo) / NPROBE;
-    for (int pi = 0; pi < 2; ++pi) {  // warp w: probes 2w, 2w + 1 (probe p at lo + p * step; p = 0 is lo)
-      const int p = 2 * warp + pi;
-      const double th = lo + p * step;
-      int c = 0;
-      const float margin = 1e-5f * (1.f + fabsf(float(th)));
-      const float thf = float(th) - margin;
-      for (int q = lane; q < L * (L + 1) / 2 + L; q += 32) {
-        if (q < L) { c += Z[q + 1] >= (F32 ? double(thf) : th); continue; }  // the chain
-        if (F32) {
-          const int e = pair_e[q - L], ep = pair_ep[q - L];
-          c += count_ge_f32(rows[e], 1, R, float(Z[ep + 1] - double(rows[e][0])), thf);
-          continue;
+    } else {  // session 11's modes: warp = 2 probes, lane = items, one bisection chain after another
+      const double step = (hi - lo) / NPROBE;
+      pstep = step;
+      for (int pi = 0; pi < 2; ++pi) {  // warp w: probes 2w, 2w + 1 (probe p at lo + p * step; p = 0 is lo)
+        const int p = 2 * warp + pi;
+        const double th = lo + p * step;
+        int c = 0;
+        const float margin = 1e-5f * (1.f + fabsf(float(th)));
+        const float thf = float(th) - margin;
+        for (int q = lane; q < L * (L + 1) / 2 + L; q += 32) {
+          if (q < L) { c += Z[q + 1] >= (F32 ? double(thf) : th); continue; }  // the chain
+          if (F32) {
+            const int e = pair_e[q - L], ep = pair_ep[q - L];
+            c += count_ge_f32(rows[e], 1, R, float(Z[ep + 1] - double(rows[e][0])), thf);
+            continue;
+          }
+          int k = q - L, e = 0;  // pair index -> (e, e') with 0 <= e <= e' < L (depths e + 1, e' + 1)
+          while (k >= L - e) { k -= L - e; ++e; }
+          const int ep = e + k;
+          c += count_ge(rows[e], 1, R, Z[ep + 1] - double(rows[e][0]), th);
         }
-        int k = q - L, e = 0;  // pair index -> (e, e') with 0 <= e <= e' < L (depths e + 1, e' + 1)
-        while (k >= L - e) { k -= L - e; ++e; }
-        const int ep = e + k;
-        c += count_ge(rows[e], 1, R, Z[ep + 1] - double(rows[e][0]), th);
+        c = __reduce_add_sync(~0u, c);
+        if (lane == 0) counts[buf][p] = c;
       }
-      c = __reduce_add_sync(~0u, c);
-      if (lane == 0) counts[buf][p] = c;
+      __syncthreads();
+      // every thread: the highest probe whose count reaches M (probe 0 = lo always does)
+      const int c = counts[buf][lane];
+      const unsigned ok = __ballot_sync(~0u, c >= M);
+      best = ok ? 31 - __clz(ok) : 0;  // probe 0 reaches M unless fp64 rounding differs by an ulp
+      cbest = __shfl_sync(~0u, c, best);
     }
-    __syncthreads();
-    // every thread: the highest probe whose count reaches M (probe 0 = lo always does)
-    const int c = counts[buf][lane];
-    const unsigned ok = __ballot_sync(~0u, c >= M);
-    const int best = ok ? 31 - __clz(ok) : 0;  // probe 0 reaches M unless fp64 rounding differs by an ulp
-    const int cbest = __shfl_sync(~0u, c, best);
-    const double nlo = lo + best * step - (F32 && best ? 2e-5 * (1.0 + fabs(lo + best * step)) : 0.0), nhi = best == NPROBE - 1 ? hi : lo + (best + 1) * step;
+    // fp32 counts: the bound is lowered past the margin (a count >= M at theta - margin proves theta - 2 margin)
+    const double nlo = lo + best * pstep - (F32 && best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
+    const double nhi = best == 32 * NPL - 1 ? hi : lo + (best + 1) * pstep;
     lo_count = cbest;
     buf ^= 1;
     if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
