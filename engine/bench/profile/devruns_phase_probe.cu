@@ -9,6 +9,11 @@
 //   scan, writes), then a counting rank of that pool (fp64 keys, index on ties).
 // It checks its pool size against a host count of the same candidates (fp64, same expressions). Timing only:
 // this is not an exact build_tree (no tie handling beyond the index, no output stage).
+// Probe-round modes, same process (session 12, NOTES "### Session 12 (s12tree)"): f64 / f32 = session 11's
+// per-lane bisection chains (warp = 2 probes, lane = items); ilp32 / ilp64 = lane = probe, each thread's 8 (16)
+// fixed-step bisections in lockstep; eyt32 / eyt64 = the same on Eytzinger-order rows; ilp32h = ilp32 with the
+// items' bases hoisted per raise and the steps unrolled on byte offsets; ilp32s = ilp32h on rows skewed by one
+// pad word per 32 (no bank conflicts when the probes are spread). Every mode is followed by the same level 1 and rank.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o devruns_phase_probe devruns_phase_probe.cu
 #include <cuda_runtime.h>
 
@@ -21,7 +26,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); std::exit(1); } } while (0)
 
-constexpr int L = 15, RMAX = 256, NT = 512, NPROBE = 32, POOL = 2048, NMARK = 12;
+constexpr int L = 15, RMAX = 256, NT = 512, NPROBE = 32, POOL = 768, NMARK = 12;  // pools here are <= ~300
 
 struct Out { long long marks[NMARK]; int nmarks, rounds, pool, lo_count; double t; };
 
@@ -45,18 +50,44 @@ __device__ __forceinline__ int count_ge_f32(const float* row, int lo, int hi, fl
   return a - lo;
 }
 
+// HOIST mode: NI fixed-step bisections in lockstep, KB steps fully unrolled. a[i] is the byte offset (from the
+// rows array) of rank 1 of item i's row plus 4 x its count so far, so a step is one shared load at a[i] plus a
+// compile-time offset, one compare and one predicated add: no index arithmetic on the dependent chain.
+// SKEW: the row's offset j from rank 1 stored at j + j / 32 (one pad word per 32), so that at a step of s the
+// lanes' positions (all = s - 1 mod 2s) fall in different banks; cnt stays a multiple of 2s, so the skewed
+// position of cnt + s - 1 is skew(cnt) + skew(s - 1) and the step adds skew(s): still compile-time constants.
+__host__ __device__ constexpr unsigned skew(unsigned x, bool on) { return on ? x + (x >> 5) : x; }
+template <int KB, bool SKEW, int NI>
+__device__ __forceinline__ void descend_unrolled(const char* rows_base, unsigned (&a)[NI], const float (&u)[NI]) {
+#pragma unroll
+  for (int b = KB - 1; b >= 0; --b) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const float v = *reinterpret_cast<const float*>(rows_base + a[i] + (skew((1u << b) - 1u, SKEW) << 2));
+      a[i] += v >= u[i] ? (skew(1u << b, SKEW) << 2) : 0u;
+    }
+  }
+}
+
 // F32 = false: fp64 bisection steps, the pair index decoded by a loop (the first version measured).
 // F32 = true: fp32 bisection steps against a threshold lowered by a margin that covers fp32 rounding (a count
 // >= M at theta - margin still proves theta - margin <= the M-th score, so the raise reports lo - margin), and
 // (e, e') read from a table in shared memory. Everything after the probe rounds is the same code.
-template <bool F32>
+template <int MODE>
 __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict__ lp, int K, int M, Out* out) {
+  constexpr bool F32 = MODE >= 1, ILP = MODE >= 2, EYT = MODE == 4 || MODE == 5, HOIST = MODE >= 6, SKEW = MODE == 7;
+  constexpr int RS = RMAX + RMAX / 32;  // SKEW: a skewed row's stride
+  constexpr int NPL = MODE == 3 || MODE == 5 ? 2 : 1;  // ILP: probes per lane (32 or 64 per round)
   constexpr int NPAIR = L * (L + 1) / 2;
   __shared__ unsigned char pair_e[NPAIR], pair_ep[NPAIR];
   __shared__ float rows[L][RMAX];
+  // EYT: ranks 1 .. 2^k - 1 of each row in Eytzinger (BFS) order, node i at [i], children 2i, 2i + 1 (pads -inf)
+  __shared__ float eyt[EYT ? L : 1][RMAX];
+  __shared__ double row_min;
+  __shared__ float srows[SKEW ? L : 1][SKEW ? RS : 1];  // SKEW: ranks 1.. at offset j + j / 32  // min(0, min_e lp[e][R-1] - lp[e][0]): the initial probe range's lower end
   __shared__ double Z[L + 1];
   __shared__ int counts[2][NPROBE];
-  __shared__ double probe_lo, probe_hi;
+  __shared__ int wcounts[2][NT / 32][32 * NPL];  // ILP: per-warp partial counts, probe-major in a row
   __shared__ int kid_off[L + 1];
   __shared__ double pool_key[POOL];
   __shared__ int pool_rank[POOL];
@@ -66,7 +97,30 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   long long t0 = clock64();
   int nm = 0;
   // ---- phase 1: rows + Z
-  for (int i = tid; i < L * R; i += NT) rows[i / R][i % R] = __ldg(lp + size_t(i / R) * K + (i % R));
+  for (int i = tid; i < L * R; i += NT) {
+    const float v = __ldg(lp + size_t(i / R) * K + (i % R));
+    rows[i / R][i % R] = v;
+    if (SKEW && i % R) srows[i / R][skew(i % R - 1, true)] = v;
+  }
+  if (SKEW && (R & (R - 1)))  // pads up to the power of two the descent reads (never >= a finite u)
+    for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) srows[i / RMAX][skew(i % RMAX - 1, true)] = -INFINITY;
+  // ILP: the fixed-step bisection reads up to index 2^ceil(log2 R) - 1: pad with -inf (never >= a finite u)
+  int nk = 1, kbits = 0;  // nk = the smallest power of two >= R: the bisections cover ranks 1 .. nk - 1
+  while (nk < R) { nk <<= 1; ++kbits; }
+  if (ILP && !EYT && nk != R)  // (HOIST reads ranks up to nk - 1 as well)
+    for (int i = tid; i < L * RMAX; i += NT) if (i % RMAX >= R) rows[i / RMAX][i % RMAX] = -INFINITY;
+  if (EYT)
+    for (int i = tid; i < L * (nk - 1); i += NT) {
+      const int e = i / (nk - 1), t = i % (nk - 1) + 1;  // in-order position t = rank t
+      const int h = __ffs(t) - 1;                          // height of t's node in the perfect tree
+      const int node = (1 << (kbits - 1 - h)) + (t >> (h + 1));
+      eyt[e][node] = t < R ? __ldg(lp + size_t(e) * K + t) : -INFINITY;
+    }
+  if (warp == 1) {  // the initial range's row minimum, in parallel with warp 0's scan
+    double m = lane < L ? double(__ldg(lp + size_t(lane) * K + R - 1)) - double(__ldg(lp + size_t(lane) * K)) : 0.0;
+    for (int o = 16; o; o >>= 1) m = fmin(m, __shfl_xor_sync(~0u, m, o));
+    if (lane == 0) row_min = fmin(m, 0.0);
+  }
   if (F32 && tid < NPAIR) {
     int k = tid, e = 0;
     while (k >= L - e) { k -= L - e; ++e; }
@@ -84,47 +138,160 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   ++nm;
   // ---- phase 2: the level-0 raise by probe rounds. Every <= 1-deviation candidate 0^(e-1).r.0^j (r >= 1)
   // scores Z[e'] - lp[e-1][0] + lp[e-1][r] with e' = e + j in [e, L]; the chain 0^e' scores Z[e'].
-  if (tid == 0) {
-    double mn = 0.0;
-    for (int e = 0; e < L; ++e) mn = fmin(mn, double(rows[e][R - 1]) - double(rows[e][0]));
-    probe_lo = Z[L] + mn;  // below every candidate counted (ranks < R): L * R >= M of them, so <= the M-th best
-    probe_hi = Z[1];
-  }
-  __syncthreads();
   int rounds = 0, buf = 0;
-  double lo = probe_lo, hi = probe_hi;
+  // lo is below every candidate counted (ranks < R): L * R >= M of them, so lo <= the M-th best
+  double lo = Z[L] + row_min, hi = Z[1];
   int lo_count = 0;
+  constexpr int IPW_H = (NPAIR + NT / 32 - 1) / (NT / 32);
+  float hbase[IPW_H];     // HOIST: per raise, not per round: the item's fp32 base and row offset
+  unsigned hoff[IPW_H];
+  if (HOIST) {
+#pragma unroll
+    for (int j = 0; j < IPW_H; ++j) {
+      const int q = warp + (NT / 32) * j;
+      const int qq = q < NPAIR ? q : 0;
+      const int e = pair_e[qq], ep = pair_ep[qq];
+      hbase[j] = q < NPAIR ? float(Z[ep + 1] - double(rows[e][0])) : -INFINITY;  // u = +inf: a dead item
+      hoff[j] = SKEW ? unsigned(e * RS) * 4u : unsigned(e * RMAX + 1) * 4u;
+    }
+  }
   for (;;) {
     ++rounds;
-    const double step = (hi - lo) / NPROBE;
-    for (int pi = 0; pi < 2; ++pi) {  // warp w: probes 2w, 2w + 1 (probe p at lo + p * step; p = 0 is lo)
-      const int p = 2 * warp + pi;
-      const double th = lo + p * step;
-      int c = 0;
-      const float margin = 1e-5f * (1.f + fabsf(float(th)));
-      const float thf = float(th) - margin;
-      for (int q = lane; q < L * (L + 1) / 2 + L; q += 32) {
-        if (q < L) { c += Z[q + 1] >= (F32 ? double(thf) : th); continue; }  // the chain
-        if (F32) {
-          const int e = pair_e[q - L], ep = pair_ep[q - L];
-          c += count_ge_f32(rows[e], 1, R, float(Z[ep + 1] - double(rows[e][0])), thf);
-          continue;
+    double pstep;  // every mode: the probes of this round at lo + p * pstep; the decision below is shared
+    int best = 0, cbest = 0;
+    if (HOIST) {
+      pstep = (hi - lo) / 32;
+      const double th = lo + lane * pstep;
+      const float thf = float(th) - 1e-5f * (1.f + fabsf(float(th)));
+      int c = warp < L ? int(Z[warp + 1] >= th) : 0;  // the chain 0^(warp+1), counted exactly
+      float u[IPW_H];
+      unsigned a[IPW_H];
+#pragma unroll
+      for (int j = 0; j < IPW_H; ++j) { u[j] = thf - hbase[j]; a[j] = hoff[j]; }
+      const char* rb = SKEW ? reinterpret_cast<const char*>(&srows[0][0]) : reinterpret_cast<const char*>(&rows[0][0]);
+      if (kbits == 8) descend_unrolled<8, SKEW>(rb, a, u);
+      else if (kbits == 7) descend_unrolled<7, SKEW>(rb, a, u);
+      else if (kbits == 6) descend_unrolled<6, SKEW>(rb, a, u);
+      else if (SKEW) __trap();  // the tool's rows are 64 / 256 wide: not reached
+      else {
+        for (int b = kbits - 1; b >= 0; --b) {
+#pragma unroll
+          for (int j = 0; j < IPW_H; ++j)
+            a[j] += *reinterpret_cast<const float*>(rb + a[j] + (((1u << b) - 1u) << 2)) >= u[j] ? (4u << b) : 0u;
         }
-        int k = q - L, e = 0;  // pair index -> (e, e') with 0 <= e <= e' < L (depths e + 1, e' + 1)
-        while (k >= L - e) { k -= L - e; ++e; }
-        const int ep = e + k;
-        c += count_ge(rows[e], 1, R, Z[ep + 1] - double(rows[e][0]), th);
       }
-      c = __reduce_add_sync(~0u, c);
-      if (lane == 0) counts[buf][p] = c;
+#pragma unroll
+      for (int j = 0; j < IPW_H; ++j) {
+        const int sj = int(a[j] - hoff[j]) >> 2;
+        c += SKEW ? sj - sj / 33 : sj;  // skewed position c + c / 32 back to the count c
+      }
+      wcounts[buf][warp][lane] = c;
+      __syncthreads();
+      int cs = 0;
+#pragma unroll
+      for (int w = 0; w < NT / 32; ++w) cs += wcounts[buf][w][lane];
+      const unsigned okm = __ballot_sync(~0u, cs >= M);
+      best = okm ? 31 - __clz(okm) : 0;
+      cbest = __shfl_sync(~0u, cs, best);
+    } else if (ILP) {
+      // lane = probe (lane + 32 k for k < NPL), warp = item group: warp w owns pairs q = w + 16 j. Each thread
+      // runs its 8 (x NPL) fixed-step bisections in lockstep, so the dependent chain is log2(R) steps, not
+      // 8 x log2(R); the keys are the fp32 rows and the per-item threshold u = thf - base is computed once.
+      constexpr int IPW = (NPAIR + NT / 32 - 1) / (NT / 32), NI = IPW * NPL;
+      pstep = (hi - lo) / (32 * NPL);
+      int ro[NI];  // offset of rank 1 of the item's row in rows[][] (32-bit shared addressing)
+      float u[NI];
+      int cnt[NI];
+      int chain_c[NPL];
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        const double th = lo + (lane + 32 * k) * pstep;
+        chain_c[k] = warp < L ? int(Z[warp + 1] >= th) : 0;  // the chain 0^(warp+1), counted exactly
+      }
+#pragma unroll
+      for (int j = 0; j < IPW; ++j) {
+        const int q = warp + (NT / 32) * j;
+        const int qq = q < NPAIR ? q : 0;
+        const int e = pair_e[qq], ep = pair_ep[qq];
+        const float base = float(Z[ep + 1] - double(rows[e][0]));
+#pragma unroll
+        for (int k = 0; k < NPL; ++k) {
+          const double th = lo + (lane + 32 * k) * pstep;
+          const float margin = 1e-5f * (1.f + fabsf(float(th)));
+          ro[j * NPL + k] = EYT ? e * RMAX : e * RMAX + 1;
+          u[j * NPL + k] = q < NPAIR ? (float(th) - margin) - base : INFINITY;
+          cnt[j * NPL + k] = EYT ? 1 : 0;
+        }
+      }
+      if (EYT) {  // descend kbits levels: right (2i + 1) where the node passes; the leaf slot i - nk is the count
+        for (int s = 0; s < kbits; ++s) {
+#pragma unroll
+          for (int i = 0; i < NI; ++i) cnt[i] = 2 * cnt[i] + int((&eyt[0][0])[ro[i] + cnt[i]] >= u[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) cnt[i] -= nk;
+      } else {
+        for (int s = nk >> 1; s >= 1; s >>= 1) {  // ranks 1 .. nk - 1 (padded to a power of two)
+#pragma unroll
+          for (int i = 0; i < NI; ++i) cnt[i] += (&rows[0][0])[ro[i] + cnt[i] + s - 1] >= u[i] ? s : 0;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        int c = chain_c[k];
+#pragma unroll
+        for (int j = 0; j < IPW; ++j) c += cnt[j * NPL + k];
+        wcounts[buf][warp][lane + 32 * k] = c;
+      }
+      __syncthreads();
+      unsigned okm[NPL];
+      int cs[NPL];
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        int c = 0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) c += wcounts[buf][w][lane + 32 * k];
+        cs[k] = c;
+        okm[k] = __ballot_sync(~0u, c >= M);
+      }
+#pragma unroll
+      for (int k = 0; k < NPL; ++k)
+        if (okm[k]) { best = 32 * k + 31 - __clz(okm[k]); cbest = __shfl_sync(~0u, cs[k], 31 - __clz(okm[k])); }
+      if (!okm[0] && NPL == 1) cbest = __shfl_sync(~0u, cs[0], 0);
+    } else {  // session 11's modes: warp = 2 probes, lane = items, one bisection chain after another
+      const double step = (hi - lo) / NPROBE;
+      pstep = step;
+      for (int pi = 0; pi < 2; ++pi) {  // warp w: probes 2w, 2w + 1 (probe p at lo + p * step; p = 0 is lo)
+        const int p = 2 * warp + pi;
+        const double th = lo + p * step;
+        int c = 0;
+        const float margin = 1e-5f * (1.f + fabsf(float(th)));
+        const float thf = float(th) - margin;
+        for (int q = lane; q < L * (L + 1) / 2 + L; q += 32) {
+          if (q < L) { c += Z[q + 1] >= (F32 ? double(thf) : th); continue; }  // the chain
+          if (F32) {
+            const int e = pair_e[q - L], ep = pair_ep[q - L];
+            c += count_ge_f32(rows[e], 1, R, float(Z[ep + 1] - double(rows[e][0])), thf);
+            continue;
+          }
+          int k = q - L, e = 0;  // pair index -> (e, e') with 0 <= e <= e' < L (depths e + 1, e' + 1)
+          while (k >= L - e) { k -= L - e; ++e; }
+          const int ep = e + k;
+          c += count_ge(rows[e], 1, R, Z[ep + 1] - double(rows[e][0]), th);
+        }
+        c = __reduce_add_sync(~0u, c);
+        if (lane == 0) counts[buf][p] = c;
+      }
+      __syncthreads();
+      // every thread: the highest probe whose count reaches M (probe 0 = lo always does)
+      const int c = counts[buf][lane];
+      const unsigned ok = __ballot_sync(~0u, c >= M);
+      best = ok ? 31 - __clz(ok) : 0;  // probe 0 reaches M unless fp64 rounding differs by an ulp
+      cbest = __shfl_sync(~0u, c, best);
     }
-    __syncthreads();
-    // every thread: the highest probe whose count reaches M (probe 0 = lo always does)
-    const int c = counts[buf][lane];
-    const unsigned ok = __ballot_sync(~0u, c >= M);
-    const int best = ok ? 31 - __clz(ok) : 0;  // probe 0 reaches M unless fp64 rounding differs by an ulp
-    const int cbest = __shfl_sync(~0u, c, best);
-    const double nlo = lo + best * step - (F32 && best ? 2e-5 * (1.0 + fabs(lo + best * step)) : 0.0), nhi = best == NPROBE - 1 ? hi : lo + (best + 1) * step;
+    // fp32 counts: the bound is lowered past the margin (a count >= M at theta - margin proves theta - 2 margin)
+    const double nlo = lo + best * pstep - (F32 && best ? 2e-5 * (1.0 + fabs(lo + best * pstep)) : 0.0);
+    const double nhi = best == 32 * NPL - 1 ? hi : lo + (best + 1) * pstep;
     lo_count = cbest;
     buf ^= 1;
     if (tid == 0 && nm < NMARK - 2) out->marks[nm] = clock64() - t0;
@@ -203,6 +370,8 @@ __global__ void __launch_bounds__(NT, 1) devruns_kernel(const float* __restrict_
   }
 }
 
+static const char* const kModeName[8] = {"f64", "f32", "ilp32", "ilp64", "eyt32", "eyt64", "ilp32h", "ilp32s"};
+
 int main() {
   struct Cfg { int M, K; float sharp; };
   const Cfg cfgs[] = {{256, 64, 8.f}, {256, 64, 4.f}, {256, 64, 1.f}, {256, 1024, 8.f}, {256, 1024, 4.f}, {256, 1024, 1.f}};
@@ -226,16 +395,22 @@ int main() {
     float* d_lp;
     CK(cudaMalloc(&d_lp, lp.size() * 4));
     CK(cudaMemcpy(d_lp, lp.data(), lp.size() * 4, cudaMemcpyHostToDevice));
-    for (int f32 = 0; f32 < 2; ++f32) {
+    for (int f32 = 0; f32 < 8; ++f32) {  // fp64 / fp32 chain, ILP 32 / 64, Eytzinger 32 / 64, ILP 32 hoisted (+ skewed rows)
     Out o{};
     for (int rep = 0; rep < 3; ++rep) {  // the first launch is a warm-up; print the last two
-      if (f32) devruns_kernel<true><<<1, NT>>>(d_lp, c.K, c.M, d_out);
-      else devruns_kernel<false><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      if (f32 == 7) devruns_kernel<7><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 6) devruns_kernel<6><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 5) devruns_kernel<5><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 4) devruns_kernel<4><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 3) devruns_kernel<3><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 2) devruns_kernel<2><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else if (f32 == 1) devruns_kernel<1><<<1, NT>>>(d_lp, c.K, c.M, d_out);
+      else devruns_kernel<0><<<1, NT>>>(d_lp, c.K, c.M, d_out);
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(&o, d_out, sizeof(Out), cudaMemcpyDeviceToHost));
       if (rep == 0) continue;
-      std::printf("%s M=%d K=%d sharp=%.0f rep %d: rounds %d, count at bound %d, pool %d | cycles:", f32 ? "f32" : "f64", c.M, c.K, c.sharp,
+      std::printf("%s M=%d K=%d sharp=%.0f rep %d: rounds %d, count at bound %d, pool %d | cycles:", kModeName[f32], c.M, c.K, c.sharp,
                   rep, o.rounds, o.lo_count, o.pool);
       long long prev = 0;
       for (int i = 0; i < o.nmarks; ++i) { std::printf(" %lld", o.marks[i] - prev); prev = o.marks[i]; }
