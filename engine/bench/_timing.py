@@ -1,7 +1,8 @@
 """Timing helpers shared by the engine benches (bench_*.py).
 
 Every number is a median over graph replays with CUDA events; each graph holds several calls over
-rotating input sets (together larger than L2, so the caches don't flatter anyone); the byte floor uses
+rotating input sets (together larger than L2, so the caches don't flatter anyone), each replay behind a
+GPU spin so that the host's launch latency stays outside the events (fence_us); the byte floor uses
 the device-to-device copy bandwidth measured in the same process."""
 
 from __future__ import annotations
@@ -49,11 +50,41 @@ def warm_gpu(seconds: float = 0.3) -> None:
         torch.cuda.synchronize()
 
 
+def fence_us() -> float:
+    """The GPU spin queued before each timed replay (µs; DDTREE_BENCH_FENCE_US, default 100, 0 = none). Session 12
+    (NOTES "v16 (session 12"): without it the start event fires as soon as the host records it, and the GPU then
+    idles until the host's graph launch reaches it; that launch latency (several µs per replay) was timed as part of
+    the calls and, divided over a graph's calls, inflated a 5-7 µs op by 5-10% and a 137 µs peer by ~0.3%. Behind the
+    spin the host's event record and graph launch are already queued when the spin ends, so the events bracket the
+    graph alone, as bench_e2e.py's fenced() replays do."""
+    return float(os.environ.get("DDTREE_BENCH_FENCE_US", "100"))
+
+
+def timed_replays(graph: torch.cuda.CUDAGraph, replays: int, fence: float | None = None) -> list[float]:
+    """Milliseconds of `replays` single replays of `graph` on the current stream, each between two events and behind
+    a fence of `fence` µs (None: fence_us()). One untimed replay first."""
+    fence = fence_us() if fence is None else fence
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if fence > 0:
+            torch.cuda._sleep(int(fence * 1980))  # cycles at the ~1.98 GHz SM clock; a slower clock only lengthens it
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
 def time_calls(calls: list[Callable[[], object]], replays: int = 30, warm: Callable[[], object] | None = None,
-               stream: torch.cuda.Stream | None = None) -> float:
+               stream: torch.cuda.Stream | None = None, fence: float | None = None) -> float:
     """Median microseconds per call: the calls are captured into one CUDA graph, replayed `replays` times
     right after the GPU was kept busy (warm_gpu; `warm` replaces it, e.g. for bench_topk_pypath.py's
-    memory-bound warm-up), on torch's current stream (or `stream`)."""
+    memory-bound warm-up), on torch's current stream (or `stream`), each replay behind a fence (fence_us(); `fence`
+    replaces it, 0 = none)."""
     for call in calls:  # warm-up: library loading, allocator pools, cuBLAS handles outside the capture
         call()
     torch.cuda.synchronize()
@@ -65,18 +96,9 @@ def time_calls(calls: list[Callable[[], object]], replays: int = 30, warm: Calla
         warm_gpu(0.1)
     else:
         warm()
-    times = []
     with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream()):
-        graph.replay()
-        torch.cuda.synchronize()
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0 / len(calls))
-    return statistics.median(times)
+        times = timed_replays(graph, replays, fence)
+    return statistics.median(t * 1000.0 / len(calls) for t in times)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -132,15 +154,8 @@ def capture_graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
     return g
 
 
-def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15) -> float:
-    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls `reps` times."""
+def graph_time(fn: Callable[[], object], calls: int = 10, reps: int = 15, fence: float | None = None) -> float:
+    """Median seconds per call of `fn`, replaying a CUDA graph of `calls` calls `reps` times, each replay behind a
+    fence (fence_us(); `fence` replaces it, 0 = none)."""
     g = capture_graph(fn, calls)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return statistics.median(times)
+    return statistics.median(timed_replays(g, reps, fence)) / 1e3 / calls

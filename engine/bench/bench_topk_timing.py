@@ -1,0 +1,103 @@
+"""Issue #3 clue 1 (session 12, NOTES "v16 (session 12"): is the Python bench's 0.3-0.6 µs per call over the C profiler
+at 1x15 x 163,840 the kernel, the GPU's state, or the timing method? One process, alternating passes; each row changes
+ONE thing against the bench's own method (draft_topk_lse_impl(x, k, "default"), a graph of 16 calls over 16 randn x 4
+input sets, GEMM warm-up, event / replay / event with no fence = "plain16"):
+  fenced16   each replay behind a 100 µs GPU spin (_timing.fence_us: the host's launch latency outside the events);
+  plain64 / fenced64   the same with 64 calls per graph (a per-replay cost shrinks 4x per call);
+  fenced16_fill        fenced16 after the memory-bound fill warm-up (bench_topk_pypath.warm_fill) instead of GEMMs;
+and the torch f32 peer (float -> topk -> logsumexp) plain16 and fenced16. NVML state (SM clock MHz, clock event
+reasons, temperature, power) is read right after each warm-up and after each row's replays. bench/profile/
+topk_abi_timing.cu times the C ABI the same ways (plain / fenced, 16 / 64 calls) in its own process.
+Usage: python engine/bench/bench_topk_timing.py [--passes=3] [--ks=1,16,32,64]"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+from _timing import device_name, print_table, save_json, time_calls, warm_gpu
+from bench_topk_pypath import warm_fill
+
+from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl  # noqa: E402
+from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402
+
+L, V, SETS = 15, 163840, 16
+
+
+def nvml_state() -> str:
+    """'MHz/reasons/C/W' of GPU 0 now (reasons: NVML clock event bits in hex), or '-' without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        mhz = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        try:
+            reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        except AttributeError:
+            reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+        watts = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+        return f"{mhz}/{reasons:#x}/{temp}C/{watts:.0f}W"
+    except Exception:  # noqa: BLE001 - a missing NVML only loses the state column
+        return "-"
+
+
+def main() -> None:
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    passes = int(opts.get("passes", "3"))
+    ks = [int(v) for v in opts.get("ks", "1,16,32,64").split(",")]
+    print(f"{device_name()}; NVML now {nvml_state()}")
+    xs = [torch.randn(1, L, V, device="cuda").mul_(4).to(torch.bfloat16) for _ in range(SETS)]
+    rows = []
+    states: list[str] = []
+    for k in ks:
+        wlp, wid, wlse = ref(xs[0], k)
+        lp, idx, lse = draft_topk_lse_impl(xs[0], k, "default")
+        assert torch.equal(idx, wid) and torch.allclose(lp, wlp, atol=4e-6, rtol=0), f"op != ref k={k}"
+
+        def torch_f32(x: torch.Tensor) -> None:
+            xf = x.float()
+            v, _ = torch.topk(xf, k, dim=-1)  # noqa: B023
+            v - torch.logsumexp(xf, dim=-1, keepdim=True)
+
+        ours16 = [lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs]  # noqa: B023
+        peer16 = [lambda x=x: torch_f32(x) for x in xs]
+
+        def gemm_warm() -> None:
+            warm_gpu(0.1)
+            states.append(f"K{k} after gemm warm {nvml_state()}")  # noqa: B023
+
+        def fill_warm() -> None:
+            warm_fill(0.1)
+            states.append(f"K{k} after fill warm {nvml_state()}")  # noqa: B023
+
+        variants = {
+            "plain16": lambda: time_calls(ours16, warm=gemm_warm, fence=0),
+            "fenced16": lambda: time_calls(ours16, warm=gemm_warm, fence=100),
+            "plain64": lambda: time_calls(ours16 * 4, warm=gemm_warm, fence=0),
+            "fenced64": lambda: time_calls(ours16 * 4, warm=gemm_warm, fence=100),
+            "fenced16_fill": lambda: time_calls(ours16, warm=fill_warm, fence=100),
+            "peer_plain16": lambda: time_calls(peer16, warm=gemm_warm, fence=0),
+            "peer_fenced16": lambda: time_calls(peer16, warm=gemm_warm, fence=100),
+        }
+        got: dict[str, list[float]] = {n: [] for n in variants}
+        for _ in range(passes):
+            for name, fn in variants.items():
+                got[name].append(fn())
+                states.append(f"K{k} after {name} replays {nvml_state()}")
+        med = {n: statistics.median(v) for n, v in got.items()}
+        rows.append([k] + [med[n] for n in variants] + [med["peer_plain16"] / med["plain16"],
+                                                        med["peer_fenced16"] / med["fenced16"]])
+        print(f"K={k} passes: " + "; ".join(f"{n} " + " ".join(f"{t:.2f}" for t in v) for n, v in got.items()))
+    for s in states:
+        print(s)
+    print_table("1x15x163840: µs per call (medians of passes; 16 / 64 calls per graph; plain = no fence, fenced = each "
+                "replay behind a 100 µs spin)", ["K"] + [n for n in variants] + ["x f32 plain16", "x f32 fenced16"], rows)
+    save_json("bench_topk_timing", {"device": device_name(), "passes": passes, "rows": rows, "nvml": states})
+
+
+if __name__ == "__main__":
+    main()
