@@ -38,15 +38,41 @@ def scoped_env(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def warm_gpu(seconds: float = 0.3) -> None:
+_WARM: dict[str, torch.Tensor] = {}
+
+
+def warm_kind() -> str:
+    """The warm-up before timed replays (DDTREE_BENCH_WARM): "gemm" (back-to-back 4096^3 bf16 GEMMs, the method
+    before session 12), "mem" (elementwise passes over 256 MB) or "lmhead" (a drafter lm_head, [15, 1024] x
+    [1024, 163,840]^T bf16, back to back). Session 12 (NOTES "v16 (session 12"): the GEMMs leave the card under its
+    software power cap (NVML clock-event reason 0x4, SM 1830-1965 MHz) for the replays that follow them."""
+    return os.environ.get("DDTREE_BENCH_WARM", "gemm")
+
+
+def warm_gpu(seconds: float = 0.3, kind: str | None = None) -> None:
     """Keep the GPU busy for a while so that its clocks are up before a measurement (an idle H200 sits
-    at 345 MHz; the first run of this bench measured ours at idle clocks and torch's right after)."""
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    at 345 MHz; the first run of this bench measured ours at idle clocks and torch's right after); `kind`
+    (default warm_kind()) says with what."""
+    kind = warm_kind() if kind is None else kind
+    if kind == "mem":
+        buf = _WARM.setdefault("mem", torch.empty(64 << 20, dtype=torch.float32, device="cuda"))
+        step = lambda: buf.mul_(1.0)  # noqa: E731
+    elif kind == "lmhead":
+        w = _WARM.setdefault("w", torch.randn(163840, 1024, device="cuda", dtype=torch.bfloat16))
+        h = _WARM.setdefault("h", torch.randn(15, 1024, device="cuda", dtype=torch.bfloat16))
+        step = lambda: h @ w.t()  # noqa: E731
+    else:
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+        def step() -> None:
+            nonlocal a
+            a = (a @ a).clamp_(-1, 1)
+
     torch.cuda.synchronize()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(20):
-            a = (a @ a).clamp_(-1, 1)
+            step()
         torch.cuda.synchronize()
 
 

@@ -8,7 +8,9 @@ input sets, GEMM warm-up, event / replay / event with no fence = "plain16"):
 and the torch f32 peer (float -> topk -> logsumexp) plain16 and fenced16. NVML state (SM clock MHz, clock event
 reasons, temperature, power) is read right after each warm-up and after each row's replays. bench/profile/
 topk_abi_timing.cu times the C ABI the same ways (plain / fenced, 16 / 64 calls) in its own process.
-Usage: python engine/bench/bench_topk_timing.py [--passes=3] [--ks=1,16,32,64]"""
+--mode=warm (the second call): ours and the peer, fenced16, after each of _timing.warm_gpu's warm-ups ("gemm": the
+bench's 4096^3 GEMMs, "mem": elementwise passes, "lmhead": a drafter lm_head GEMM at V = 163,840, as a round runs it).
+Usage: python engine/bench/bench_topk_timing.py [--passes=3] [--ks=1,16,32,64] [--mode=method|warm]"""
 
 from __future__ import annotations
 
@@ -66,36 +68,42 @@ def main() -> None:
         ours16 = [lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs]  # noqa: B023
         peer16 = [lambda x=x: torch_f32(x) for x in xs]
 
-        def gemm_warm() -> None:
-            warm_gpu(0.1)
-            states.append(f"K{k} after gemm warm {nvml_state()}")  # noqa: B023
+        def warmed(kind: str):  # noqa: ANN202
+            def warm() -> None:
+                if kind == "fill":
+                    warm_fill(0.1)
+                else:
+                    warm_gpu(0.1, kind)
+                states.append(f"K{k} after {kind} warm {nvml_state()}")  # noqa: B023
+            return warm
 
-        def fill_warm() -> None:
-            warm_fill(0.1)
-            states.append(f"K{k} after fill warm {nvml_state()}")  # noqa: B023
-
-        variants = {
-            "plain16": lambda: time_calls(ours16, warm=gemm_warm, fence=0),
-            "fenced16": lambda: time_calls(ours16, warm=gemm_warm, fence=100),
-            "plain64": lambda: time_calls(ours16 * 4, warm=gemm_warm, fence=0),
-            "fenced64": lambda: time_calls(ours16 * 4, warm=gemm_warm, fence=100),
-            "fenced16_fill": lambda: time_calls(ours16, warm=fill_warm, fence=100),
-            "peer_plain16": lambda: time_calls(peer16, warm=gemm_warm, fence=0),
-            "peer_fenced16": lambda: time_calls(peer16, warm=gemm_warm, fence=100),
-        }
+        if opts.get("mode", "method") == "warm":
+            variants = {f"{who}_{kind}": (lambda c=c, kind=kind: time_calls(c, warm=warmed(kind), fence=100))
+                        for kind in ("gemm", "mem", "lmhead") for who, c in (("ours", ours16), ("peer", peer16))}
+        else:
+            variants = {
+                "plain16": lambda: time_calls(ours16, warm=warmed("gemm"), fence=0),
+                "fenced16": lambda: time_calls(ours16, warm=warmed("gemm"), fence=100),
+                "plain64": lambda: time_calls(ours16 * 4, warm=warmed("gemm"), fence=0),
+                "fenced64": lambda: time_calls(ours16 * 4, warm=warmed("gemm"), fence=100),
+                "fenced16_fill": lambda: time_calls(ours16, warm=warmed("fill"), fence=100),
+                "peer_plain16": lambda: time_calls(peer16, warm=warmed("gemm"), fence=0),
+                "peer_fenced16": lambda: time_calls(peer16, warm=warmed("gemm"), fence=100),
+            }
         got: dict[str, list[float]] = {n: [] for n in variants}
         for _ in range(passes):
             for name, fn in variants.items():
                 got[name].append(fn())
                 states.append(f"K{k} after {name} replays {nvml_state()}")
         med = {n: statistics.median(v) for n, v in got.items()}
-        rows.append([k] + [med[n] for n in variants] + [med["peer_plain16"] / med["plain16"],
-                                                        med["peer_fenced16"] / med["fenced16"]])
+        pairs = [(p, o) for p, o in (("peer_plain16", "plain16"), ("peer_fenced16", "fenced16"), ("peer_gemm", "ours_gemm"),
+                                     ("peer_mem", "ours_mem"), ("peer_lmhead", "ours_lmhead")) if p in med]
+        rows.append([k] + [med[n] for n in variants] + [med[p] / med[o] for p, o in pairs])
         print(f"K={k} passes: " + "; ".join(f"{n} " + " ".join(f"{t:.2f}" for t in v) for n, v in got.items()))
     for s in states:
         print(s)
     print_table("1x15x163840: µs per call (medians of passes; 16 / 64 calls per graph; plain = no fence, fenced = each "
-                "replay behind a 100 µs spin)", ["K"] + [n for n in variants] + ["x f32 plain16", "x f32 fenced16"], rows)
+                "replay behind a 100 µs spin)", ["K"] + list(variants) + [f"x f32 {o}" for _, o in pairs], rows)
     save_json("bench_topk_timing", {"device": device_name(), "passes": passes, "rows": rows, "nvml": states})
 
 
