@@ -42,11 +42,13 @@ _WARM: dict[str, torch.Tensor] = {}
 
 
 def warm_kind() -> str:
-    """The warm-up before timed replays (DDTREE_BENCH_WARM): "gemm" (back-to-back 4096^3 bf16 GEMMs, the method
-    before session 12), "mem" (elementwise passes over 256 MB) or "lmhead" (a drafter lm_head, [15, 1024] x
-    [1024, 163,840]^T bf16, back to back). Session 12 (NOTES "v16 (session 12"): the GEMMs leave the card under its
-    software power cap (NVML clock-event reason 0x4, SM 1830-1965 MHz) for the replays that follow them."""
-    return os.environ.get("DDTREE_BENCH_WARM", "gemm")
+    """The warm-up before timed replays (DDTREE_BENCH_WARM): "lmhead" (the default: a drafter lm_head, [15, 1024] x
+    [1024, 163,840]^T bf16, back to back, the largest GEMM of a decoding round at that vocabulary), "mem" (elementwise
+    passes over 256 MB, as the C profilers warm up) or "gemm" (back-to-back 4096^3 bf16 GEMMs, the method before
+    session 12). Session 12 (NOTES "v16 (session 12"): the 4096^3 GEMMs leave the card under its software power cap
+    (NVML clock-event reason 0x4, SM 1830-1965 MHz) for the replays that follow, which a round's small-M GEMMs do not
+    (the lm_head warm-up: reason 0x0, 1980 MHz); ops and peers alike are timed after the same warm-up."""
+    return os.environ.get("DDTREE_BENCH_WARM", "lmhead")
 
 
 def warm_gpu(seconds: float = 0.3, kind: str | None = None) -> None:
