@@ -34,35 +34,7 @@ __global__ void spin_ns(unsigned long long ns) {
 // Median µs per call of `calls` calls of body(i) captured in one graph; fenced: each replay behind the spin.
 float time_graph_mode(cudaStream_t s, int calls, bool fenced, const std::function<void(int)>& body) {
   if (!fenced) return time_graph(s, calls, body);
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 40; ++r) {
-    spin_ns<<<1, 1, 0, s>>>((unsigned long long)(kFenceUs * 1000));
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
+  return time_graph(s, calls, body, [s] { spin_ns<<<1, 1, 0, s>>>((unsigned long long)(kFenceUs * 1000)); });
 }
 
 int main() {
