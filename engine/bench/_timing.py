@@ -81,10 +81,10 @@ def warm_gpu(seconds: float = 0.3, kind: str | None = None) -> None:
 def fence_us() -> float:
     """The GPU spin queued before each timed replay (µs; DDTREE_BENCH_FENCE_US, default 100, 0 = none). Session 12
     (NOTES "v16 (session 12"): without it the start event fires as soon as the host records it, and the GPU then
-    idles until the host's graph launch reaches it; that launch latency (several µs per replay) was timed as part of
-    the calls and, divided over a graph's calls, inflated a 5-7 µs op by 5-10% and a 137 µs peer by ~0.3%. Behind the
-    spin the host's event record and graph launch are already queued when the spin ends, so the events bracket the
-    graph alone, as bench_e2e.py's fenced() replays do."""
+    idles until the host's graph launch reaches it, which was timed as the calls' (H200, Python: 0.04-0.11 µs per
+    call of the top-k at 16 calls per graph, ~1-2 µs per replay; C: 0.01-0.06). Behind the spin the host's event
+    record and graph launch are already queued when the spin ends, so the events bracket the graph alone, as
+    bench_e2e.py's fenced() replays do."""
     return float(os.environ.get("DDTREE_BENCH_FENCE_US", "100"))
 
 
