@@ -53,8 +53,11 @@ __global__ void fill_normal(__nv_bfloat16* x, size_t n, uint32_t seed) {
   }
 }
 
-// Median microseconds per call of `body(i)` for i in [0, calls), as replays of one captured graph.
-inline float time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body) {
+// Median microseconds per call of `body(i)` for i in [0, calls), as replays of one captured graph. `before` (if set)
+// queues work ahead of each replay's start event, e.g. a GPU spin that keeps the host's launch latency outside the
+// events (topk_abi_timing.cu).
+inline float time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body,
+                        const std::function<void()>& before = {}) {
   for (int i = 0; i < calls; ++i) body(i);
   CK(cudaStreamSynchronize(s));
   cudaGraph_t g;
@@ -69,6 +72,7 @@ inline float time_graph(cudaStream_t s, int calls, const std::function<void(int)
   CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int r = 0; r < 40; ++r) {
+    if (before) before();
     CK(cudaEventRecord(a, s));
     CK(cudaGraphLaunch(ge, s));
     CK(cudaEventRecord(b, s));
