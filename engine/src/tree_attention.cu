@@ -55,6 +55,7 @@ namespace ta = ddtree::tree_attn;
 using ddtree::tree_attention_launch::fa3_balance_weight;
 using ddtree::tree_attention_launch::fa3_early_inputs;
 using ddtree::tree_attention_launch::fa3_lazy_mask_enabled;
+using ddtree::tree_attention_launch::fa3_lpt_order;
 using ddtree::tree_attention_launch::fa3_strided_schedule;
 using ddtree::tree_attention_launch::make_plan;
 using ddtree::tree_attention_launch::merge_early_trigger;
@@ -201,6 +202,11 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
+  // v21: longest row tiles first (fa3_lpt_order, plan.cu); the cluster merge needs a row tile's splits adjacent
+  // in x, and y holds at most 65535 CTAs.
+  const unsigned nx = static_cast<unsigned>(plan.row_tiles * plan.num_splits);
+  kp.lpt_order = !plan.cluster_merge && nx <= 65535u && fa3_lpt_order() ? 1 : 0;
+  if (kp.lpt_order) cfg.gridDim = dim3(static_cast<unsigned>(hkv), nx, static_cast<unsigned>(batch));
   // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
   // v18: the strided instance with the early input reads when the caller says the inputs are ready
   // (fa3_early_inputs); chunked stays v10's kernel.

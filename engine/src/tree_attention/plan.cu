@@ -178,6 +178,15 @@ static bool env_flag(const char* name, bool dflt) {
 }
 bool fa3_early_inputs(bool inputs_ready) { return env_flag("DDTREE_TA_FA3_EARLY_INPUTS", inputs_ready); }
 bool merge_early_trigger() { return env_flag("DDTREE_TA_MERGE_TRIGGER", DDTREE_TA_MERGE_TRIGGER_DEFAULT != 0); }
+// fa3 v21 (session 12): the longest row tiles first (Params::lpt_order). At 64/8 x 512 x 4k the 256 CTAs are two
+// waves on 132 SMs, a row tile's cost grows with its index (later tree nodes see more tree tiles: 33-36 tile
+// costs), and in index order the last CTAs handed out are the costliest, so the grid ends on a tail (ncu: SMs
+// active 89% of the kernel). DDTREE_TA_FA3_LPT=1|0 (read per launch) overrides the build's default,
+// DDTREE_TA_FA3_LPT_DEFAULT. Only which SM runs which CTA, and when, changes: the same bits.
+#ifndef DDTREE_TA_FA3_LPT_DEFAULT
+#define DDTREE_TA_FA3_LPT_DEFAULT 0
+#endif
+bool fa3_lpt_order() { return env_flag("DDTREE_TA_FA3_LPT", DDTREE_TA_FA3_LPT_DEFAULT != 0); }
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
 // boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile
 // (fa3_balanced_chunk). Changes the chunk boundaries, so results differ from uniform chunks by rounding.
