@@ -202,10 +202,14 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
-  // v21: longest row tiles first (fa3_lpt_order, plan.cu); the cluster merge needs a row tile's splits adjacent
-  // in x, and y holds at most 65535 CTAs.
+  // v21: longest row tiles first (fa3_lpt_order, plan.cu) by default where the grid is more than one wave (fa3:
+  // one CTA per SM) and the call's K and V (every request's key capacity, bf16) fit in half the L2. The cluster
+  // merge needs a row tile's splits adjacent in x, and y holds at most 65535 CTAs.
   const unsigned nx = static_cast<unsigned>(plan.row_tiles * plan.num_splits);
-  kp.lpt_order = !plan.cluster_merge && nx <= 65535u && fa3_lpt_order() ? 1 : 0;
+  const int64_t ctas = static_cast<int64_t>(nx) * hkv * batch;
+  const int64_t kv_bytes = static_cast<int64_t>(batch) * params.max_pages * params.page_size * hkv * F::D * 4;
+  const bool lpt_helps = ctas > ddtree::detail::sm_count() && 2 * kv_bytes <= ddtree::detail::l2_cache_bytes();
+  kp.lpt_order = !plan.cluster_merge && nx <= 65535u && fa3_lpt_order(lpt_helps) ? 1 : 0;
   if (kp.lpt_order) cfg.gridDim = dim3(static_cast<unsigned>(hkv), nx, static_cast<unsigned>(batch));
   // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
   // v18: the strided instance with the early input reads when the caller says the inputs are ready
