@@ -18,11 +18,11 @@ if [ "${STAGE:-1}" = 2 ]; then  # call 2: the gated default (NOTES v21), library
   LD_LIBRARY_PATH=$D/a timeout 60 $D/a/ddtree-selftest tree_attention > $OUT/checks.log 2>&1; echo "selftest rc=$?" | tee -a $OUT/checks.log
   grep -E "PASS|FAIL" $OUT/checks.log | tail -6
   st bench
-  DDTREE_LIB=$A timeout 120 python3 $D/engine/bench/bench_tree_attention.py --impls fa3 --no-flex --interleaved-floor \
+  DDTREE_LIB=$A timeout 80 python3 $D/engine/bench/bench_tree_attention.py --impls fa3 --no-flex --interleaved-floor \
     --ab --ab-only fa3_index_order,fa3_lpt --ab-lib main=$M --ab-rounds 5 --json $W/bench.json > $OUT/bench.log 2>&1
   echo "bench rc=$?"; tail -42 $OUT/bench.log
   st pytest
-  DDTREE_LIB=$A timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -k "fa3 and (longest or schedules or pdl)" \
+  DDTREE_LIB=$A timeout 40 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -k "fa3 and (longest or schedules or pdl)" \
     $D/engine/tests/test_tree_attention_gpu.py > $OUT/pytest.log 2>&1; echo "pytest rc=$?" | tee -a $OUT/checks.log
   tail -2 $OUT/pytest.log; cp $W/bench.json $OUT/ 2>/dev/null; st done; exit 0
 fi
