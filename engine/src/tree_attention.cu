@@ -202,9 +202,9 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
-  // v21: longest row tiles first (fa3_lpt_order, plan.cu) by default where the grid is more than one wave (fa3:
-  // one CTA per SM) and the call's K and V (every request's key capacity, bf16) fit in half the L2. The cluster
-  // merge needs a row tile's splits adjacent in x, and y holds at most 65535 CTAs.
+  // v21: longest row tiles first (fa3_lpt_order, plan.cu; opt-in), gated to where it measured faster: a grid of
+  // more than one wave (fa3: one CTA per SM) whose K and V (every request's key capacity, bf16) fit in half the
+  // L2. The cluster merge needs a row tile's splits adjacent in x, and y holds at most 65535 CTAs.
   const unsigned nx = static_cast<unsigned>(plan.row_tiles * plan.num_splits);
   const int64_t ctas = static_cast<int64_t>(nx) * hkv * batch;
   const int64_t kv_bytes = static_cast<int64_t>(batch) * params.max_pages * params.page_size * hkv * F::D * 4;
