@@ -23,9 +23,12 @@ FA3_AB = {
     "fa3_early_inputs": {"DDTREE_TA_FA3_EARLY_INPUTS": "1"},  # as inputs_ready=True (every call of ours may)
     "fa3_merge_late": {"DDTREE_TA_MERGE_TRIGGER": "0"},
     "fa3_v17": {"DDTREE_TA_FA3_EARLY_INPUTS": "0", "DDTREE_TA_MERGE_TRIGGER": "0"},
+    # v21 (session 12): the CTAs in index order (row tile 0 first) or the longest row tiles first; same bits.
+    "fa3_index_order": {"DDTREE_TA_FA3_LPT": "0"},
+    "fa3_lpt": {"DDTREE_TA_FA3_LPT": "1"},
 }
 FA3_AB_EXACT = {"fa3_fused_merge", "fa3_eager_mask", "fa3_late_wait", "fa3_early_inputs", "fa3_merge_late",
-                "fa3_v17"}
+                "fa3_v17", "fa3_index_order", "fa3_lpt"}
 
 
 def print_alt(rows: list[dict], ab_libs: dict[str, str]) -> None:

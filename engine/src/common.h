@@ -26,6 +26,8 @@ inline ddtree_status_t check_launch(const char* what) { return from_cuda(cudaGet
 
 // Multiprocessor count of the current device, cached per device (reading attributes never syncs).
 int sm_count();
+// L2 size in bytes of the current device, cached the same way.
+int l2_cache_bytes();
 
 // Whether launches may use programmatic dependent launch (sm_90+; DDTREE_DISABLE_PDL=1 turns it off).
 bool pdl_enabled();

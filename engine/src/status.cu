@@ -49,17 +49,29 @@ ddtree_status_t from_cuda(cudaError_t err, const char* what) {
   return fail(DDTREE_STATUS_CUDA_ERROR, "%s: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-int sm_count() {
-  // Indexed by device ordinal; 0 means "not read yet". 64 devices is far past any host we run.
-  static int cache[64] = {0};
+namespace {
+// Attribute `a` of the current device, cached per device ordinal in `cache` (0 = not read yet; 64 devices is
+// far past any host we run); `fallback` when it cannot be read.
+int cached_attr(int (&cache)[64], cudaDeviceAttr a, int fallback) {
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return fallback;
   if (cache[dev] == 0) {
     int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    if (cudaDeviceGetAttribute(&n, a, dev) != cudaSuccess || n <= 0) n = fallback;
     cache[dev] = n;
   }
   return cache[dev];
+}
+}  // namespace
+
+int sm_count() {
+  static int cache[64] = {0};
+  return cached_attr(cache, cudaDevAttrMultiProcessorCount, 132);
+}
+
+int l2_cache_bytes() {
+  static int cache[64] = {0};
+  return cached_attr(cache, cudaDevAttrL2CacheSize, 50 << 20);
 }
 
 bool pdl_enabled() {

@@ -55,6 +55,7 @@ namespace ta = ddtree::tree_attn;
 using ddtree::tree_attention_launch::fa3_balance_weight;
 using ddtree::tree_attention_launch::fa3_early_inputs;
 using ddtree::tree_attention_launch::fa3_lazy_mask_enabled;
+using ddtree::tree_attention_launch::fa3_lpt_order;
 using ddtree::tree_attention_launch::fa3_strided_schedule;
 using ddtree::tree_attention_launch::make_plan;
 using ddtree::tree_attention_launch::merge_early_trigger;
@@ -201,6 +202,15 @@ ddtree_status_t launch_fa3(const ta::Params& params, int batch, int hkv, const P
   kp.fused_merge = plan.fused_merge ? 1 : 0;
   kp.lazy_mask = fa3_lazy_mask_enabled() ? 1 : 0;
   kp.balance_w = fa3_balance_weight();
+  // v21: longest row tiles first (fa3_lpt_order, plan.cu; opt-in), gated to where it measured faster: a grid of
+  // more than one wave (fa3: one CTA per SM) whose K and V (every request's key capacity, bf16) fit in half the
+  // L2. The cluster merge needs a row tile's splits adjacent in x, and y holds at most 65535 CTAs.
+  const unsigned nx = static_cast<unsigned>(plan.row_tiles * plan.num_splits);
+  const int64_t ctas = static_cast<int64_t>(nx) * hkv * batch;
+  const int64_t kv_bytes = static_cast<int64_t>(batch) * params.max_pages * params.page_size * hkv * F::D * 4;
+  const bool lpt_helps = ctas > ddtree::detail::sm_count() && 2 * kv_bytes <= ddtree::detail::l2_cache_bytes();
+  kp.lpt_order = !plan.cluster_merge && nx <= 65535u && fa3_lpt_order(lpt_helps) ? 1 : 0;
+  if (kp.lpt_order) cfg.gridDim = dim3(static_cast<unsigned>(hkv), nx, static_cast<unsigned>(batch));
   // v17: the tile schedule (fa3_strided_schedule, plan.cu); the balanced boundaries are chunks by design.
   // v18: the strided instance with the early input reads when the caller says the inputs are ready
   // (fa3_early_inputs); chunked stays v10's kernel.

@@ -333,6 +333,29 @@ def test_tile_schedules_match_reference_and_chain_equals_causal(kv_chunk: int, m
     assert_close_to_reference(chain, o_causal, lse_causal, causal=True)
 
 
+@pytest.mark.parametrize("kv_chunk", [0, 384])
+def test_longest_row_tiles_first_gives_the_same_bits(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fa3 v21: DDTREE_TA_FA3_LPT=1 launches the grid as (hkv, row tiles x splits, batch) and maps it back in
+    # reverse row-tile order; every CTA must still find its own (head, row tile, split): same bits as index
+    # order, and both against the reference. Several kv heads, requests of different lengths (CTAs past a
+    # request's rows or splits return early), one split (chunk 0) and several (384), and the fused merge.
+    if _impl[0] != "fa3":
+        pytest.skip("the CTA order is fa3's")
+    case = make_case(32, 4, 128, ctx=[900, 0, 2100], n=[200, 70, 150], page=16, seed=kv_chunk + 77).to("cuda")
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("DDTREE_TA_FA3_LPT", flag)
+        outs[flag] = kernel(case, kv_chunk=kv_chunk)
+    assert_close_to_reference(case, *outs["1"])
+    for a, b in zip(outs["0"], outs["1"]):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    if kv_chunk:
+        monkeypatch.setenv("DDTREE_TA_FA3_FUSED_MERGE", "1")
+        o_f, lse_f = kernel(case, kv_chunk=kv_chunk)
+        assert torch.equal(o_f.view(torch.int16), outs["1"][0].view(torch.int16))
+        assert torch.equal(lse_f.view(torch.int32), outs["1"][1].view(torch.int32))
+
+
 @pytest.mark.parametrize("kv_chunk", [1024, 256])
 def test_pdl_chain_reads_q_after_the_previous_launch(kv_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # fa3 v18: three launches on one stream without a sync, each one's q the previous one's o. With the early

@@ -6,7 +6,7 @@ when addresses move between builds: the first S HGMMA (`..., RZ, !UPT`), the las
 mbarrier wait after it, the last P.V HGMMA (gsb0), `wgmma.wait_group 1` (DEPBAR.LE gsb0, 0x1), and the loop's
 back-branch after the row-sum FFMA. Prints, per range: samples, share of all samples, executed instructions per
 loop iteration and the top stall reasons; then every mbarrier try-wait of the loops (polls per iteration).
-Usage: python fa3_ncu_ranges.py sass.csv [more.csv ...]
+Usage: python fa3_ncu_ranges.py [--period CYCLES] sass.csv [more.csv ...]
 """
 from __future__ import annotations
 
@@ -74,12 +74,31 @@ def report(path: str) -> None:
         print(f"  {name:28s} samples {s:7.0f} {100 * s / total:5.1f}%  instr/iter "
               f"{sum(x['ex'] for x in xs) / iters:6.1f}  {top}")
     print(f"  consumer loop total          samples {in_loop:7.0f} {100 * in_loop / total:5.1f}%")
+    # s12 (v21): the ping-pong turn and the wait for S. bar.sync is issued with deferred blocking: the warp stalls
+    # ("barrier") at the first instruction that needs the barrier, the first S HGMMA, so the turn is the lines
+    # from the BAR.SYNC before the S issue to that HGMMA; the wait for S is its DEPBAR line. Shares of the
+    # consumer loop's samples and, with --period (cycles per tile of the loop), cycles per tile.
+    period = PERIOD[0]
+    bar_i = max(i for i in range(start, first_s + 1) if "BAR.SYNC" in lines[i]["src"])
+    for name, (a, b) in (("turn (BAR.SYNC .. 1st S HGMMA)", (bar_i, first_s)), ("wait for S (DEPBAR gsb0, 1)", (wait_s, wait_s))):
+        xs = lines[a:b + 1]
+        s = sum(x["samp"] for x in xs)
+        bar = sum(x["st"].get("barrier", 0.0) for x in xs)
+        cyc = f"; barrier ~{period * bar / max(in_loop, 1):.0f} of {period:.0f} cycles per tile" if period else ""
+        print(f"  {name:30s} samples {s:6.0f} ({100 * s / max(in_loop, 1):4.1f}% of the loop), barrier stall {bar:6.0f} "
+              f"({100 * bar / max(in_loop, 1):4.1f}%){cyc}")
     for i, x in enumerate(lines):
         if "TRYWAIT" in x["src"] and x["ex"] > iters / 4:
             s = x["samp"] + lines[i + 1]["samp"]  # the try-wait and its retry branch
             print(f"  try-wait {x['ex'] / iters:5.2f} per iter  {100 * s / total:4.1f}%  {x['src'][:60]}")
 
 
+PERIOD = [0.0]
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    args = sys.argv[1:]
+    if args[:1] == ["--period"]:  # cycles per consumer iteration, to scale shares into cycles
+        PERIOD[0] = float(args[1])
+        args = args[2:]
+    for p in args:
         report(p)

@@ -178,6 +178,21 @@ static bool env_flag(const char* name, bool dflt) {
 }
 bool fa3_early_inputs(bool inputs_ready) { return env_flag("DDTREE_TA_FA3_EARLY_INPUTS", inputs_ready); }
 bool merge_early_trigger() { return env_flag("DDTREE_TA_MERGE_TRIGGER", DDTREE_TA_MERGE_TRIGGER_DEFAULT != 0); }
+// fa3 v21 (session 12): the longest row tiles first (Params::lpt_order). At 64/8 x 512 x 4k the 256 CTAs are two
+// waves on 132 SMs, a row tile's cost grows with its index (later tree nodes see more tree tiles: 33-36 tile
+// costs), and in index order the last CTAs handed out are the costliest, so the grid ends on a tail (ncu: SMs
+// active 89% of the kernel; 93% with this order: 142.9 -> 135.6 µs against main's library). With it on, the host
+// takes it only where it measured faster: a grid of more than one wave whose K and V fit in half the L2 (`helps`,
+// from launch_fa3). At 64/8 x 512 x 64k (270 MB of K/V) it read 1.4-1.6% slower: a head's CTAs then run in both
+// waves, so its K/V stream from DRAM twice. Opt-in (DDTREE_TA_FA3_LPT_DEFAULT=1, a compile definition, for the
+// gated default; 0 here): the rule fixed before the second measurement also asked for no shape below 0.98 against
+// main's library, and 8/1 x 512 x 4k, where the gate keeps main's order, read 0.967 (engine/bench/NOTES.md, "### v21").
+// DDTREE_TA_FA3_LPT=1|0 (read per launch) forces it on (every grid that allows it, ungated) or off. Only which SM
+// runs which CTA, and when, changes: the same bits.
+#ifndef DDTREE_TA_FA3_LPT_DEFAULT
+#define DDTREE_TA_FA3_LPT_DEFAULT 0
+#endif
+bool fa3_lpt_order(bool helps) { return env_flag("DDTREE_TA_FA3_LPT", DDTREE_TA_FA3_LPT_DEFAULT != 0 && helps); }
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
 // boundaries of split requests by tile cost, a masked tile counting w / 4 of a context tile
 // (fa3_balanced_chunk). Changes the chunk boundaries, so results differ from uniform chunks by rounding.

@@ -35,6 +35,7 @@ bool fa3_strided_schedule();
 bool fa3_early_inputs(bool inputs_ready);
 bool merge_early_trigger();
 int fa3_balance_weight();
+bool fa3_lpt_order(bool helps);
 
 // tree_attention.cu: raises the chosen kernel's dynamic shared-memory limit (once per device) and returns
 // its CTAs per SM.

@@ -49,6 +49,12 @@ struct Params {
   // that reaches past ctx (masked) counting balance_w / 4 of a context tile (fa3_balanced_chunk); 0 =
   // uniform chunks of `chunk` keys. The number of chunks per request is the same either way.
   int balance_w;
+  // fa3 only (v21, session 12): 1 = the grid is launched as (hkv, row_tiles * num_splits, batch) and CTA
+  // (x, y) works on head x and row-tile index gridDim.y - 1 - y, so the hardware, which hands out CTAs in
+  // index order, starts the longest row tiles (the last ones, which see the most tree tiles) first and ends
+  // with the shortest (longest-processing-time-first across the waves of a grid larger than the GPU); 0 = the
+  // grid (row_tiles * num_splits, hkv, batch), row-tile index x. The same CTAs compute the same bits either way.
+  int lpt_order;
 };
 
 template <int D_, int MT_, int BN_, int NW_, bool WG_>

@@ -56,11 +56,13 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
 
   const int tid = threadIdx.x;
   if (tid == 0) DDTREE_TA_FA3_TRACE(0);
-  const int b = blockIdx.z, h = blockIdx.y;
+  // v21: with lpt_order the heads run along x and the row-tile index along y, reversed (Params::lpt_order).
+  const int b = blockIdx.z, h = p.lpt_order ? blockIdx.x : blockIdx.y;
+  const int xi = p.lpt_order ? static_cast<int>(gridDim.y - 1u - blockIdx.y) : static_cast<int>(blockIdx.x);
   // cluster_merge: the num_splits CTAs of a row tile are adjacent in x (one cluster, rank = split).
   const bool cl = p.cluster_merge != 0;
-  const int rt = cl ? static_cast<int>(blockIdx.x) / p.num_splits : static_cast<int>(blockIdx.x) % p.row_tiles;
-  const int split = cl ? static_cast<int>(blockIdx.x) % p.num_splits : static_cast<int>(blockIdx.x) / p.row_tiles;
+  const int rt = cl ? xi / p.num_splits : xi % p.row_tiles;
+  const int split = cl ? xi % p.num_splits : xi / p.row_tiles;
 
   // v9: the mbarriers are initialized (and published by the one __syncthreads that needs no global
   // data) before anything else, so that the producer can issue its first K/V copies as soon as its
