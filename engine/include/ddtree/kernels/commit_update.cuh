@@ -22,7 +22,8 @@ constexpr int kInactiveMark = 1 << 16;  // above any arrival count (gridDim.y <=
 // p.ctx_len is null (the undo is folded into the arrival); hid_unit is the hidden-state copy unit in bytes.
 // Launched with PDL (opt-in), the grid may be scheduled while tree_accept finishes: every input is read after
 // pdl_wait() (a no-op otherwise).
-template <typename U>
+// Tile: K/V rows a pass (kCommitUpdateTile; kCommitTile under DDTREE_COMMIT_UPDATE_TILE=16, session 11's).
+template <typename U, int Tile = kCommitUpdateTile>
 __global__ void __launch_bounds__(kCommitThreads) commit_update_kernel(
     const CommitLayers layers, int num_layers, int num_pages, int page_size, int64_t row_bytes,
     const int32_t* __restrict__ block_table, int max_pages, const RoundUpdateParams p, int hid_unit,
@@ -58,8 +59,8 @@ __global__ void __launch_bounds__(kCommitThreads) commit_update_kernel(
   }
   const int y = int(blockIdx.y) - 1;
   char* base = (y & 1) ? layers.v[y >> 1] : layers.k[y >> 1];
-  kv_commit_rows<U>(base, b, ctx, num_pages, page_size, row_bytes, block_table, max_pages, p.accept_nodes,
-                    p.accept_width, p.accept_len, p.flags);
+  kv_commit_rows<U, Tile>(base, b, ctx, num_pages, page_size, row_bytes, block_table, max_pages, p.accept_nodes,
+                          p.accept_width, p.accept_len, p.flags);
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
