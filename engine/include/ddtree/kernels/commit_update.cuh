@@ -22,9 +22,13 @@ constexpr int kInactiveMark = 1 << 16;  // above any arrival count (gridDim.y <=
 // p.ctx_len is null (the undo is folded into the arrival); hid_unit is the hidden-state copy unit in bytes.
 // Launched with PDL (opt-in), the grid may be scheduled while tree_accept finishes: every input is read after
 // pdl_wait() (a no-op otherwise).
-// Tile: K/V rows a pass (kCommitUpdateTile; kCommitTile under DDTREE_COMMIT_UPDATE_TILE=16, session 11's).
+// Tile: K/V rows a pass (kCommitUpdateTile; kCommitTile under DDTREE_COMMIT_UPDATE_TILE=16, session 11's). At 8 rows
+// the register cap of 4 CTAs an SM (128) makes the batch-8 grid of 28 layers one wave (528 resident >= 456); ptxas
+// put the uint4 instance at 141 registers (3 CTAs an SM) without it. Not for the 1-byte unit (qwen3 never takes it):
+// ptxas sm_90a spills it under the cap, and without the cap sm_120 spilled the 4-byte one.
 template <typename U, int Tile = kCommitUpdateTile>
-__global__ void __launch_bounds__(kCommitThreads) commit_update_kernel(
+__global__ void __launch_bounds__(kCommitThreads, sizeof(U) >= 4 && Tile <= kCommitUpdateTile ? 4 : 1)
+    commit_update_kernel(
     const CommitLayers layers, int num_layers, int num_pages, int page_size, int64_t row_bytes,
     const int32_t* __restrict__ block_table, int max_pages, const RoundUpdateParams p, int hid_unit,
     int32_t* __restrict__ ctx_len, int32_t* __restrict__ counters) {
