@@ -32,10 +32,10 @@ for s in $STEPS; do case $s in
   ;;
 2)
   stamp "2. tree_accept alone, bf16, wide vs wider; ncu at 8x65"
-  (cd engine/bench && timeout 25 python3 bench_accept_vocab.py --dtypes bf16 \
+  (cd engine/bench && timeout 20 python3 bench_accept_vocab.py --dtypes bf16 \
     --variants packed_wide packed_wider packed_wide+pdl packed_wider+pdl) > "$OUT/accept.log" 2>&1
   echo "rc=$?"; grep -E "bf16|TB/s" "$OUT/accept.log" | sed -E 's/ +/ /g'
-  (cd engine/bench && timeout 25 ncu --clock-control none --kernel-name regex:tree_accept_fused --launch-count 2 \
+  (cd engine/bench && timeout 20 ncu --clock-control none --kernel-name regex:tree_accept_fused --launch-count 2 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     python3 bench_accept_vocab.py --dtypes bf16 --variants packed_wide packed_wider --shapes 8x65 --once) \
     > "$OUT/ncu_accept.log" 2>&1
