@@ -10,17 +10,9 @@
 #      tree_accept (at the wider chunk), test_decode_gpu.py at the default and at the wider chunk (xdist workers)
 # Takes a prebuilt library ($LIB) and selftest ($SELFTEST), sm_90a. Run from the folder that holds engine/:
 #   LIB=lib/libddtree.so SELFTEST=lib/ddtree-selftest OUT=/tmp/out bash engine/bench/run_s12tail_device.sh
-set -u
-export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/s12tail}
-LIB=${LIB:-$PWD/engine/build/libddtree.so}
-SELFTEST=${SELFTEST:-$PWD/engine/build/ddtree-selftest}
 STEPS=${STEPS:-1 2 3}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD/engine/python" DDTREE_LIB=$LIB
-stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
-pt() { timeout "$1" python3 -m pytest -q -p no:cacheprovider -m gpu -rs "${@:2}"; }
-nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+source "$(dirname "$0")/e2e_device_env.sh"
 for s in $STEPS; do case $s in
 1)
   stamp "1. bench_e2e qwen3-0.6b splitops / cutile16 / default / wider"
