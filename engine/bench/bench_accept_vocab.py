@@ -28,9 +28,6 @@ VARIANTS = {
     # session 11: bf16 chunks of 16,384 logits (fp32 rows: unchanged, their chunk is 32 KB already)
     "packed_wide": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1"},
     "packed_wide+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "1"},
-    # session 12: bf16 chunks of 32,768 logits (opt-in, DDTREE_ACCEPT_WIDE=2)
-    "packed_wider": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "2"},
-    "packed_wider+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "2"},
 }
 
 

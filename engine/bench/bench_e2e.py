@@ -113,11 +113,8 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     # default; the default is one commit_update launch keeping the live budget now). Read when the engine is built.
     "splitops": {"DDTREE_SPLIT_TAIL": "ops"},
     "cupdl": {"DDTREE_COMMIT_UPDATE_PDL": "1"},  # commit_update launched with PDL (opt-in)
-    # Session 12 (s12tail): commit_update's 16-row K/V pass (session 11's; 8 rows now), and tree_accept's bf16 chunk
-    # of 32,768 logits (opt-in), alone and with the early (PDL) mode
+    # Session 12 (s12tail): commit_update's 16-row K/V pass (session 11's; 8 rows now)
     "cutile16": {"DDTREE_COMMIT_UPDATE_TILE": "16"},
-    "wider": {"DDTREE_ACCEPT_WIDE": "2"},
-    "widerpdl": {"DDTREE_ACCEPT_WIDE": "2", "DDTREE_ACCEPT_PDL": "1"},
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():

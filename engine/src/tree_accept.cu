@@ -77,17 +77,13 @@ bool accept_pdl(int32_t vocab) {
 }
 
 // The fused kernel's wide bf16 chunk (kAcceptWideNV vectors a thread, 16,384 logits a CTA; session 11, issue #6):
-// DDTREE_ACCEPT_WIDE=1 on, =0 off (session 10's 8192-logit chunk), =2 the wider chunk (kAcceptWiderNV, session 12,
-// opt-in), unset -> kAcceptWideDefault. bf16 rows with 16-byte loads only (fp32 chunks are 32 KB already); the
-// one-CTA kernel and the split plan are unchanged. Returns the vectors a thread loads, 0 for the narrow chunk.
-constexpr int kAcceptWideDefault = k::kAcceptWideNV;
-int accept_wide() {
+// DDTREE_ACCEPT_WIDE=1 on, =0 off (session 10's 8192-logit chunk), unset -> kAcceptWideDefault. bf16 rows with
+// 16-byte loads only (fp32 chunks are 32 KB already); the one-CTA kernel and the split plan are unchanged.
+constexpr bool kAcceptWideDefault = true;
+bool accept_wide() {
   const char* e = std::getenv("DDTREE_ACCEPT_WIDE");
-  if (e != nullptr && e[0] != 0 && e[1] == 0) {
-    if (e[0] == '0') return 0;
-    if (e[0] == '1') return k::kAcceptWideNV;
-    if (e[0] == '2') return k::kAcceptWiderNV;
-  }
+  if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
+  if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
   return kAcceptWideDefault;
 }
 
@@ -161,22 +157,17 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
   const bool early = accept_pdl(vocab);
   if constexpr (sizeof(T) == 2) {
-    const int nv = vec ? accept_wide() : 0;
-    auto go_wide = [&](auto kernel, int chunk) {
-      const int wide_chunks = num_chunks(vocab, chunk);
-      return ddtree::detail::launch("tree_accept_fused_kernel", kernel,
+    if (vec && accept_wide()) {
+      using Wide = k::ChunkLogits<T, true, k::kAcceptWideNV>;
+      const int wide_chunks = num_chunks(vocab, Wide::kChunk);
+      return ddtree::detail::launch("tree_accept_fused_kernel",
+                                    k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
                                     dim3{unsigned(wide_chunks), unsigned(n_max), unsigned(batch)},
                                     dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
                                     n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
                                     seed, stop_ids, num_stop, width, wide_chunks, partial, counters, accept_nodes,
                                     accept_len, committed_ids, bonus, finished, flags, tail, score, int(early));
-    };
-    if (nv == k::kAcceptWideNV)
-      return go_wide(k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
-                     k::ChunkLogits<T, true, k::kAcceptWideNV>::kChunk);
-    if (nv == k::kAcceptWiderNV)
-      return go_wide(k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWiderNV>,
-                     k::ChunkLogits<T, true, k::kAcceptWiderNV>::kChunk);
+    }
   }
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   if (vec)

@@ -22,9 +22,6 @@ constexpr int kAcceptChunk = kAcceptThreads * kAcceptPerThread;  // 8192 logits 
 // Session 11 (issue #6): the fused kernel's "wide" bf16 chunk, 8 16-byte vectors a thread like fp32's (64 bf16
 // logits, 16,384 a CTA, 32 KB): half the CTAs of the 8192-logit chunk, twice the bytes in flight per CTA.
 constexpr int kAcceptWideNV = 8;
-// Session 12 (issue #6, opt-in DDTREE_ACCEPT_WIDE=2): 16 vectors a thread (32,768 logits, 64 KB a CTA), half the
-// wide chunk's CTAs again (5 chunks a row at V = 151,936): fewer CTA ends (reduction, partial, arrival) per byte.
-constexpr int kAcceptWiderNV = 16;
 constexpr int kAcceptWalkThreads = 256;
 constexpr int kAcceptMaxWidth = 1024;  // max_depth + 1
 constexpr int kAcceptFusedMaxNodes = 1024;  // n_max of the fused plan (its last CTA holds the tree in smem)
