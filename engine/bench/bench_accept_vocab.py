@@ -36,13 +36,16 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                     help="the first is the ratio column's base")
+    ap.add_argument("--shapes", nargs="+", default=[f"{b}x{n}" for b, n in SHAPES], help="B x N, e.g. 8x65")
+    ap.add_argument("--once", action="store_true",
+                    help="check each variant once against the reference and time nothing (a profiler's run)")
     a = ap.parse_args()
     dtypes = [torch.float32 if d == "fp32" else torch.bfloat16 for d in a.dtypes]
     bw = copy_bandwidth()
     print(f"{device_name()}: copy bandwidth {bw / 1e12:.2f} TB/s")
     gen = torch.Generator().manual_seed(0)
     rows = []
-    for batch, n in SHAPES:
+    for batch, n in [tuple(int(v) for v in s.split("x")) for s in a.shapes]:
         tree = make_tree(batch, n, V, gen)
         args = {k: v for k, v in tree.items() if k != "parents"}
         common = dict(ctx_len=torch.full((batch,), 1000, dtype=torch.int32, device="cuda"),
@@ -61,7 +64,11 @@ def main() -> None:
                 with scoped_env(env):
                     out = tree_accept(xs[0], **args, **common)
                     assert all(torch.equal(a, b) for a, b in zip(out, want)), f"{name} {dtype} != reference"
+                    if a.once:
+                        continue
                     times[name] = time_calls([lambda x=x: tree_accept(x, **args, **common) for x in xs])
+            if a.once:
+                continue
             base = times[a.variants[0]]
             for name, t in times.items():
                 rows.append([f"{batch}x{n}", str(dtype).replace("torch.", ""), name, t, base / t, floor, t / floor])

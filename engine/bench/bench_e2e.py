@@ -113,11 +113,14 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     # default; the default is one commit_update launch keeping the live budget now). Read when the engine is built.
     "splitops": {"DDTREE_SPLIT_TAIL": "ops"},
     "cupdl": {"DDTREE_COMMIT_UPDATE_PDL": "1"},  # commit_update launched with PDL (opt-in)
+    # Session 12 (s12tail): commit_update's 16-row K/V pass (session 11's; 8 rows now)
+    "cutile16": {"DDTREE_COMMIT_UPDATE_TILE": "16"},
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
     for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
-                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE", "DDTREE_SPLIT_TAIL", "DDTREE_COMMIT_UPDATE_PDL"):
+                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE", "DDTREE_SPLIT_TAIL", "DDTREE_COMMIT_UPDATE_PDL",
+                 "DDTREE_COMMIT_UPDATE_TILE"):
         _env.setdefault(_var, None)
 
 

@@ -19,10 +19,18 @@ bool commit_update_pdl() {
   return e != nullptr && e[0] == '1' && e[1] == 0;
 }
 
+// DDTREE_COMMIT_UPDATE_TILE=16: session 11's 16-row K/V pass (kCommitTile) instead of kCommitUpdateTile's 8, for
+// an A/B in one process (session 12, s12tail).
+bool commit_update_tile16() {
+  const char* e = std::getenv("DDTREE_COMMIT_UPDATE_TILE");
+  return e != nullptr && e[0] == '1' && e[1] == '6' && e[2] == 0;
+}
+
 template <typename U>
 ddtree_status_t launch_unit(const k::CommitLayers& layers, const ddtree_round_tail_t& t, int32_t batch,
                             const k::RoundUpdateParams& p, int hid_unit, int32_t* counters, cudaStream_t stream) {
-  return ddtree::detail::launch("commit_update_kernel", k::commit_update_kernel<U>,
+  auto kernel = commit_update_tile16() ? k::commit_update_kernel<U, k::kCommitTile> : k::commit_update_kernel<U>;
+  return ddtree::detail::launch("commit_update_kernel", kernel,
                                 dim3(unsigned(batch), unsigned(2 * t.num_layers + 1)), dim3(k::kCommitThreads),
                                 stream, commit_update_pdl(), layers, t.num_layers, t.num_pages, t.page_size,
                                 t.kv_row_bytes, t.block_table, t.max_pages, p, hid_unit, t.ctx_len, counters);

@@ -17,7 +17,11 @@ namespace kernels {
 
 constexpr int kCommitThreads = 128;
 constexpr int kCommitMaxLayers = 128;  // layer pointers passed by value per launch
-constexpr int kCommitTile = 16;        // rows gathered into registers before writing
+constexpr int kCommitTile = 16;        // rows gathered into registers before writing (kv_commit, round_finish)
+// commit_update's tile (session 12, issue #6): 16 rows of uint4 held ~250 registers, 2 CTAs an SM, so its
+// batch x (2 * layers + 1) grid ran in two waves at batch 8 (456 CTAs for 28 layers) while accept lengths there
+// are ~1.3; 8 rows keep batch 1's ~5.3 in one pass and let the batch-8 grid fit one wave.
+constexpr int kCommitUpdateTile = 8;
 
 struct CommitLayers {
   char* k[kCommitMaxLayers];
@@ -25,8 +29,8 @@ struct CommitLayers {
 };
 
 // One layer's K or V rows of request b (whose context length before the commit is ctx), by one CTA of
-// kCommitThreads threads (every thread calls it). base is null for a missing V cache.
-template <typename U>
+// kCommitThreads threads (every thread calls it), Tile rows per pass. base is null for a missing V cache.
+template <typename U, int Tile = kCommitTile>
 __device__ __forceinline__ void kv_commit_rows(char* base, int b, int ctx, int num_pages, int page_size,
                                                int64_t row_bytes, const int32_t* __restrict__ block_table,
                                                int max_pages, const int32_t* __restrict__ accept_nodes, int width,
@@ -38,12 +42,12 @@ __device__ __forceinline__ void kv_commit_rows(char* base, int b, int ctx, int n
   const int64_t units = row_bytes / int64_t(sizeof(U));
 
   if (base != nullptr) {
-    for (int i0 = 0; i0 < n; i0 += kCommitTile) {
-      const int cnt = min(kCommitTile, n - i0);
-      const U* src[kCommitTile];
-      U* dst[kCommitTile];
+    for (int i0 = 0; i0 < n; i0 += Tile) {
+      const int cnt = min(Tile, n - i0);
+      const U* src[Tile];
+      U* dst[Tile];
 #pragma unroll
-      for (int r = 0; r < kCommitTile; ++r) {
+      for (int r = 0; r < Tile; ++r) {
         src[r] = nullptr;
         dst[r] = nullptr;
         if (r < cnt) {
@@ -65,12 +69,12 @@ __device__ __forceinline__ void kv_commit_rows(char* base, int b, int ctx, int n
         }
       }
       for (int64_t u = threadIdx.x; u < units; u += kCommitThreads) {
-        U val[kCommitTile];
+        U val[Tile];
 #pragma unroll
-        for (int r = 0; r < kCommitTile; ++r)
+        for (int r = 0; r < Tile; ++r)
           if (src[r] != nullptr) val[r] = src[r][u];
 #pragma unroll
-        for (int r = 0; r < kCommitTile; ++r)
+        for (int r = 0; r < Tile; ++r)
           if (dst[r] != nullptr) dst[r][u] = val[r];
       }
       __syncthreads();  // the next tile's sources were destinations' neighbours: keep tiles ordered

@@ -60,14 +60,16 @@ __device__ __forceinline__ SlotOutcome slot_outcome(bool act, int32_t acc, int32
 
 // Slot b's bookkeeping by one CTA of kRoundUpdateThreads threads (every thread calls it). With a null
 // p.ctx_len the inactive slot's undo of kv_commit's advance is the caller's (commit_update folds both into
-// one write). Returns, in thread 0, whether the slot was active before the round.
-template <typename U>
-__device__ __forceinline__ bool round_update_slot(const RoundUpdateParams& p, int b) {
+// one write). Thread 0 calls on_active(act) as soon as it has read whether the slot was active before the
+// round (commit_update arrives there), and returns act.
+template <typename U, typename OnActive>
+__device__ __forceinline__ bool round_update_slot(const RoundUpdateParams& p, int b, OnActive on_active) {
   __shared__ int32_t s_new;   // tokens reported this round
   __shared__ int32_t s_node;  // tree node whose hidden state becomes the slot's, -1 for none
   bool act = false;
   if (threadIdx.x == 0) {
     act = p.active[b] != 0;
+    on_active(act);
     const int32_t acc = p.accept_len[b];
     const SlotOutcome o = slot_outcome(act, acc, p.finished[b], p.ignore_stop[b] != 0, p.max_new[b], p.out_len[b]);
     const int32_t n_new = o.n_new;
@@ -112,7 +114,7 @@ __device__ __forceinline__ bool round_update_slot(const RoundUpdateParams& p, in
 
 template <typename U>
 __global__ void __launch_bounds__(kRoundUpdateThreads) round_update_kernel(const RoundUpdateParams p) {
-  round_update_slot<U>(p, blockIdx.x);
+  round_update_slot<U>(p, blockIdx.x, [](bool) {});
 }
 
 }  // namespace kernels
