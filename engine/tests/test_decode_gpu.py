@@ -259,7 +259,7 @@ def _graph_equals_eager(model: TinyTransformer, drafter: Any, reqs: list[Request
         monkeypatch.setenv("DDTREE_ROUND_FINISH", mode)
         eager = _run_fast(model, drafter, 16, False, reqs, on_admit=on_admit)
         graphed = _run_fast(model, drafter, 16, True, reqs, on_admit=on_admit)
-        assert [g.tokens for g in graphed] == [g.tokens for g in eager]
+        assert [g.tokens for g in graphed] == [g.tokens for g in eager], f"tail {mode}"
 
 
 def _oracle_accept(model: TinyTransformer, prompts: list[list[int]], plain: list[Any]) -> float:
