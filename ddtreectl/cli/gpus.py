@@ -25,8 +25,9 @@ def gpus(
 
     idle (no compute process, memory at most max(512 MiB, 1%), utilization 0 in every sample, no
     serving or ddtree-dev-* unit active), busy (which signal: processes, memory, utilization, unit),
-    or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, fewer GPUs than
-    the inventory says) — unknown is never idle. One round trip per host samples everything.
+    or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, a GPU count
+    other than the inventory's `gpus:`, GPUs listed on a host declared gpus: 0 included) — unknown
+    is never idle. One round trip per host samples everything.
     --json (`ddtreectl.gpus/1`): `samples` counts the nvidia-smi readings taken: 0, with
     `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed. A host
     the inventory declares GPU-less (gpus: 0) needs no nvidia-smi: without one its verdict rests on

@@ -179,7 +179,9 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
             readings.setdefault(gpu.uuid, []).append(gpu)
     reports = tuple(_gpu_report(uuid, found, processes, len(ok_states)) for uuid, found in readings.items())
     counts = {len(s.gpus) for s in ok_states}
-    if ok_states and expected_gpus and counts != {expected_gpus}:
+    # `gpus: 0` is a count too: a host declared GPU-less whose nvidia-smi lists GPUs is misdeclared (the
+    # inventory or the machine is not what it says), the same doubt as a missing GPU (status flags both).
+    if ok_states and counts != {expected_gpus}:
         unknown = True
         reasons.append(f"expected {expected_gpus} GPUs, nvidia-smi listed "
                        + " / ".join(str(c) for c in sorted(counts)))

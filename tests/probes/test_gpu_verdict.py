@@ -59,6 +59,14 @@ def test_idle_seven_gpus_is_unknown_when_eight_are_expected() -> None:
     assert v.verdict == "unknown" and v.reasons == ("expected 8 GPUs, nvidia-smi listed 7",)
 
 
+def test_gpus_found_on_a_host_declared_gpu_less_are_unknown() -> None:
+    """`gpus: 0` is a count like any other: idle GPUs on a host the inventory says has none read
+    "idle" (status flagged the host, gpus did not); the inventory or the machine is not what it says."""
+    s = samples_of(["nvidia-smi-gpus-rtxpro6000-7of8-idle-pm-off.txt"] * 2, [""] * 2)
+    v = gpu_verdict(s, unit=None, expected_gpus=0)
+    assert (v.verdict, v.reasons, v.no_gpus) == ("unknown", ("expected 0 GPUs, nvidia-smi listed 7",), False)
+
+
 def test_busy_by_processes_only() -> None:
     holder = GpuHolder(30211, "alice", "0::/user.slice/user-1000.slice/session-4.scope",
                        "python3 bench.py --budget 64 ", True)
