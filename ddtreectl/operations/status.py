@@ -139,12 +139,14 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
             mux = transport if isinstance(transport, MuxTransport) else None
             warm = mux is not None and os.path.exists(mux.control_path)
             service = inventory.service_of(host)
+            # Only rank 0 of a multi-node service serves HTTP: the other ranks have no port to ask.
+            port = service.port if service and (not service.nodes or service.nodes[0] == host.name) else None
 
             def probe() -> HostFacts:
                 remaining = max(1.0, deadline_s - (time.monotonic() - started))
                 return probe_status(transport, unit=service.unit if service else None,
                                     remote_root=host.remote_root, timeout=remaining,
-                                    gpu_timeout_s=gpu_timeout)
+                                    gpu_timeout_s=gpu_timeout, port=port)
 
             facts = probe()
             # A warm master was authenticated earlier: the host's keys may have changed since, and
