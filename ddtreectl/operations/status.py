@@ -172,7 +172,7 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
     return StatusReport(statuses, deadline_s, time.monotonic() - started)
 
 
-def _host_status(result: HostResult[_Probed], entry_warnings: tuple[str, ...]) -> HostStatus:
+def _host_status(result: HostResult[_Probed], entry_warnings: tuple[str, ...] = ()) -> HostStatus:
     """The host's status; `entry_warnings` (what is wrong with its inventory entry) come first in its
     warnings, whether it answered or not."""
     host = result.host
