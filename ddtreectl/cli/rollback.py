@@ -54,7 +54,7 @@ def rollback_command(
 
     def one(h: Host, cancel: threading.Event) -> object:
         with connect(h, inventory) as transport:
-            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart,
+            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart, cancel=cancel,
                                  on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
     # The health gate after --restart may take as long as the slowest profile's total timeout.
