@@ -14,7 +14,9 @@ from ddtreectl.errors import ExitCode
 def gpus(
     targets: Optional[list[str]] = typer.Argument(
         None, metavar="[TARGET]...", help="Host names, group names or `all` (default: every host)."),
-    wait_idle: bool = typer.Option(False, "--wait-idle", help="Sample again until idle or --timeout."),
+    wait_idle: bool = typer.Option(False, "--wait-idle", help="Sample again until idle or --timeout (not when "
+                                   "sampling cannot change the answer: no nvidia-smi, a GPU count other than the "
+                                   "inventory's)."),
     timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="Seconds --wait-idle waits at most."),
     samples: int = typer.Option(3, "--samples", min=1, max=60, help="nvidia-smi samples per window."),
     interval: float = typer.Option(1.0, "--interval", min=0.0, max=60.0, help="Seconds between samples."),

@@ -77,7 +77,8 @@ class HostVerdict:
     samples: int  # nvidia-smi readings taken (0 when it is not installed)
     interval_s: float
     nvidia_smi_ms: int | None  # slowest nvidia-smi query of the window
-    # Unknown in a way sampling again cannot change (nvidia-smi is not installed): waiting is pointless.
+    # Unknown in a way sampling again cannot change (nvidia-smi is not installed, or it lists another GPU
+    # count than the inventory declares and nothing else is unknown): waiting is pointless.
     settled: bool = False
     # nvidia-smi was not found in any sample, whatever else made the verdict (an active unit is busy).
     nvidia_smi_missing: bool = False
@@ -181,10 +182,11 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     counts = {len(s.gpus) for s in ok_states}
     # `gpus: 0` is a count too: a host declared GPU-less whose nvidia-smi lists GPUs is misdeclared (the
     # inventory or the machine is not what it says), the same doubt as a missing GPU (status flags both).
+    miscount = ""
     if ok_states and counts != {expected_gpus}:
         unknown = True
-        reasons.append(f"expected {expected_gpus} GPUs, nvidia-smi listed "
-                       + " / ".join(str(c) for c in sorted(counts)))
+        miscount = f"expected {expected_gpus} GPUs, nvidia-smi listed " + " / ".join(str(c) for c in sorted(counts))
+        reasons.append(miscount)
     for report in reports:
         label = f"GPU {report.index if report.index is not None else report.uuid}"
         for signal in report.signals:
@@ -219,5 +221,8 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
                        # Without nvidia-smi the sampler stops at its first query: no reading was taken.
                        processes=processes, samples=0 if missing else len(states), interval_s=samples.interval_s,
-                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing,
+                       # Sampling again cannot install nvidia-smi, nor make the GPU count match the
+                       # inventory's (a GPU off the bus needs a reboot; a wrong `gpus:` an edit).
+                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and (missing or reasons == [miscount]),
+                       nvidia_smi_missing=missing,
                        no_gpus=no_gpus)

@@ -177,3 +177,7 @@ def test_gpus_on_a_host_declared_gpu_less_are_not_idle(tmp_path: Path) -> None:
     assert "box: UNKNOWN" in text.stdout and "expected 0 GPUs, nvidia-smi listed 1" in text.stdout, text.stdout
     (host,) = json.loads(ddtreectl(inventory, env, "--json", "--samples", "1").stdout)["hosts"]
     assert (host["verdict"], host["ok"], host["no_gpus"]) == ("unknown", False, False), host
+    # Waiting cannot make the count match the inventory: one round, not polling until the timeout.
+    waited = ddtreectl(inventory, env, "--wait-idle", "--timeout", "60", "--samples", "1", "--json")
+    (host,) = json.loads(waited.stdout)["hosts"]
+    assert (waited.returncode, host["verdict"], host["rounds"]) == (7, "unknown", 1), waited.stdout
