@@ -85,6 +85,9 @@ class HostVerdict:
     # The inventory declares no GPUs (`gpus: 0`) and the host has none to read (no nvidia-smi, or it
     # found no devices): there is nothing to sample, which is the expected state, not an unknown one.
     no_gpus: bool = False
+    # nvidia-smi listed another GPU count than the inventory declares ("" when it matched or was not read):
+    # unknown whatever the units do, so `mode dev` refuses it before it stops production.
+    miscount: str = ""
 
     @property
     def idle(self) -> bool:
@@ -224,5 +227,5 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
                        # Sampling again cannot install nvidia-smi, nor make the GPU count match the
                        # inventory's (a GPU off the bus needs a reboot; a wrong `gpus:` an edit).
                        nvidia_smi_ms=slowest, settled=verdict == "unknown" and (missing or reasons == [miscount]),
-                       nvidia_smi_missing=missing,
+                       nvidia_smi_missing=missing, miscount=miscount,
                        no_gpus=no_gpus)
