@@ -55,7 +55,8 @@ def logs_command(
     named = {t for t in targets if t != "all" and t in inventory.hosts}
     skipped = {h.name for h in everyone if inventory.service_of(h) is None and h.name not in named}
     if skipped and len(skipped) == len(everyone):
-        raise InventoryError(f"no targeted host ({', '.join(h.name for h in everyone)}) runs a service profile; no journal to show",
+        raise InventoryError(f"no targeted host ({', '.join(h.name for h in everyone)}) runs a service profile; "
+                             "no journal to show",
                              hint=f"set hosts.NAME.service in {inventory.path.name}")
     for name in skipped:
         print(f"{name}: skipped: runs no service profile, no journal to show", file=sys.stderr)

@@ -24,7 +24,7 @@ def validate() -> None:
         count = len(inventory.warnings)
         raise InventoryError(f"{inventory.path}: {count} warning{'s' if count > 1 else ''} above: "
                              "the file loads, but is not right for a shared inventory",
-                             hint="fix each line named above; `ddtreectl set-ip HOST ADDRESS` rewrites a host's address")
+                             hint="fix each line named above (`ddtreectl set-ip HOST ADDRESS` rewrites an address)")
     counts = (f"{len(inventory.hosts)} host{'s' if len(inventory.hosts) != 1 else ''}, "
               f"{len(inventory.groups)} group{'s' if len(inventory.groups) != 1 else ''}, "
               f"{len(inventory.services)} service profile{'s' if len(inventory.services) != 1 else ''}")

@@ -193,7 +193,8 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
     unreadable = verdict.nvidia_smi_missing and not verdict.no_gpus
-    if not unreadable and not verdict.miscount:  # busy now is expected (the service runs): the wait after the stop decides
+    # Busy now is expected (the service runs): the wait after the stop decides. These two never pass.
+    if not unreadable and not verdict.miscount:
         return
     service = inventory.service_of(host)
     kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
