@@ -33,7 +33,8 @@ def rollback_command(
     --restart restarts the service if it runs or crash-loops between Restart= attempts (a stopped unit
     is left stopped: restore-service starts it), then gates it like restore-service: unit active,
     port open, /health, readiness, model listed, /server_info; a failed phase is exit 5 with this
-    start's journal lines.
+    start's journal lines; Ctrl-C during the gate stops waiting and says the state (exit 130). Without
+    --restart a running service keeps its release: "restart pending" says which (--json: still_running).
 
     Exit codes: 0 switched (and with --restart, verified healthy); 5 no earlier good release, or
     switched but the --restart or its health gate failed; 2 --to ID does not exist on the host, has

@@ -27,7 +27,7 @@ from ddtreectl.operations.deploy import (
     target_release,
 )
 from ddtreectl.operations.release import stamp_good
-from ddtreectl.operations.restart import restart_and_verify, restart_error, restart_interrupted
+from ddtreectl.operations.restart import restart_and_verify, restart_error, restart_interrupted, running_release
 from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.sync import FileChanges, parse_itemize, rsync_argv, run_rsync, sources_for
 from ddtreectl.probes.facts import GpuState
@@ -115,6 +115,8 @@ class RollbackResult:
     restarted: bool
     restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
     restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
+    # Without --restart: the release the running service still runs (restart pending), else None.
+    still_running: str | None = None
 
 
 def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to: str | None, lock_wait_s: float,
@@ -157,9 +159,13 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
         if outcome is not None and failure:
             raise restart_error(outcome, host, service.unit if service else "the service", target, old,
                                 switched=f"rolled back to {target} (was {old or 'none'})")
+        # Without --restart a running service keeps the release it was started from: said here, as
+        # deploy does, so a rollback of a bad release is not taken for a fix while the bad one serves.
+        running = running_release(transport, host, service.unit) if service and not restart else None
         return RollbackResult(host.name, target, old, restarted,
                               restart_verified=outcome is not None and outcome.verified,
-                              restart_note=outcome.left if outcome is not None else "")
+                              restart_note=outcome.left if outcome is not None else "",
+                              still_running=running if running and running != target else None)
     finally:
         release_lock_quietly(transport, root)
 

@@ -95,6 +95,20 @@ def restart_and_verify(transport: Transport, inventory: Inventory, host: Host, *
                           journal=failure.journal)
 
 
+def running_release(transport: Transport, host: Host, unit: str) -> str | None:
+    """The release the unit's running main process was started from (its exe/cwd resolve `current` at
+    exec time, as status reads it), or None when it does not run or runs from elsewhere."""
+    from ddtreectl.probes.parse import parse_release
+
+    root = shlex.quote(host.remote_root)
+    script = (f"root={root}; case $root in \"~/\"*) root=\"$HOME/${{root#\"~/\"}}\" ;; esac; echo \"root=$root\"; "
+              f"pid=$(systemctl show -p MainPID --value -- {shlex.quote(unit)} 2>/dev/null); "
+              "case $pid in ''|0|*[!0-9]*) ;; *) echo \"main_exe=$(readlink /proc/$pid/exe)\"; "
+              "echo \"main_cwd=$(readlink /proc/$pid/cwd)\" ;; esac")
+    result = transport.run(script, timeout=15)
+    return parse_release(result.stdout).running if result.ok else None
+
+
 def restart_interrupted(outcome: RestartOutcome, host: Host, unit: str, release: str, previous: str | None, *,
                         switched: str) -> InterruptedByOperatorError:
     """Exit 130 for a restart broken off by Ctrl-C, saying the state the host is in: `current` has

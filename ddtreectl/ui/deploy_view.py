@@ -216,5 +216,8 @@ def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str
         restarted = (", service restarted and verified healthy" if r.restart_verified else ", service restarted") \
             if r.restarted else ""
         note = f" ({r.restart_note})" if r.restart_note else ""
+        pending = (f" · restart pending: the service still runs {r.still_running} (`ddtreectl rollback --host "
+                   f"{r.host} --restart` restarts and verifies it next time; now: `systemctl restart` the unit on "
+                   f"the host, then `ddtreectl restore-service {r.host}` verifies it)") if r.still_running else ""
         console.stdout().print(escape(f"{r.host}: current -> {r.release} (was {r.previous or 'none'})"
-                                      f"{restarted}{note}"))
+                                      f"{restarted}{note}{pending}"))
