@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.host_setup import install_service_units, lay_out_built, reference_service, stand_in_workspace
+from tests.e2e.host_setup import deployed_and_running, reference_service
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -36,16 +36,8 @@ def main_pid(host: Any) -> str:
 @pytest.mark.testbed
 def test_ctrl_c_stops_the_restart_gate_and_says_the_state(testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     (host,) = boot_hosts(["di-host"])
-    profile = reference_service("ref-di", "tiny-di")
-    profile["extra_args"] = [*profile["extra_args"], "--load-delay", "600"]
-    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services={"ref": profile},
-                                  host_overrides={host.name: {"service": "ref", "role": "prod"}})
-    new = stand_in_workspace(tmp_path)
-    lay_out_built(host, OLD)
-    lay_out_built(host, new)
-    host.sh(f"ln -sfn releases/{OLD} /opt/ddtree/current")
-    install_service_units(inventory, host.name)
-    host.systemctl("start", UNIT)
+    services = {"ref": reference_service("ref-di", "tiny-di", load_delay_s=600)}
+    inventory, new = deployed_and_running(testbed, host, tmp_path, services, "ref", OLD, UNIT)
     before = main_pid(host)
 
     exe = shutil.which("ddtreectl")

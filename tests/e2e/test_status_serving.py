@@ -34,8 +34,7 @@ def service_of(inventory: Path, name: str) -> dict[str, Any]:
 
 def test_status_tells_loading_from_serving(testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     (host,) = boot_hosts(["ss-load"])
-    profile = reference_service("ref-ddtree", "tiny-ddtree")
-    profile["extra_args"] = [*profile["extra_args"], "--load-delay", "12"]
+    profile = reference_service("ref-ddtree", "tiny-ddtree", load_delay_s=12)
     inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services={"ref": profile},
                                   host_overrides={host.name: {"service": "ref", "role": "prod"}})
     (host.root / "opt/ddtree/releases/r1").mkdir(parents=True)  # the unit's working directory
