@@ -61,7 +61,9 @@ class DeployProgress:
                     self._progress.update(task, phase=e.phase, detail=detail,
                                           total=1 if e.phase == "done" else None,
                                           completed=1 if e.phase == "done" else 0)
-            elif self._plain and self._phase.get(e.host) != e.phase:
+            elif self._plain and (self._phase.get(e.host) != e.phase or e.phase == "verify"):
+                # Each step of the restart's health gate too: a model loading for many minutes showed
+                # "verify unit active" and then nothing until the end (restore-service prints each).
                 console.stderr().print(f"{escape(e.host)}: {e.phase} {escape(e.detail)}".rstrip())
             self._phase[e.host] = e.phase
 
