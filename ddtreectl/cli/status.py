@@ -59,7 +59,7 @@ def status(
     starting, restarting after a failure, failed (exit status, restart
     count), stopped but enabled, stopped and disabled (will not start at
     boot), masked, not installed, or unknown (and why). A running unit is
-    asked whether it serves yet (port open, then GET /health, 2 s): right
+    asked whether it serves yet (port open, then GET /health, 5 s): right
     after a start it says "not serving yet" (port closed or 503 while the
     model loads) until /health answers 200 ("serving"). On a `role: prod`
     host not held for development, a service that is not running is also

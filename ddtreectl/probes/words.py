@@ -116,7 +116,8 @@ def health_words(health: ServiceHealth | None) -> str | None:
     if health.http_status == 503:
         return "not serving yet: /health answers 503 (loading)"
     if health.http_status is None:
-        return f"not serving: no answer from 127.0.0.1:{health.port}/health (refused, or none within 2 s)"
+        return (f"not serving: no answer from 127.0.0.1:{health.port}/health "
+                "(refused, or none within 5 s, or the --timeout)")
     return f"not serving: /health answers {health.http_status}"
 
 

@@ -77,6 +77,6 @@ def test_whether_a_running_unit_serves_yet_in_words() -> None:
     assert health_words(ServiceHealth(30000, True, 503, True)) == "not serving yet: /health answers 503 (loading)"
     assert health_words(ServiceHealth(30000, True, 500, True)) == "not serving: /health answers 500"
     assert health_words(ServiceHealth(30000, True, None, True)) == \
-        "not serving: no answer from 127.0.0.1:30000/health (refused, or none within 2 s)"
+        "not serving: no answer from 127.0.0.1:30000/health (refused, or none within 5 s, or the --timeout)"
     assert health_words(ServiceHealth(30000, None, None, False)) == \
         "serving unknown: no curl or python3 on the host to ask /health"

@@ -53,26 +53,29 @@ listening_on() {
 
 # health PORT: serving, or still loading? systemd calls a unit running as soon as its process started;
 # a large model then loads for minutes with its port closed or /health answering 503 (SGLang, the
-# reference server). Is the port open, and one GET of /health on 127.0.0.1, bounded at 2 s, never
-# through a proxy (curl, else python3; "tool=" when neither is installed).
+# reference server). Is the port open, and one GET of /health on 127.0.0.1, never through a proxy (curl,
+# else python3; "tool=" when neither is installed), bounded at 5 s (SGLang answers it with a one-token
+# generation, about 1 s), or at GPU_TIMEOUT_S when that is shorter (a short --timeout).
 health() {
   echo "@@ddtree-begin health"
   listening_on "$1"
   echo "port=$1 listening=$listening"
   if [ "$listening" != 0 ]; then
     url=http://127.0.0.1:$1/health
+    bound=5
+    case $gpu_timeout in [1-4]) bound=$gpu_timeout ;; esac
     if command -v curl >/dev/null 2>&1; then
-      code=$(curl -s --noproxy '*' -o /dev/null -m 2 -w '%{http_code}' "$url" 2>/dev/null)
+      code=$(curl -s --noproxy '*' -o /dev/null -m "$bound" -w '%{http_code}' "$url" 2>/dev/null)
       echo "tool=curl code=${code:-000}"
     elif command -v python3 >/dev/null 2>&1; then
       code=$(python3 -c '
 import sys, urllib.error as e, urllib.request as r
 try:
-    print(r.build_opener(r.ProxyHandler({})).open(sys.argv[1], timeout=2).status)
+    print(r.build_opener(r.ProxyHandler({})).open(sys.argv[1], timeout=float(sys.argv[2])).status)
 except e.HTTPError as x:
     print(x.code)
 except Exception:
-    print("000")' "$url" 2>/dev/null)
+    print("000")' "$url" "$bound" 2>/dev/null)
       echo "tool=python3 code=${code:-000}"
     else
       echo "tool="
