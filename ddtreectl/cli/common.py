@@ -27,9 +27,20 @@ def load_inventory() -> Inventory:
 
     path = inventory_path()
     try:
-        return load(path)
+        inventory = load(path)
     except InventoryError as err:
         if not (OPTIONS.inventory_from_env and not path.exists()):
             raise
         raise InventoryError(f"{err.message} (from $DDTREECTL_INVENTORY)",
                              hint="fix or unset DDTREECTL_INVENTORY, or pass --inventory/-i PATH") from None
+    warn_about(inventory)
+    return inventory
+
+
+def warn_about(inventory: Inventory) -> None:
+    """The inventory's warnings on stderr (with --json too: stdout is the document), as `warning:` +
+    `hint:` lines in the form of the errors (file:line: key path)."""
+    import sys
+
+    for warning in inventory.warnings:
+        print(f"warning: {warning.message}\nhint: {warning.hint}", file=sys.stderr)

@@ -59,6 +59,7 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
     active = [0]
     cond = threading.Condition()
     left: dict[str, str] = {}  # per host, once its work ended: the state it is left in
+    hints: dict[str, str] = {}  # per host: what to do next about that state (a restart left unverified)
 
     def wrapped(host: Host) -> T:
         with cond:
@@ -69,6 +70,8 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
             return value
         except BaseException as err:
             left[host.name] = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+            if getattr(err, "hint", None):
+                hints[host.name] = str(getattr(err, "hint"))
             raise
         finally:
             with cond:
@@ -87,10 +90,13 @@ def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadlin
             states = [f"{h.name}: " + left.get(h.name, f"still working after {CLEANUP_GRACE_S:g} s (a switch or a "
                                                         f"restart is not broken off half way); `ddtreectl status "
                                                         f"{h.name}` shows where it ended") for h in hosts]
+        lock_hint = (f"`ddtreectl lock status {unsettled[0] if len(unsettled) == 1 else 'HOST'}` shows whether "
+                     "its lock is still held") if unsettled else None
+        host_hints = [hints[h.name] if len(hosts) == 1 else f"{h.name}: {hints[h.name]}" for h in hosts
+                      if h.name in hints]
         raise InterruptedByOperatorError(
             "interrupted:\n  " + "\n  ".join(states),
-            hint=f"`ddtreectl lock status {unsettled[0] if len(unsettled) == 1 else 'HOST'}` shows whether its "
-                 "lock is still held" if unsettled else None) from None
+            hint="\n      ".join(filter(None, [*host_hints, lock_hint])) or None) from None
 
 
 def exit_code_of(errors: list[BaseException], total: int) -> int:
@@ -133,7 +139,9 @@ def deploy_command(
     a running one only with --restart (before the restart: it holds the port and GPUs), else it is
     left running and reported. Ctrl-C (SIGTERM, SIGHUP) stops the remote build or self-test in
     progress (its process group is killed over the same SSH connection), releases the lock and
-    says per host where it stopped and which release is `current`. Exit codes: 0 ok, 5
+    says per host where it stopped and which release is `current`; during --restart's health gate
+    it stops waiting and says the state: `current` switched, the unit restarted, its health
+    unknown (`status HOST` says whether it serves yet). Exit codes: 0 ok, 5
     build/self-test/remote failure or the restarted service unhealthy, 8 lock held or held for
     development, 6 some hosts failed, 4 unreachable, 130 interrupted.
     """

@@ -14,7 +14,9 @@ from ddtreectl.errors import ExitCode
 def gpus(
     targets: Optional[list[str]] = typer.Argument(
         None, metavar="[TARGET]...", help="Host names, group names or `all` (default: every host)."),
-    wait_idle: bool = typer.Option(False, "--wait-idle", help="Sample again until idle or --timeout."),
+    wait_idle: bool = typer.Option(False, "--wait-idle", help="Sample again until idle or --timeout (not when "
+                                   "sampling cannot change the answer: no nvidia-smi, a GPU count other than the "
+                                   "inventory's)."),
     timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="Seconds --wait-idle waits at most."),
     samples: int = typer.Option(3, "--samples", min=1, max=60, help="nvidia-smi samples per window."),
     interval: float = typer.Option(1.0, "--interval", min=0.0, max=60.0, help="Seconds between samples."),
@@ -25,8 +27,9 @@ def gpus(
 
     idle (no compute process, memory at most max(512 MiB, 1%), utilization 0 in every sample, no
     serving or ddtree-dev-* unit active), busy (which signal: processes, memory, utilization, unit),
-    or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, fewer GPUs than
-    the inventory says) — unknown is never idle. One round trip per host samples everything.
+    or unknown ([N/A] fields, invisible PIDs, nvidia-smi missing, failing or too slow, a GPU count
+    other than the inventory's `gpus:`, GPUs listed on a host declared gpus: 0 included) — unknown
+    is never idle. One round trip per host samples everything.
     --json (`ddtreectl.gpus/1`): `samples` counts the nvidia-smi readings taken: 0, with
     `nvidia_smi_missing` true and `nvidia_smi_ms` null, where nvidia-smi is not installed. A host
     the inventory declares GPU-less (gpus: 0) needs no nvidia-smi: without one its verdict rests on

@@ -29,9 +29,13 @@ def logs_command(
     order, each with `host`, `ok`, `error`, `unit` and `entries` (oldest first: `time` in UTC,
     `unix_us`, `priority`, `identifier`, `pid`, `message`), from `journalctl -o json`.
 
-    Exit codes: 0 shown; 2 --json with --follow; 3 inventory invalid, unknown target or a host without
-    a service profile; 4 unreachable; 5 journalctl failed (its message shown); 6 some hosts failed;
-    130 interrupted.
+    A host without a service profile has no journal to show: reached through a group or `all` it is
+    skipped (a `skipped:` line on stderr; --json: `ok` true, `entries` [], `skipped` says why) and
+    does not fail the run; named on the command line it is an error (3).
+
+    Exit codes: 0 shown (skipped hosts included); 2 --json with --follow; 3 inventory invalid, unknown
+    target, a host named on the command line without a service profile, or no targeted host has one;
+    4 unreachable; 5 journalctl failed (its message shown); 6 some hosts failed; 130 interrupted.
     """
     from ddtreectl.transport import connect
 
@@ -45,8 +49,19 @@ def logs_command(
         raise UsageError("--json cannot follow: it prints one document once the lines are read",
                          hint="drop -f, and run it again (with --since) to poll")
     inventory = load_inventory()
-    hosts = inventory.resolve(targets)
-    prefix = len(hosts) > 1
+    everyone = inventory.resolve(targets)
+    # A fleet-wide `logs all` (or a group) shows what there is: a host that runs no service simply has
+    # no journal, which is not a failure of the run. Named by itself, it is what was asked for: an error.
+    named = {t for t in targets if t != "all" and t in inventory.hosts}
+    skipped = {h.name for h in everyone if inventory.service_of(h) is None and h.name not in named}
+    if skipped and len(skipped) == len(everyone):
+        raise InventoryError(f"no targeted host ({', '.join(h.name for h in everyone)}) runs a service profile; "
+                             "no journal to show",
+                             hint=f"set hosts.NAME.service in {inventory.path.name}")
+    for name in skipped:
+        print(f"{name}: skipped: runs no service profile, no journal to show", file=sys.stderr)
+    hosts = [h for h in everyone if h.name not in skipped]
+    prefix = len(everyone) > 1
     lock = threading.Lock()
     failures: dict[str, DdtreeError] = {}  # host -> why its journal was not shown
     journals: dict[str, tuple[str, str]] = {}  # --json: host -> (unit, journalctl -o json output)
@@ -91,9 +106,9 @@ def logs_command(
     if json_out:
         from ddtreectl.ui.logs_view import logs_json
 
-        services = {h.name: inventory.service_of(h) for h in hosts}
+        services = {h.name: inventory.service_of(h) for h in everyone}
         units = {name: service.unit if service else None for name, service in services.items()}
-        json_doc.emit(logs_json([h.name for h in hosts], units, journals, failures, code))
+        json_doc.emit(logs_json([h.name for h in everyone], units, journals, failures, code, skipped))
     if len(failures) == 1 and len(hosts) == 1:
         raise next(iter(failures.values()))
     for err in failures.values():  # each with its own hint; then one exit code for the fan-out

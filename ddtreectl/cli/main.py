@@ -22,6 +22,7 @@ from ddtreectl.cli import set_ip  # noqa: F401,E402
 from ddtreectl.cli import gpus, mode  # noqa: F401,E402
 from ddtreectl.cli import run as run_command  # noqa: F401,E402  (main.run is the entry point)
 from ddtreectl.cli import deploy, lock, rollback  # noqa: F401,E402
+from ddtreectl.cli import validate  # noqa: F401,E402
 
 
 def main(argv: list[str] | None = None) -> int:

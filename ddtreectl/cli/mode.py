@@ -29,7 +29,8 @@ def mode(
     `mode HOST dev --reason "…" [--ttl 8h]`: drain the production service (wait until /metrics shows
     no request running or queued, up to --drain-timeout), disable and stop it, verify the GPUs went
     idle, then record who holds the host, why, since and until when (<remote_root>/state/mode.json).
-    Where declared GPUs cannot be read at all (no nvidia-smi) it refuses before changing anything;
+    Where declared GPUs cannot be read at all (no nvidia-smi), or nvidia-smi lists another number
+    of GPUs than the inventory's `gpus:` (gpus: 0 included), it refuses before changing anything;
     a host the inventory declares GPU-less (gpus: 0) needs no nvidia-smi.
 
     `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore

@@ -33,7 +33,8 @@ def rollback_command(
     --restart restarts the service if it runs or crash-loops between Restart= attempts (a stopped unit
     is left stopped: restore-service starts it), then gates it like restore-service: unit active,
     port open, /health, readiness, model listed, /server_info; a failed phase is exit 5 with this
-    start's journal lines.
+    start's journal lines; Ctrl-C during the gate stops waiting and says the state (exit 130). Without
+    --restart a running service keeps its release: "restart pending" says which (--json: still_running).
 
     Exit codes: 0 switched (and with --restart, verified healthy); 5 no earlier good release, or
     switched but the --restart or its health gate failed; 2 --to ID does not exist on the host, has
@@ -54,7 +55,7 @@ def rollback_command(
 
     def one(h: Host, cancel: threading.Event) -> object:
         with connect(h, inventory) as transport:
-            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart,
+            return rollback_host(transport, inventory, h, to=to, lock_wait_s=lock_wait, restart=restart, cancel=cancel,
                                  on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
     # The health gate after --restart may take as long as the slowest profile's total timeout.

@@ -58,7 +58,10 @@ def status(
     never delays the others. The service state is said in words: running,
     starting, restarting after a failure, failed (exit status, restart
     count), stopped but enabled, stopped and disabled (will not start at
-    boot), masked, not installed, or unknown (and why). On a `role: prod`
+    boot), masked, not installed, or unknown (and why). A running unit is
+    asked whether it serves yet (port open, then GET /health, 5 s): right
+    after a start it says "not serving yet" (port closed or 503 while the
+    model loads) until /health answers 200 ("serving"). On a `role: prod`
     host not held for development, a service that is not running is also
     a warning that names the command bringing it back.
 

@@ -53,6 +53,31 @@ def address_problem(value: str) -> str | None:
     return None if is_hostname(value) else "is not an IP address or hostname"
 
 
+def zone_problem(name: str, value: str) -> tuple[str, str] | None:
+    """What is wrong with a scoped IPv6 address (`fe80::1%eth0`) in host `name`'s entry, and what to type
+    instead: (phrase completing "<file>:<line>: hosts.<name>.address: ...", hint); None for any other
+    address. The zone names an interface of the machine it was typed on; an inventory is shared and read
+    on others, where the address reaches another link or nothing. One wording for set-ip's refusal and
+    the warning every command gives for such an entry already in the file."""
+    bare, sep, zone = value.partition("%")
+    if not sep:
+        return None
+    phrase = (f"{value!r} carries a zone index (%{zone}), which names a network interface of the machine it "
+              "is typed on; an inventory is shared and read on other machines, where "
+              f"{zone} is another link or none")
+    try:
+        link_local = ipaddress.ip_address(bare).is_link_local
+    except ValueError:
+        link_local = False
+    if link_local:
+        hint = (f"{bare} is link-local and cannot be reached without a zone: give {name}'s global or "
+                f"unique-local IPv6 address (`ip -6 addr show scope global` on the host), its IPv4 address or "
+                f"its DNS name: `ddtreectl set-ip {name} ADDRESS`")
+    else:
+        hint = f"give the address without its zone: `ddtreectl set-ip {name} {bare}`"
+    return phrase, hint
+
+
 def is_hostname(value: str) -> bool:
     """RFC 1123 host name. A name whose last label is all digits is rejected (RFC 3696 §2): it is
     a mistyped IPv4 address (`10.1.230.` or `10.1.230.256`), never a real name."""

@@ -11,7 +11,7 @@ import difflib
 import os
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from yaml.nodes import Node, ScalarNode
 
@@ -29,7 +29,9 @@ from ddtreectl.inventory.fields import (
     text_list,
     text_map,
 )
-from ddtreectl.inventory.models import BuildSettings, HealthSettings, Host, Inventory, ServiceProfile
+from ddtreectl.inventory.models import (
+    BuildSettings, HealthSettings, Host, Inventory, InventoryWarning, ServiceProfile,
+)
 from ddtreectl.inventory.yamltree import Problems, compose, join, kind, line_of, mapping
 
 LOCAL_ADDRESS = "127.0.0.1"
@@ -139,7 +141,20 @@ def parse(text: str, path: Path) -> Inventory:
         hosts=MappingProxyType({name: _build_host(name, v) for name, v in hosts.items()}),
         groups=MappingProxyType(groups),
         services=MappingProxyType(services),
+        warnings=tuple(_scoped_addresses(hosts, filename)),
     )
+
+
+def _scoped_addresses(hosts: Mapping[str, _HostEntry], filename: str) -> Iterator[InventoryWarning]:
+    """A scoped IPv6 address (`fe80::1%eth0`) is accepted, not an error: it does reach the host from
+    the one machine whose interface it names, and refusing the file would stop every command for every
+    host in it, `set-ip` (which replaces the address) and `status` of the others included. It is still
+    wrong in a shared file (set-ip never writes one), so each command warns, naming file, line and host."""
+    for name, entry in hosts.items():
+        address, node = entry.values.get("address", (None, None))
+        words = checks.zone_problem(name, address) if isinstance(address, str) else None
+        if words is not None:
+            yield InventoryWarning(name, f"{filename}:{line_of(node)}: hosts.{name}.address: {words[0]}", words[1])
 
 
 def _read(path: Path) -> str:

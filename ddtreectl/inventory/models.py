@@ -96,6 +96,16 @@ class Host:
 
 
 @dataclass(frozen=True)
+class InventoryWarning:
+    """A value the loader accepts that is still wrong for a shared inventory (a scoped IPv6 address):
+    `message` names the file, line and key path, as a validation error does."""
+
+    host: str
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
 class Inventory:
     """A validated inventory file."""
 
@@ -103,6 +113,11 @@ class Inventory:
     hosts: Mapping[str, Host]
     groups: Mapping[str, tuple[str, ...]]
     services: Mapping[str, ServiceProfile]
+    warnings: tuple[InventoryWarning, ...] = ()
+
+    def warnings_of(self, name: str) -> tuple[InventoryWarning, ...]:
+        """The inventory's warnings about host `name`'s entry."""
+        return tuple(w for w in self.warnings if w.host == name)
 
     def host(self, name: str) -> Host:
         """The host called `name`; raises InventoryError naming the known hosts otherwise."""

@@ -25,7 +25,7 @@ from ddtreectl.operations.audit import append_audit, operator, remote_path
 from ddtreectl.operations.dev_hold import refuse_if_held_for_dev
 from ddtreectl.operations.build import build_release, choose_archs, require_built, run_selftest
 from ddtreectl.operations.release import ShippedFile, release_id, stamp_good, stamp_text
-from ddtreectl.operations.restart import restart_and_verify, restart_error
+from ddtreectl.operations.restart import restart_and_verify, restart_error, restart_interrupted
 from ddtreectl.operations.sync import copy_local, explain_failed_copy, rsync_argv, run_rsync, shipped_kib, sources_for
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.mode_lease import lease_from_state_files
@@ -214,8 +214,10 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
                 _audit_quietly(transport, root, "deploy-failed", release=rid, error=err.message.splitlines()[0])
                 raise
         _check(cancel, host.name)
-        _activate(transport, inventory, host, facts, rid, options, result, emit)
+        _activate(transport, inventory, host, facts, rid, options, result, emit, cancel)
     except InterruptedByOperatorError as err:
+        if stage[0] in ("restart", "verify"):
+            raise  # after the switch: restart_interrupted says what was switched and restarted
         raise _interrupted(err, transport, host, stage[0], current, rid) from None
     finally:
         release_lock_quietly(transport, root)
@@ -309,7 +311,8 @@ def _stale_units(transport: Transport, host: Host, facts: HostFacts, rendered: R
 
 
 def _activate(transport: Transport, inventory: Inventory, host: Host, facts: HostFacts, rid: str,
-              options: DeployOptions, result: DeployResult, emit: EventFn) -> None:
+              options: DeployOptions, result: DeployResult, emit: EventFn,
+              cancel: threading.Event | None = None) -> None:
     from ddtreectl.operations.units import drift, install_units, read_installed
     from ddtreectl.render.units import render_service
 
@@ -328,15 +331,22 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
         result.previous = activate.switch_current(transport, root, rid)
         if result.action == "noop":
             result.action = "activated"
-    failed_restart: RemoteCommandError | None = None
+    failed_restart: RemoteCommandError | InterruptedByOperatorError | None = None
+    interrupted = ""  # the gate phase (or "before the restart") Ctrl-C stopped the restart in
     if options.restart and rendered is not None:
         emit(DeployEvent(host.name, "restart"))
-        outcome = restart_and_verify(transport, inventory, host, replaces=result.replaced_running,
+        outcome = restart_and_verify(transport, inventory, host, replaces=result.replaced_running, cancel=cancel,
                                      on_event=lambda e: emit(
             DeployEvent(host.name, "verify", detail=f"{e.phase}: {e.detail}" if e.detail else e.phase)))
         result.restarted, result.restart_verified = outcome.restarted, outcome.verified
         result.restart_note = outcome.left
-        if not outcome.ok:
+        interrupted = outcome.interrupted
+        if interrupted:
+            failed_restart = restart_interrupted(outcome, host, rendered.unit, rid,
+                                                 result.previous or facts.release.running or None,
+                                                 switched=f"`current` is {rid}"
+                                                 + (f" (was {result.previous})" if result.previous else ""))
+        elif not outcome.ok:
             failed_restart = restart_error(outcome, host, rendered.unit, rid,
                                            result.previous or facts.release.running or None,
                                            switched=f"`current` is {rid}")
@@ -349,7 +359,8 @@ def _activate(transport: Transport, inventory: Inventory, host: Host, facts: Hos
     # the host's record must say so (it used to be skipped, leaving the switch unrecorded).
     append_audit(transport, root, "deploy", release=rid, previous=result.previous, outcome=result.action,
                  selftest=result.selftest or None, restarted=result.restarted,
-                 restart_failed=failed_restart.message.splitlines()[0] if failed_restart else None)
+                 restart_failed=failed_restart.message.splitlines()[0] if failed_restart else None,
+                 restart_interrupted=interrupted or None)
     if failed_restart is not None:
         raise failed_restart
     if result.action != "noop":

@@ -183,24 +183,31 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     Stopping the service cannot install nvidia-smi: on a host without it the switch used to drain and
     stop production, then refuse (GPUs unknown), leaving the host down with no lease. One quick sample
     (one nvidia-smi query) decides it first; with --force the switch goes on and the final check
-    records the override. A host declared GPU-less (`gpus: 0`) has none to verify: not checked."""
-    if force or host.gpus == 0:
+    records the override. The same for GPUs nvidia-smi lists in another number than the inventory
+    declares (`gpus: 0` included: such a host has GPUs after all). A host declared GPU-less needs no
+    nvidia-smi (the check is not announced there: normally there is nothing to verify)."""
+    if force:
         return
-    on_step("checking, before production is touched, that the GPUs can be verified idle")
+    if host.gpus:
+        on_step("checking, before production is touched, that the GPUs can be verified idle")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
-    if not verdict.nvidia_smi_missing:  # busy now is expected (the service runs): the wait after the stop decides
+    unreadable = verdict.nvidia_smi_missing and not verdict.no_gpus
+    # Busy now is expected (the service runs): the wait after the stop decides. These two never pass.
+    if not unreadable and not verdict.miscount:
         return
     service = inventory.service_of(host)
     kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
         "; nothing was changed"
+    why = [r for r in verdict.reasons if r.startswith("GPU state unknown")] if unreadable else [verdict.miscount]
     raise GpusBusyError(
         "cannot take the host for development: its GPUs can never be verified idle ("
-        + "; ".join(r for r in verdict.reasons if r.startswith("GPU state unknown"))
-        + "), so production was not stopped" + kept,
-        hint=f"install nvidia-smi on {host.name} (or put it on the SSH user's PATH; `ddtreectl gpus "
-             f"{host.name}` shows what the sampler sees), or --force to take the host without the GPU "
-             "check (recorded in the audit log)",
+        + "; ".join(why) + "), so production was not stopped" + kept,
+        hint=(f"install nvidia-smi on {host.name} (or put it on the SSH user's PATH; `ddtreectl gpus "
+              f"{host.name}` shows what the sampler sees)" if unreadable else
+              f"check {host.name}'s GPUs (one off the bus? another machine?) or correct hosts.{host.name}.gpus "
+              f"in {inventory.path.name}")
+        + ", or --force to take the host without the GPU check (recorded in the audit log)",
         host=host.name)
 
 

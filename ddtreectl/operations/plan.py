@@ -8,6 +8,7 @@ switches `current` to a release whose build stamp is good.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -26,7 +27,7 @@ from ddtreectl.operations.deploy import (
     target_release,
 )
 from ddtreectl.operations.release import stamp_good
-from ddtreectl.operations.restart import restart_and_verify, restart_error
+from ddtreectl.operations.restart import restart_and_verify, restart_error, restart_interrupted, running_release
 from ddtreectl.operations.service_gate import PhaseEvent
 from ddtreectl.operations.sync import FileChanges, parse_itemize, rsync_argv, run_rsync, sources_for
 from ddtreectl.probes.facts import GpuState
@@ -114,11 +115,15 @@ class RollbackResult:
     restarted: bool
     restart_verified: bool = False  # --restart: the restarted service passed restore-service's gate
     restart_note: str = ""  # --restart: why the unit was not restarted or not gated ("" otherwise)
+    # Without --restart: the release the running service still runs (restart pending), else None.
+    still_running: str | None = None
 
 
 def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to: str | None, lock_wait_s: float,
-                  restart: bool, on_event: Callable[[PhaseEvent], None] = lambda event: None) -> RollbackResult:
-    """Switch `current` back to the recorded previous release (or `to`); it must have a good stamp."""
+                  restart: bool, on_event: Callable[[PhaseEvent], None] = lambda event: None,
+                  cancel: threading.Event | None = None) -> RollbackResult:
+    """Switch `current` back to the recorded previous release (or `to`); it must have a good stamp.
+    `cancel` (Ctrl-C) stops the restart's health gate from waiting (exit 130, the state said)."""
     root = host.remote_root
     take_lock(transport, root, f"rollback (ddtreectl pid {os.getpid()})", wait_s=lock_wait_s, ttl_s=600)
     try:
@@ -140,18 +145,27 @@ def rollback_host(transport: Transport, inventory: Inventory, host: Host, *, to:
                                          if listing.current else "no release is deployed: deploy one first")
             target = candidates[0]
         old = activate.switch_current(transport, root, target)
-        outcome = restart_and_verify(transport, inventory, host, on_event=on_event) if restart else None
+        outcome = restart_and_verify(transport, inventory, host, on_event=on_event,
+                                     cancel=cancel) if restart else None
         restarted = outcome is not None and outcome.restarted
         failure = outcome.failure if outcome is not None else ""
+        interrupted = outcome.interrupted if outcome is not None else ""
         append_audit(transport, root, "rollback", release=target, previous=old, restarted=restarted,
-                     restart_failed=failure or None)
+                     restart_failed=failure or None, restart_interrupted=interrupted or None)
+        service = inventory.service_of(host)
+        if outcome is not None and interrupted:
+            raise restart_interrupted(outcome, host, service.unit if service else "the service", target, old,
+                                      switched=f"rolled back to {target} (was {old or 'none'})")
         if outcome is not None and failure:
-            service = inventory.service_of(host)
             raise restart_error(outcome, host, service.unit if service else "the service", target, old,
                                 switched=f"rolled back to {target} (was {old or 'none'})")
+        # Without --restart a running service keeps the release it was started from: said here, as
+        # deploy does, so a rollback of a bad release is not taken for a fix while the bad one serves.
+        running = running_release(transport, host, service.unit) if service and not restart else None
         return RollbackResult(host.name, target, old, restarted,
                               restart_verified=outcome is not None and outcome.verified,
-                              restart_note=outcome.left if outcome is not None else "")
+                              restart_note=outcome.left if outcome is not None else "",
+                              still_running=running if running and running != target else None)
     finally:
         release_lock_quietly(transport, root)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -40,6 +41,7 @@ class GateFailure:
     elapsed_s: float
     reason: str
     journal: str
+    cancelled: bool = False  # the caller's cancel event stopped the wait: the service's health is unknown
 
 
 class _PhaseFailed(Exception):
@@ -89,8 +91,12 @@ class ServiceGate:
         health: HealthSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         journal_since: str | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.transport = transport
+        # Set by Ctrl-C in a fan-out: the gate stops waiting at its next poll (a large model's gate
+        # may otherwise wait up to its total timeout, an hour by default, with no way out).
+        self.cancel = cancel
         # `@<epoch>` on the host's clock from before this start: a failure then shows this start's
         # journal lines only, not older failures of the unit that read as the cause of this one.
         self.journal_since = journal_since
@@ -195,6 +201,10 @@ class ServiceGate:
             self.on_event(PhaseEvent(self.host, name, "running", 0.0))
             while True:
                 elapsed = self.clock() - phase_start
+                if self.cancel is not None and self.cancel.is_set():
+                    self.on_event(PhaseEvent(self.host, name, "failed", elapsed, "stopped waiting (interrupted)"))
+                    return GateFailure(phase=name, elapsed_s=elapsed, reason="interrupted: stopped waiting",
+                                       journal="", cancelled=True)
                 try:
                     detail = check()
                 except _PhaseFailed as failed:

@@ -202,16 +202,10 @@ def _zone_refusal(inventory: Inventory, host: Host, address: str) -> InventoryEr
     except (InventoryError, OSError):
         line = host.line
     where = f"{inventory.path.name}:{line}" if line else inventory.path.name
-    bare, _, zone = address.partition("%")
-    message = (f"{where}: hosts.{host.name}.address: set-ip: {address!r} carries a zone index (%{zone}), which "
-               "names a network interface of the machine it is typed on; an inventory is shared and read on "
-               f"other machines, where {zone} is another link or none. The inventory was not changed")
-    if ipaddress.ip_address(bare).is_link_local:
-        hint = (f"{bare} is link-local and cannot be reached without a zone: give {host.name}'s global or "
-                f"unique-local IPv6 address (`ip -6 addr show scope global` on the host), its IPv4 address or "
-                f"its DNS name: `ddtreectl set-ip {host.name} ADDRESS`")
-    else:
-        hint = f"give the address without its zone: `ddtreectl set-ip {host.name} {bare}`"
+    words = checks.zone_problem(host.name, address)
+    assert words is not None, address  # called for an address with a zone only
+    phrase, hint = words
+    message = f"{where}: hosts.{host.name}.address: set-ip: {phrase}. The inventory was not changed"
     return InventoryError(message, hint=hint)
 
 

@@ -139,12 +139,14 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
             mux = transport if isinstance(transport, MuxTransport) else None
             warm = mux is not None and os.path.exists(mux.control_path)
             service = inventory.service_of(host)
+            # Only rank 0 of a multi-node service serves HTTP: the other ranks have no port to ask.
+            port = service.port if service and (not service.nodes or service.nodes[0] == host.name) else None
 
             def probe() -> HostFacts:
                 remaining = max(1.0, deadline_s - (time.monotonic() - started))
                 return probe_status(transport, unit=service.unit if service else None,
                                     remote_root=host.remote_root, timeout=remaining,
-                                    gpu_timeout_s=gpu_timeout)
+                                    gpu_timeout_s=gpu_timeout, port=port)
 
             facts = probe()
             # A warm master was authenticated earlier: the host's keys may have changed since, and
@@ -165,16 +167,19 @@ def gather_status(inventory: Inventory, hosts: list[Host], *, deadline_s: float,
                        tuple(unit_drift(inventory, host, facts)))
 
     fleet = run_on_hosts(hosts, probe_one, deadline_s=deadline_s, deadline_option="--timeout")
-    statuses = tuple(_host_status(r) for r in fleet.results)
+    statuses = tuple(_host_status(r, tuple(w.message for w in inventory.warnings_of(r.host.name)))
+                     for r in fleet.results)
     return StatusReport(statuses, deadline_s, time.monotonic() - started)
 
 
-def _host_status(result: HostResult[_Probed]) -> HostStatus:
+def _host_status(result: HostResult[_Probed], entry_warnings: tuple[str, ...] = ()) -> HostStatus:
+    """The host's status; `entry_warnings` (what is wrong with its inventory entry) come first in its
+    warnings, whether it answered or not."""
     host = result.host
     if result.value is not None:
         probed = result.value
         facts = probed.facts
-        warnings = tuple(warnings_for(host, facts)) + tuple(probed.drift) + tuple(
+        warnings = entry_warnings + tuple(warnings_for(host, facts)) + tuple(probed.drift) + tuple(
             status_warning(host.name, unit) for unit in facts.other_units)
         outcome: Outcome = "ok"
         error = hint = ""
@@ -191,7 +196,8 @@ def _host_status(result: HostResult[_Probed]) -> HostStatus:
     exc = result.error
     if not isinstance(exc, DdtreeError):
         return HostStatus(host, "failed", error=f"internal error: {type(exc).__name__}: {exc}",
-                          hint="run with --debug and report this as a bug", exception=exc)
+                          hint="run with --debug and report this as a bug", exception=exc,
+                          warnings=entry_warnings)
     if isinstance(exc, DeadlineExceededError):
         outcome = "timeout"
     elif isinstance(exc, (HostKeyError, IdentityMismatchError)):
@@ -200,4 +206,5 @@ def _host_status(result: HostResult[_Probed]) -> HostStatus:
         outcome = "unreachable"
     else:
         outcome = "failed"
-    return HostStatus(host, outcome, error=exc.message, hint=exc.hint or "", exception=exc)
+    return HostStatus(host, outcome, error=exc.message, hint=exc.hint or "", exception=exc,
+                      warnings=entry_warnings)

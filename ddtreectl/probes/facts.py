@@ -90,6 +90,26 @@ class ServiceState:
 
 
 @dataclass(frozen=True)
+class ServiceHealth:
+    """Whether an active unit serves yet (status.sh, health): its port open, and `/health`'s answer
+    (SGLang and the reference server answer 503 while the model loads)."""
+
+    port: int
+    listening: bool | None  # None: /proc/net/tcp{,6} unreadable
+    http_status: int | None  # None: not asked (port closed, no curl/python3) or no answer (see `answered`)
+    asked: bool  # a GET was sent (curl or python3 on the host)
+
+    @property
+    def serving(self) -> bool | None:
+        """True: /health said 200; False: port closed, an error status or no answer; None: not known."""
+        if self.listening is False:
+            return False
+        if not self.asked:
+            return None
+        return self.http_status == 200
+
+
+@dataclass(frozen=True)
 class ReleaseState:
     """What `<remote_root>/current` points to, whether it was built, and what the service runs."""
 
@@ -169,3 +189,6 @@ class HostFacts:
     sshd_listening: bool | None = None
     # Units ddtreectl installed that are not the one rendered for the host now (status.sh, otherunits).
     other_units: tuple[OtherUnit, ...] = ()
+    # The service's readiness when its unit is active and it serves HTTP here (status.sh, health);
+    # None: not probed (unit not active, no port on this host: a multi-node rank > 0, an older probe).
+    health: ServiceHealth | None = None

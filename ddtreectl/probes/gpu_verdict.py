@@ -77,13 +77,17 @@ class HostVerdict:
     samples: int  # nvidia-smi readings taken (0 when it is not installed)
     interval_s: float
     nvidia_smi_ms: int | None  # slowest nvidia-smi query of the window
-    # Unknown in a way sampling again cannot change (nvidia-smi is not installed): waiting is pointless.
+    # Unknown in a way sampling again cannot change (nvidia-smi is not installed, or it lists another GPU
+    # count than the inventory declares and nothing else is unknown): waiting is pointless.
     settled: bool = False
     # nvidia-smi was not found in any sample, whatever else made the verdict (an active unit is busy).
     nvidia_smi_missing: bool = False
     # The inventory declares no GPUs (`gpus: 0`) and the host has none to read (no nvidia-smi, or it
     # found no devices): there is nothing to sample, which is the expected state, not an unknown one.
     no_gpus: bool = False
+    # nvidia-smi listed another GPU count than the inventory declares ("" when it matched or was not read):
+    # unknown whatever the units do, so `mode dev` refuses it before it stops production.
+    miscount: str = ""
 
     @property
     def idle(self) -> bool:
@@ -179,10 +183,13 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
             readings.setdefault(gpu.uuid, []).append(gpu)
     reports = tuple(_gpu_report(uuid, found, processes, len(ok_states)) for uuid, found in readings.items())
     counts = {len(s.gpus) for s in ok_states}
-    if ok_states and expected_gpus and counts != {expected_gpus}:
+    # `gpus: 0` is a count too: a host declared GPU-less whose nvidia-smi lists GPUs is misdeclared (the
+    # inventory or the machine is not what it says), the same doubt as a missing GPU (status flags both).
+    miscount = ""
+    if ok_states and counts != {expected_gpus}:
         unknown = True
-        reasons.append(f"expected {expected_gpus} GPUs, nvidia-smi listed "
-                       + " / ".join(str(c) for c in sorted(counts)))
+        miscount = f"expected {expected_gpus} GPUs, nvidia-smi listed " + " / ".join(str(c) for c in sorted(counts))
+        reasons.append(miscount)
     for report in reports:
         label = f"GPU {report.index if report.index is not None else report.uuid}"
         for signal in report.signals:
@@ -217,5 +224,8 @@ def gpu_verdict(samples: GpuSamples, *, unit: str | None, expected_gpus: int) ->
     return HostVerdict(verdict=verdict, reasons=tuple(reasons), signals=tuple(signals), gpus=reports,
                        # Without nvidia-smi the sampler stops at its first query: no reading was taken.
                        processes=processes, samples=0 if missing else len(states), interval_s=samples.interval_s,
-                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and missing, nvidia_smi_missing=missing,
+                       # Sampling again cannot install nvidia-smi, nor make the GPU count match the
+                       # inventory's (a GPU off the bus needs a reboot; a wrong `gpus:` an edit).
+                       nvidia_smi_ms=slowest, settled=verdict == "unknown" and (missing or reasons == [miscount]),
+                       nvidia_smi_missing=missing, miscount=miscount,
                        no_gpus=no_gpus)

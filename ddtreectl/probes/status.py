@@ -8,7 +8,7 @@ from importlib import resources
 from typing import Any
 
 from ddtreectl.errors import RemoteCommandError
-from ddtreectl.probes.facts import HostFacts, OtherUnit
+from ddtreectl.probes.facts import HostFacts, OtherUnit, ServiceHealth
 from ddtreectl.probes.parse import (
     Section,
     gpu_state,
@@ -31,14 +31,16 @@ def load_script(name: str) -> str:
     return resources.files("ddtreectl.probes").joinpath("scripts", name).read_text(encoding="utf-8")
 
 
-def status_command(unit: str, remote_root: str, gpu_timeout_s: int = DEFAULT_GPU_TIMEOUT_S) -> str:
-    """The complete remote command: `sh -c SCRIPT ddtree-probe UNIT ROOT GPU_TIMEOUT`, all quoted.
+def status_command(unit: str, remote_root: str, gpu_timeout_s: int = DEFAULT_GPU_TIMEOUT_S,
+                   port: int | None = None) -> str:
+    """The complete remote command: `sh -c SCRIPT ddtree-probe UNIT ROOT GPU_TIMEOUT PORT`, all quoted
+    (PORT: the service's HTTP port on this host, asked for its readiness when the unit is active).
 
     The script travels as an argument (not stdin) so it needs nothing from the transport but a
     command string, and runs under /bin/sh whatever the user's login shell is.
     """
     parts = ["sh", "-c", load_script("status.sh"), "ddtree-probe", unit, remote_root,
-             str(int(gpu_timeout_s))]
+             str(int(gpu_timeout_s)), str(port) if port else ""]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -76,6 +78,7 @@ def parse_status_output(text: str, *, unit: str | None) -> HostFacts:
         host_keys=_host_keys(by_name.get("hostkeys")),
         sshd_listening=_sshd_listening(by_name.get("sshlisten")),
         other_units=_other_units(by_name.get("otherunits")),
+        health=_health(by_name.get("health")),
         **_unit_file(by_name.get("unitfile")),
     )
 
@@ -126,6 +129,19 @@ def _sshd_listening(section: Section | None) -> bool | None:
     return {"1": True, "0": False}.get(fields.get("listening", ""))
 
 
+def _health(section: Section | None) -> ServiceHealth | None:
+    """The `health` section: `port=N listening=0|1|` then `tool=curl|python3| code=NNN` (000: no answer)."""
+    if section is None:
+        return None
+    fields = dict(part.partition("=")[::2] for part in section.body.split())
+    if not fields.get("port", "").isdigit():
+        return None
+    code = fields.get("code", "")
+    status = int(code) if code.isdigit() and int(code) > 0 else None
+    return ServiceHealth(int(fields["port"]), {"1": True, "0": False}.get(fields.get("listening", "")),
+                         status, bool(fields.get("tool")))
+
+
 def _disk_detail(section: Section | None) -> str:
     if section is None:
         return "the probe output has no disk section"
@@ -142,9 +158,10 @@ def _float(value: str) -> float | None:
 
 
 def probe_status(transport: Transport, *, unit: str | None, remote_root: str,
-                 timeout: float, gpu_timeout_s: int = DEFAULT_GPU_TIMEOUT_S) -> HostFacts:
-    """Run the status probe on an open transport and parse it (one round trip)."""
-    command = status_command(unit or "", remote_root, gpu_timeout_s)
+                 timeout: float, gpu_timeout_s: int = DEFAULT_GPU_TIMEOUT_S, port: int | None = None) -> HostFacts:
+    """Run the status probe on an open transport and parse it (one round trip). `port`: the service's
+    HTTP port on this host, whose /health says whether an active unit serves yet or still loads."""
+    command = status_command(unit or "", remote_root, gpu_timeout_s, port)
     result = transport.run(command, timeout=timeout)
     try:
         return parse_status_output(result.stdout, unit=unit)

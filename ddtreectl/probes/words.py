@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ddtreectl.probes.facts import GpuState, ServiceState
+from ddtreectl.probes.facts import GpuState, ServiceHealth, ServiceState
 
 ServiceKind = Literal[
     "running", "starting", "restarting", "reloading", "stopping", "failed", "stopped-enabled",
@@ -100,6 +100,25 @@ def service_condition(state: ServiceState) -> ServiceCondition:
         return ServiceCondition("stopped-disabled", f"stopped (unit file state "
                                 f"{state.unit_file_state or 'unknown'}){last}")
     return ServiceCondition("unknown", f"unknown state ActiveState={active} SubState={sub}")
+
+
+def health_words(health: ServiceHealth | None) -> str | None:
+    """Whether a running unit serves yet, in words (None: not asked). systemd says "running" from the
+    moment the server process starts; the model may load for minutes after that."""
+    if health is None:
+        return None
+    if health.serving:
+        return "serving"
+    if health.listening is False:
+        return f"not serving yet: port {health.port} not open (loading?)"
+    if not health.asked:
+        return "serving unknown: no curl or python3 on the host to ask /health"
+    if health.http_status == 503:
+        return "not serving yet: /health answers 503 (loading)"
+    if health.http_status is None:
+        return (f"not serving: no answer from 127.0.0.1:{health.port}/health "
+                "(refused, or none within 5 s, or the --timeout)")
+    return f"not serving: /health answers {health.http_status}"
 
 
 def gpu_summary(state: GpuState) -> str:

@@ -61,7 +61,9 @@ class DeployProgress:
                     self._progress.update(task, phase=e.phase, detail=detail,
                                           total=1 if e.phase == "done" else None,
                                           completed=1 if e.phase == "done" else 0)
-            elif self._plain and self._phase.get(e.host) != e.phase:
+            elif self._plain and (self._phase.get(e.host) != e.phase or e.phase == "verify"):
+                # Each step of the restart's health gate too: a model loading for many minutes showed
+                # "verify unit active" and then nothing until the end (restore-service prints each).
                 console.stderr().print(f"{escape(e.host)}: {e.phase} {escape(e.detail)}".rstrip())
             self._phase[e.host] = e.phase
 
@@ -216,5 +218,8 @@ def show_rollbacks(results: Sequence[RollbackResult], errors: Sequence[tuple[str
         restarted = (", service restarted and verified healthy" if r.restart_verified else ", service restarted") \
             if r.restarted else ""
         note = f" ({r.restart_note})" if r.restart_note else ""
+        pending = (f" · restart pending: the service still runs {r.still_running} (`ddtreectl rollback --host "
+                   f"{r.host} --restart` restarts and verifies it next time; now: `systemctl restart` the unit on "
+                   f"the host, then `ddtreectl restore-service {r.host}` verifies it)") if r.still_running else ""
         console.stdout().print(escape(f"{r.host}: current -> {r.release} (was {r.previous or 'none'})"
-                                      f"{restarted}{note}"))
+                                      f"{restarted}{note}{pending}"))

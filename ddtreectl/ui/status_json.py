@@ -16,7 +16,7 @@ from typing import Any
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import GpuState, HostFacts
 from ddtreectl.probes.mode_lease import lease_from_state_files
-from ddtreectl.probes.words import service_condition
+from ddtreectl.probes.words import health_words, service_condition
 from ddtreectl.ui.status_schema import SCHEMA, STATUS_JSON_SCHEMA
 
 __all__ = ["SCHEMA", "STATUS_JSON_SCHEMA", "dumps", "host_to_json", "report_to_json"]
@@ -115,14 +115,20 @@ def _service_json(facts: HostFacts, profile: str | None) -> dict[str, Any] | Non
     condition = service_condition(svc)
     since = (datetime.fromtimestamp(svc.active_since_epoch, timezone.utc).isoformat()
              if svc.active_since_epoch else None)
+    health = facts.health if condition.kind == "running" else None
+    said = health_words(health)
     return {
-        "profile": profile, "unit": svc.unit, "state": condition.kind, "words": condition.words,
+        "profile": profile, "unit": svc.unit, "state": condition.kind,
+        "words": condition.words + (f", {said}" if said else ""),
         "known": svc.known, "load_state": svc.load_state or None,
         "active_state": svc.active_state or None, "sub_state": svc.sub_state or None,
         "unit_file_state": svc.unit_file_state or None, "result": svc.result or None,
         "exec_main_status": svc.exec_main_status, "n_restarts": svc.n_restarts,
         "active_since": since, "need_daemon_reload": svc.need_daemon_reload,
         "main_pid": svc.main_pid,
+        "serving": health.serving if health else None,
+        "health": {"port": health.port, "listening": health.listening, "http_status": health.http_status}
+        if health else None,
     }
 
 

@@ -30,7 +30,11 @@ STATUS_JSON_SCHEMA = """\
    "service": null (no service profile) | {"profile", "unit",
      "state": KIND, "words", "known", "load_state", "active_state",
      "sub_state", "unit_file_state", "result", "exec_main_status",
-     "n_restarts", "active_since", "need_daemon_reload", "main_pid"},
+     "n_restarts", "active_since", "need_daemon_reload", "main_pid",
+     "serving": true (/health 200) | false (port not open, /health
+       503 while loading, another status, no answer within 5 s) | null
+       (not asked: unit not active, no port here, no curl/python3),
+     "health": null | {"port", "listening", "http_status"}},
    "release": {"root", "root_exists", "current", "current_path",
      "current_exists", "build_stamp", "stamp", "releases",
      "running", "restart_pending"},

@@ -13,7 +13,7 @@ from rich.text import Text
 from ddtreectl.operations.status import HostStatus, StatusReport
 from ddtreectl.probes.facts import HostFacts
 from ddtreectl.probes.mode_lease import lease_from_state_files, mode_words
-from ddtreectl.probes.words import ServiceKind, gpu_summary, service_condition
+from ddtreectl.probes.words import ServiceKind, gpu_summary, health_words, service_condition
 
 _SERVICE_STYLE: dict[ServiceKind, str] = {
     "running": "green", "starting": "yellow", "restarting": "red", "reloading": "yellow",
@@ -144,7 +144,10 @@ def _service(facts: HostFacts, profile: str | None) -> Text:
     if condition.kind == "running" and since is not None:
         # This machine's clock against the host's timestamp: skew of seconds does not matter here.
         words += f" for {_duration(max(0.0, time.time() - since))}"
-    return Text(f"{name}: {words}", style=_SERVICE_STYLE[condition.kind])
+    health = health_words(facts.health) if condition.kind == "running" else None
+    words += f", {health}" if health else ""
+    loading = condition.kind == "running" and facts.health is not None and facts.health.serving is False
+    return Text(f"{name}: {words}", style="yellow" if loading else _SERVICE_STYLE[condition.kind])
 
 
 def _duration(seconds: float) -> str:

@@ -164,3 +164,20 @@ def test_a_host_declared_gpu_less_needs_no_nvidia_smi(tmp_path: Path) -> None:
     assert one.returncode == 7 and json.loads(one.stdout)["hosts"][0]["no_gpus"] is False, one.stdout
     refused = subprocess.run([*mode, "dev", "--reason", "x"], capture_output=True, text=True, timeout=120, env=env)
     assert refused.returncode == 7 and "nvidia-smi is not installed" in refused.stderr, refused.stderr
+
+
+def test_gpus_on_a_host_declared_gpu_less_are_not_idle(tmp_path: Path) -> None:
+    """`gpus: 0` while nvidia-smi lists an idle GPU: status warned "expected 0 GPUs, found 1" but `gpus`
+    said IDLE (exit 0), so `mode HOST dev` took a host whose inventory is wrong. Unknown, exit 7, as for
+    a GPU missing from the count."""
+    inventory, env = setup(tmp_path, "nvidia-smi-gpus-h200-1x.txt")
+    inventory.write_text(inventory.read_text().replace("gpus: 1", "gpus: 0"))
+    text = ddtreectl(inventory, env, "--samples", "1")
+    assert text.returncode == 7, text.stdout + text.stderr
+    assert "box: UNKNOWN" in text.stdout and "expected 0 GPUs, nvidia-smi listed 1" in text.stdout, text.stdout
+    (host,) = json.loads(ddtreectl(inventory, env, "--json", "--samples", "1").stdout)["hosts"]
+    assert (host["verdict"], host["ok"], host["no_gpus"]) == ("unknown", False, False), host
+    # Waiting cannot make the count match the inventory: one round, not polling until the timeout.
+    waited = ddtreectl(inventory, env, "--wait-idle", "--timeout", "60", "--samples", "1", "--json")
+    (host,) = json.loads(waited.stdout)["hosts"]
+    assert (waited.returncode, host["verdict"], host["rounds"]) == (7, "unknown", 1), waited.stdout

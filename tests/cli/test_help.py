@@ -8,7 +8,7 @@ import pytest
 from ddtreectl.cli.main import run
 
 COMMANDS = [["status"], ["logs"], ["render"], ["restore-service"], ["trust"], ["set-ip"], ["gpus"], ["mode"],
-            ["run"], ["deploy"], ["rollback"], ["lock", "status"], ["lock", "release"]]
+            ["run"], ["deploy"], ["rollback"], ["lock", "status"], ["lock", "release"], ["validate"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

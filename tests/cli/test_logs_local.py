@@ -39,3 +39,16 @@ def test_a_unit_without_entries_is_fine(inv: Path, capsys: pytest.CaptureFixture
 
 def test_negative_lines_is_a_usage_error(inv: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["-i", str(inv), "logs", "box", "-n", "-1"]) == 2
+
+
+def test_logs_all_skips_a_host_without_a_service(inv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fleet-wide `logs all` reports per host: one that runs no service is skipped and said so, not a
+    failure of the run (it exited 6). Named, it is an error (3); with no service anywhere, 3 too."""
+    inv.write_text(inv.read_text() + f"  bare:\n    transport: local\n    gpus: 0\n    remote_root: {inv.parent}/r2\n")
+    assert run(["-i", str(inv), "logs", "all", "-n", "5"]) == 0
+    assert capsys.readouterr().err == "bare: skipped: runs no service profile, no journal to show\n"
+    assert run(["-i", str(inv), "logs", "bare", "box", "-n", "5"]) == 6
+    assert "error: bare: runs no service profile" in capsys.readouterr().err
+    inv.write_text(inv.read_text().replace("    service: svc\n", ""))
+    assert run(["-i", str(inv), "logs", "all"]) == 3
+    assert "error: no targeted host (box, bare) runs a service profile" in capsys.readouterr().err

@@ -44,18 +44,35 @@ def install_service_units(inventory: Path, host_name: str) -> None:
         install_units(transport, rendered)
 
 
+def deployed_and_running(testbed: Any, host: Any, tmp_path: Path, services: dict[str, Any], service: str,
+                         old: str, unit: str) -> tuple[Path, str]:
+    """A `role: prod` host running `unit` on the built release `old`, with a newer built release that a
+    deploy from the stand-in workspace in `tmp_path` only activates; returns (inventory, new release)."""
+    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=services,
+                                  host_overrides={host.name: {"service": service, "role": "prod"}})
+    new = stand_in_workspace(tmp_path)
+    lay_out_built(host, old)
+    lay_out_built(host, new)
+    host.sh(f"ln -sfn releases/{old} /opt/ddtree/current")
+    install_service_units(inventory, host.name)
+    host.systemctl("start", unit)
+    return inventory, new
+
+
 def reference_service(unit_name: str, served_model_name: str, *,
-                      pythonpath: str = str(REPO / "engine/python")) -> dict[str, Any]:
+                      pythonpath: str = str(REPO / "engine/python"), load_delay_s: float = 0) -> dict[str, Any]:
     """A service profile that runs the engine's reference server (seeded random weights, CPU): a real
     HTTP server that passes restore-service's gate, which `deploy --restart` and `rollback --restart`
     run too (a `/bin/sleep infinity` unit never opens its port). By default it runs this checkout's
     engine/python, which the hosts see through their overlay root, for releases laid out without a
-    Python package; `pythonpath="/opt/ddtree/current/python"` runs the deployed release's."""
+    Python package; `pythonpath="/opt/ddtree/current/python"` runs the deployed release's. `load_delay_s`
+    keeps it loading that long after its port opens (/health answers 503 meanwhile)."""
     import sys
 
     return {"template": "sglang-ddtree.service.j2", "python": sys.executable, "module": "ddtree_engine.serve",
             "unit_name": unit_name, "port": 30000, "model_path": f"/models/{served_model_name}",
-            "extra_args": ["--allow-random-weights"], "served_model_name": served_model_name, "tp_size": 1,
+            "extra_args": ["--allow-random-weights", *(["--load-delay", str(load_delay_s)] if load_delay_s else [])],
+            "served_model_name": served_model_name, "tp_size": 1,
             "environment": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"},
             "health": {"unit_active_timeout": 30, "port_open_timeout": 120, "liveness_timeout": 60,
                        "readiness_timeout": 120, "total_timeout": 300}}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.host_setup import install_service_units, lay_out_built, stand_in_workspace
+from tests.e2e.host_setup import deployed_and_running
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -30,14 +30,7 @@ OLD = "a0a0a0a0a0a0"
 @pytest.mark.testbed
 def test_a_failed_restart_after_the_switch_is_in_the_audit_log(testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     (host,) = boot_hosts(["dr-host"])
-    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
-                                  host_overrides={host.name: {"service": "dr", "role": "prod"}})
-    new = stand_in_workspace(tmp_path)
-    lay_out_built(host, OLD)
-    lay_out_built(host, new)
-    host.sh(f"ln -sfn releases/{OLD} /opt/ddtree/current")
-    install_service_units(inventory, host.name)
-    host.systemctl("start", UNIT)
+    inventory, new = deployed_and_running(testbed, host, tmp_path, SERVICES, "dr", OLD, UNIT)
     # running now, but it cannot start again
     host.write_file(f"/etc/systemd/system/{UNIT}.d/broken.conf", "[Service]\nExecStartPre=/bin/false\n")
     host.systemctl("daemon-reload")

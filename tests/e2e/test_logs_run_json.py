@@ -80,6 +80,21 @@ def test_logs_and_run_json_on_real_hosts(testbed: Any, boot_hosts: Any, tmp_path
     assert failed["error"]["exit_code"] == 3 and "runs no service profile" in failed["error"]["message"], failed
     assert shown["ok"] is True and "first line" in [e["message"] for e in shown["entries"]]
 
+    # `logs all`: a host with no service has no journal; the fleet-wide run shows the others and
+    # says so, and does not fail for it (it was exit 6). Named alone, it stays an error (above: 3).
+    every = ddtreectl(inventory, "logs", "all", "--json")
+    assert every.returncode == 0, (every.stdout, every.stderr)
+    doc = document(every)
+    skipped, shown = {h["host"]: h for h in doc["hosts"]}[bare.name], {h["host"]: h for h in doc["hosts"]}[served.name]
+    assert (doc["exit_code"], doc["ok"], [h["host"] for h in doc["hosts"]]) == (0, True, [served.name, bare.name])
+    assert (skipped["ok"], skipped["entries"], skipped["error"], skipped["skipped"]) == \
+        (True, [], None, "no service profile"), skipped
+    assert shown["skipped"] is None and "first line" in [e["message"] for e in shown["entries"]], shown
+    text = ddtreectl(inventory, "logs", "all")
+    assert text.returncode == 0, (text.stdout, text.stderr)
+    assert f"{served.name}: " in text.stdout and "first line" in text.stdout, text.stdout
+    assert text.stderr == f"{bare.name}: skipped: runs no service profile, no journal to show\n", text.stderr
+
     bad = ddtreectl(inventory, "logs", served.name, "--json", "--since", "not-a-time")
     doc = document(bad)
     assert (bad.returncode, doc["exit_code"], doc["hosts"][0]["error"]["exit_code"]) == (5, 5, 5), doc

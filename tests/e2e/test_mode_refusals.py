@@ -217,3 +217,30 @@ def test_prod_whose_start_fails_puts_the_enable_back_and_keeps_the_dev_lease(hos
     fixed = ddtreectl("-i", i, "mode", "mr-gate", "prod")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert lease(host)["mode"] == "prod" and unit_state(host) == ("active", "enabled")
+
+
+@pytest.mark.parametrize("declared", [0, 2])
+def test_dev_refuses_before_stopping_production_when_the_gpu_count_is_not_the_inventorys(
+        boot_hosts: Any, testbed: Any, tmp_path: Path, declared: int) -> None:
+    """nvidia-smi lists one GPU where the inventory declares `declared` (0: a host said to have none
+    has one after all). The idle check after the stop can never pass (unknown: the count differs), so,
+    as without nvidia-smi, `mode dev` refuses before it drains or stops anything. With `gpus: 0` it
+    used to take the host (the count was not checked); with 2 it stopped production, then refused."""
+    name = f"mr-count{declared}"
+    (host,) = boot_hosts([name], gpus_stub={name: nvidia_smi_stand_in()})
+    inv = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
+                            host_overrides={name: {"service": "ref", "role": "prod", "gpus": declared}})
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    lay_out_release(host)
+    install_service_units(inv, name)
+    i = str(inv)
+    up = ddtreectl("-i", i, "restore-service", name, "--force")
+    assert up.returncode == 0, up.stdout + up.stderr
+
+    refused = ddtreectl("-i", i, "mode", name, "dev", "--reason", "bench")
+    assert refused.returncode == 7, refused.stdout + refused.stderr
+    assert (f"its GPUs can never be verified idle (expected {declared} GPUs, nvidia-smi listed 1), so production "
+            f"was not stopped; nothing was changed ({UNIT} is still active)") in refused.stderr, refused.stderr
+    assert f"correct hosts.{name}.gpus in hosts.yaml" in refused.stderr, refused.stderr
+    assert "stopping" not in refused.stderr and "draining" not in refused.stderr, refused.stderr
+    assert unit_state(host) == ("active", "enabled") and not (host.root / "opt/ddtree/state/mode.json").exists()

@@ -70,6 +70,20 @@ def test_rollback_restart_reports_what_happened_to_the_service(testbed: Any, boo
     assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "active"
     assert host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip() != pid
 
+    # 2b. without --restart the running service keeps its release: said, as deploy says it (rollback
+    # reported only "current -> OLD", which read as if the bad release no longer served)
+    exe = shutil.which("ddtreectl")
+    assert exe is not None
+    plain = subprocess.run([exe, "-i", str(inventory), "rollback", "--host", host.name], capture_output=True,
+                           text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    assert f"current -> {OLD} (was {NEW}) · restart pending: the service still runs {NEW}" in plain.stdout, plain.stdout
+    assert f"`ddtreectl restore-service {host.name}` verifies it" in plain.stdout, plain.stdout
+    back = subprocess.run([exe, "-i", str(inventory), "rollback", "--host", host.name, "--json"], capture_output=True,
+                          text=True, timeout=120)
+    (entry,) = json.loads(back.stdout)["hosts"]
+    assert (back.returncode, entry["release"], entry["still_running"]) == (0, NEW, None), entry  # runs NEW again
+
     # 3. running, but it cannot start again: the switch happened, the failed restart is exit 5
     host.write_file(f"/etc/systemd/system/{UNIT}.d/broken.conf", "[Service]\nExecStartPre=/bin/false\n")
     host.systemctl("daemon-reload")

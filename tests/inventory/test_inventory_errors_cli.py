@@ -138,3 +138,36 @@ def test_mutated_inventories_raise_only_inventory_errors() -> None:
             assert str(err).startswith("hosts.yaml:"), str(err)
             failures += 1
     assert failures > 1000  # most mutations are errors; each one was reported, not crashed
+
+
+def test_a_scoped_address_is_named_by_validate_and_status(tmp_path: Path) -> None:
+    """A scoped IPv6 address in the file (set-ip refuses to write one): `validate` fails (3) naming file,
+    line and host; `status` (and every other command) warns the same way on stderr and keeps working
+    for the other hosts, and the host's JSON entry carries the warning. `%nosuchif0` names no interface
+    of this machine: resolving it fails before any packet is sent."""
+    from ddtreectl.cli.main import run
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(f"hosts:\n  here:\n    transport: local\n    remote_root: {tmp_path}/root\n"
+                    "  far:\n    address: fe80::1%nosuchif0\n    connect_timeout: 2\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", "import sys; from ddtreectl.cli.main import main; main()",
+                               "-i", str(path), *args], capture_output=True, text=True, timeout=120, env=env)
+
+    warning = (f"warning: {path}:6: hosts.far.address: 'fe80::1%nosuchif0' carries a zone index (%nosuchif0), "
+               "which names a network interface of the machine it is typed on")
+    hint = "hint: fe80::1 is link-local and cannot be reached without a zone: give far's global"
+    checked = cli("validate")
+    assert checked.returncode == 3 and checked.stdout == "", checked
+    assert checked.stderr.startswith(warning) and hint in checked.stderr, checked.stderr
+    assert f"error: {path}: 1 warning above" in checked.stderr, checked.stderr
+    status = cli("status", "--json")
+    assert status.returncode == 6, status
+    assert status.stderr.startswith(warning) and hint in status.stderr, status.stderr
+    far = {h["name"]: h for h in json.loads(status.stdout)["hosts"]}["far"]
+    assert far["warnings"][0].startswith(warning.removeprefix("warning: ")), far
+    assert run(["-i", str(path), "validate"]) == 3
+    path.write_text(path.read_text().replace("fe80::1%nosuchif0", "10.0.0.1"))
+    assert run(["-i", str(path), "validate"]) == 0

@@ -82,6 +82,7 @@ def test_full_service_profile_and_identity_fields(tmp_path: Path) -> None:
     assert p.health.readiness_path == "/health" and p.health.total_timeout == 90.5
     a = inv.hosts["a"]
     assert a.address == "fe80::1%eth0" and a.host_key == key
+    assert [w.host for w in inv.warnings] == ["a"]  # accepted, with a warning (test_scoped_address_...)
     assert a.machine_id == "0123456789abcdef0123456789abcdef"
     assert a.gpu_uuids == ("GPU-8f1c2a3b-1111-2222-3333-444455556666",)
 
@@ -196,3 +197,27 @@ def test_top_level_not_a_mapping(tmp_path: Path) -> None:
 
 def test_missing_hosts_section(tmp_path: Path) -> None:
     assert str(error_of(tmp_path, "groups: {}\n")) == "hosts.yaml:1: missing required section 'hosts:'"
+
+
+def test_scoped_address_is_accepted_with_a_warning_naming_file_line_and_host(tmp_path: Path) -> None:
+    """`fe80::1%eth0` reaches the host only from the machine whose eth0 it names; set-ip refuses to write
+    one. The loader still accepts it (an error would stop every command for every host, set-ip that
+    repairs it included), but says what is wrong where, in set-ip's words, with what to type."""
+    path = write(tmp_path, """\
+        hosts:
+          a: {address: 10.0.0.1}
+          b:
+            port: 22
+            address: "fe80::1%eth0"
+          c: {address: "2001:db8::5%bond0"}
+        """)
+    inv = load(path)
+    assert inv.hosts["b"].address == "fe80::1%eth0"
+    b, c = inv.warnings
+    assert (b.host, c.host, inv.warnings_of("a"), inv.warnings_of("c")) == ("b", "c", (), (c,))
+    assert b.message == (f"{path}:5: hosts.b.address: 'fe80::1%eth0' carries a zone index (%eth0), which names a "
+                         "network interface of the machine it is typed on; an inventory is shared and read on "
+                         "other machines, where eth0 is another link or none")
+    assert b.hint.startswith("fe80::1 is link-local and cannot be reached without a zone: give b's global")
+    assert c.message.startswith(f"{path}:6: hosts.c.address: '2001:db8::5%bond0' carries a zone index (%bond0)")
+    assert c.hint == "give the address without its zone: `ddtreectl set-ip c 2001:db8::5`"

@@ -56,7 +56,16 @@ def test_idle_seven_gpus_is_unknown_when_eight_are_expected() -> None:
     s = samples_of(["nvidia-smi-gpus-rtxpro6000-7of8-idle-pm-off.txt"] * 2, [""] * 2)
     assert gpu_verdict(s, unit=None, expected_gpus=7).verdict == "idle"
     v = gpu_verdict(s, unit=None, expected_gpus=8)
-    assert v.verdict == "unknown" and v.reasons == ("expected 8 GPUs, nvidia-smi listed 7",)
+    assert v.verdict == "unknown" and v.reasons == ("expected 8 GPUs, nvidia-smi listed 7",) and v.settled
+
+
+def test_gpus_found_on_a_host_declared_gpu_less_are_unknown() -> None:
+    """`gpus: 0` is a count like any other: idle GPUs on a host the inventory says has none read
+    "idle" (status flagged the host, gpus did not); the inventory or the machine is not what it says."""
+    s = samples_of(["nvidia-smi-gpus-rtxpro6000-7of8-idle-pm-off.txt"] * 2, [""] * 2)
+    v = gpu_verdict(s, unit=None, expected_gpus=0)
+    assert (v.verdict, v.reasons, v.no_gpus) == ("unknown", ("expected 0 GPUs, nvidia-smi listed 7",), False)
+    assert v.settled  # sampling again cannot change the count: --wait-idle and mode dev do not wait for it
 
 
 def test_busy_by_processes_only() -> None:

@@ -184,3 +184,60 @@ def test_sshd_listener_is_read_from_proc_net(shell: str, tmp_path: Path) -> None
         assert listening(f"{address} 40000 {address} {port}") is False
     assert listening(None) is None  # not reached over SSH: not known
     assert listening("10.0.0.1 40000 10.0.0.2 not-a-port") is None
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_an_active_unit_is_asked_whether_it_serves_yet(shell: str, tmp_path: Path) -> None:
+    """systemd says "running" from the moment the server process starts; the model then loads with the
+    port closed or /health answering 503. The probe reads the port's listener and asks /health once
+    (a real HTTP server here; `systemctl` is a stand-in that says the unit is active)."""
+    import http.server
+    import socket
+    import threading
+
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} is not installed")
+    argv = [exe, "sh", "-c"] if shell == "busybox" else [exe, "-c"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    state = tmp_path / "active"
+    state.write_text("active")
+    _fake_tool(bin_dir, "systemctl", f"printf 'LoadState=loaded\\nActiveState=%s\\nSubState=running\\n"
+                                     f"MainPID=0\\n' \"$(cat {state})\"\n")
+    answer = {"code": 503}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(answer["code"] if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def health(port: int) -> object:
+        env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+        out = subprocess.run([*argv, load_script("status.sh"), "ddtree-probe", "svc.service", str(tmp_path), "5",
+                              str(port)], capture_output=True, text=True, timeout=60, env=env)
+        assert out.stderr == ""
+        return parse_status_output(out.stdout, unit="svc.service").health
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        loading = health(port)
+        assert (loading.listening, loading.http_status, loading.asked, loading.serving) == (True, 503, True, False)
+        answer["code"] = 200
+        assert health(port).serving is True
+        state.write_text("activating")  # not active: not asked at all
+        assert health(port) is None
+        state.write_text("active")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as closed:  # a port nothing listens on: not serving, no GET sent
+        closed.bind(("127.0.0.1", 0))
+        free = closed.getsockname()[1]
+    shut = health(free)
+    assert (shut.listening, shut.asked, shut.serving) == (False, False, False)

@@ -64,3 +64,19 @@ def test_the_kinds_the_operator_must_tell_apart_are_distinct() -> None:
     kinds = {service_condition(s).kind for s, _, _ in TABLE}
     assert {"running", "starting", "failed", "stopped-enabled", "stopped-disabled", "masked",
             "not-installed"} <= kinds
+
+
+def test_whether_a_running_unit_serves_yet_in_words() -> None:
+    """systemd says "running" from the moment the server process starts; what /health says decides."""
+    from ddtreectl.probes.facts import ServiceHealth
+    from ddtreectl.probes.words import health_words
+
+    assert health_words(None) is None  # not asked
+    assert health_words(ServiceHealth(30000, True, 200, True)) == "serving"
+    assert health_words(ServiceHealth(30000, False, None, False)) == "not serving yet: port 30000 not open (loading?)"
+    assert health_words(ServiceHealth(30000, True, 503, True)) == "not serving yet: /health answers 503 (loading)"
+    assert health_words(ServiceHealth(30000, True, 500, True)) == "not serving: /health answers 500"
+    assert health_words(ServiceHealth(30000, True, None, True)) == \
+        "not serving: no answer from 127.0.0.1:30000/health (refused, or none within 5 s, or the --timeout)"
+    assert health_words(ServiceHealth(30000, None, None, False)) == \
+        "serving unknown: no curl or python3 on the host to ask /health"

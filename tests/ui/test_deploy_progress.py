@@ -58,3 +58,19 @@ def test_the_summary_names_the_archs_once() -> None:
     line = deploy_view.describe(DeployResult(host="h", release="r1", action="deployed", built=True, ninja_steps=4,
                                              archs="90;120", archs_source="inventory"))
     assert "4 ninja steps, archs 90;120 (inventory) ·" in line, line
+
+
+def test_plain_lines_show_each_step_of_the_restart_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a terminal (CI, a log file): one line per phase change, and one per step of --restart's health
+    gate, which can take many minutes (only "verify unit active" was printed, then nothing until done)."""
+    out = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+    monkeypatch.setattr(console, "stderr", lambda: out)
+    with deploy_view.DeployProgress(["h"]) as progress:
+        for e in [DeployEvent("h", "switch"), DeployEvent("h", "restart"),
+                  DeployEvent("h", "verify", detail="unit active"),
+                  DeployEvent("h", "verify", detail="unit active: active (running)"),
+                  DeployEvent("h", "verify", detail="liveness"), DeployEvent("h", "done", detail="activated")]:
+            progress.event(e)
+    assert out.file.getvalue().splitlines() == [  # type: ignore[attr-defined]
+        "h: switch", "h: restart", "h: verify unit active", "h: verify unit active: active (running)",
+        "h: verify liveness", "h: done activated"]

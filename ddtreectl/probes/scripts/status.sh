@@ -1,7 +1,8 @@
 # ddtreectl status probe: everything `ddtreectl status` shows, gathered in ONE round trip.
-# Run as: sh -c "$(cat status.sh)" ddtree-probe UNIT REMOTE_ROOT GPU_TIMEOUT_S
+# Run as: sh -c "$(cat status.sh)" ddtree-probe UNIT REMOTE_ROOT GPU_TIMEOUT_S [PORT]
 #   UNIT         systemd unit file name, or "" when the host runs no service
 #   REMOTE_ROOT  ddtree root (releases/, current, state/); a leading "~/" means $HOME
+#   PORT         the service's HTTP port on this host ("" or absent: it serves none here)
 # Output: sections "@@ddtree-begin NAME" ... "@@ddtree-end NAME rc=N ms=N [missing=1]", parsed by
 # ddtreectl/probes/parse.py. Every part is bounded and tolerant: a missing tool or file is reported,
 # never fatal, so one broken fact cannot hide the others. POSIX sh only (dash, busybox, bash).
@@ -9,6 +10,7 @@
 unit=$1
 root=$2
 gpu_timeout=${3:-10}
+port=${4:-}
 case $root in "~/"*) root="$HOME/${root#"~/"}" ;; "~") root=$HOME ;; esac
 # Parsers expect C-locale number and date formats whatever the login locale is.
 LC_ALL=C
@@ -32,6 +34,54 @@ now_ms() {
       now=$(date +%s%3N 2>/dev/null)
       case $now in *N*|"") now=$(( $(date +%s) * 1000 )) ;; esac ;;
   esac
+}
+
+# listening_on PORT: set $listening to 1 when a LISTEN (0A) socket has local port PORT in
+# /proc/net/tcp{,6}, 0 when not, "" when neither file is readable. Builtins only, but one printf.
+listening_on() {
+  hex=$(printf '%04X' "$1" 2>/dev/null)
+  listening=
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [ -r "$f" ] || continue
+    [ -z "$listening" ] && listening=0
+    while read -r _ addr _ st _; do
+      case $st:$addr in 0A:*:"$hex") listening=1; break ;; esac
+    done <"$f"
+    [ "$listening" = 1 ] && break
+  done
+}
+
+# health PORT: serving, or still loading? systemd calls a unit running as soon as its process started;
+# a large model then loads for minutes with its port closed or /health answering 503 (SGLang, the
+# reference server). Is the port open, and one GET of /health on 127.0.0.1, never through a proxy (curl,
+# else python3; "tool=" when neither is installed), bounded at 5 s (SGLang answers it with a one-token
+# generation, about 1 s), or at GPU_TIMEOUT_S when that is shorter (a short --timeout).
+health() {
+  echo "@@ddtree-begin health"
+  listening_on "$1"
+  echo "port=$1 listening=$listening"
+  if [ "$listening" != 0 ]; then
+    url=http://127.0.0.1:$1/health
+    bound=5
+    case $gpu_timeout in [1-4]) bound=$gpu_timeout ;; esac
+    if command -v curl >/dev/null 2>&1; then
+      code=$(curl -s --noproxy '*' -o /dev/null -m "$bound" -w '%{http_code}' "$url" 2>/dev/null)
+      echo "tool=curl code=${code:-000}"
+    elif command -v python3 >/dev/null 2>&1; then
+      code=$(python3 -c '
+import sys, urllib.error as e, urllib.request as r
+try:
+    print(r.build_opener(r.ProxyHandler({})).open(sys.argv[1], timeout=float(sys.argv[2])).status)
+except e.HTTPError as x:
+    print(x.code)
+except Exception:
+    print("000")' "$url" "$bound" 2>/dev/null)
+      echo "tool=python3 code=${code:-000}"
+    else
+      echo "tool="
+    fi
+  fi
+  echo "@@ddtree-end health rc=0"
 }
 
 # first_line FILE: set $line to the first line of FILE (empty if unreadable); no fork at all.
@@ -95,15 +145,7 @@ echo "@@ddtree-end hostkeys rc=0"
 if [ -n "${SSH_CONNECTION:-}" ] && [ -r /proc/net/tcp ]; then
   set -- $SSH_CONNECTION
   case ${4:-x} in *[!0-9]*) ;; *)
-    hex=$(printf '%04X' "$4" 2>/dev/null)
-    listening=0
-    for f in /proc/net/tcp /proc/net/tcp6; do
-      [ -r "$f" ] || continue
-      while read -r _ addr _ st _; do
-        case $st:$addr in 0A:*:"$hex") listening=1; break ;; esac
-      done <"$f"
-      [ "$listening" = 1 ] && break
-    done
+    listening_on "$4"
     echo "@@ddtree-begin sshlisten"
     echo "port=$4 listening=$listening"
     echo "@@ddtree-end sshlisten rc=0" ;;
@@ -137,6 +179,7 @@ if [ -n "$unit" ]; then
     echo "@@ddtree-end service rc=$rc"
     # MainPID for the running-release check below, read from the same output (no second call).
     case $out in *MainPID=*) main_pid=${out#*MainPID=}; main_pid=${main_pid%%[!0-9]*} ;; esac
+    case $out in *ActiveState=active*) [ -n "$port" ] && health "$port" ;; esac
   else
     echo "@@ddtree-end service rc=127 missing=1"
   fi
