@@ -15,19 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ddtree_engine.reference.build_tree import heap_pop_order  # noqa: E402
-
-L = 15
-VOCAB = 32000
-
-
-def rows(k: int, sharp: float, seed: int) -> list[list[float]]:
-    gen = torch.Generator().manual_seed(seed)
-    logits = torch.randn(L, VOCAB, generator=gen) * sharp
-    return torch.log_softmax(logits, -1).topk(k, -1).values.to(torch.float32).tolist()
+from model_build_tree_devruns import rows  # noqa: E402  (the same bench-shaped rows as the deviation-run model)
 
 
 def bins(scores: list[float], nb: int) -> list[int]:
