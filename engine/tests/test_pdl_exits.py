@@ -26,6 +26,10 @@ KERNELS = Path(__file__).resolve().parents[1] / "include" / "ddtree" / "kernels"
 PDL_KERNELS = [
     ("tree_attention/merge.cuh", "tree_attention_merge_kernel",
      "ddtree::kernels::pdl_wait();\n  DDTREE_TA_MERGE_TRACE(1)"),
+    # kEarlyInputs (v18, the default after qkv_prep): the waits sit in the warpgroups' prologue branches; the
+    # other instance waits at the top (`if constexpr (!kEarlyInputs)`), before any return.
+    ("tree_attention/fa3_kernel.cuh", "tree_attention_fa3_kernel",
+     "if constexpr (kEarlyInputs) ddtree::kernels::pdl_wait();  // the block-table loads"),
     ("tree_accept/fused.cuh", "tree_accept_fused_kernel", "if (early) pdl_wait();"),
     ("tree_accept/one_cta.cuh", "tree_accept_one_cta_kernel", "pdl_wait();  // the logits"),
     ("tree_accept/split_plan.cuh", "tree_accept_target_kernel", "pdl_wait();                      // depth"),
