@@ -73,9 +73,14 @@ int score_mode(int32_t vocab) {
 // DDTREE_DISABLE_PDL=1, while turning off fa3's PDL or the merge trigger did not help (engine/bench/NOTES.md,
 // "PDL race in the accept's early mode"). The cause inside the PDL chain is not found, so the mode is off by default
 // and stays an opt-in for measurements only; large-vocabulary rounds never took it.
-bool accept_pdl(int32_t /*vocab*/) {
+// Except DDTREE_ACCEPT_PDL=2 (session 12, s12pdl, a diagnostic): the early mode's code (the loads, the prefetch)
+// launched without PDL, so a run can tell the launch attribute from the code it enables (bench/run_pdl_stress.sh).
+// (fa3 and its PDL merge kernel never run in the toy: head_dim 64 takes the mma.sync kernels, plain launches.)
+enum class AcceptEarly { kOff, kPdl, kPlainLaunch };
+AcceptEarly accept_early(int32_t /*vocab*/) {
   const char* e = std::getenv("DDTREE_ACCEPT_PDL");
-  return e != nullptr && e[0] == '1' && e[1] == 0;
+  if (e == nullptr || e[0] == 0 || e[1] != 0) return AcceptEarly::kOff;
+  return e[0] == '1' ? AcceptEarly::kPdl : e[0] == '2' ? AcceptEarly::kPlainLaunch : AcceptEarly::kOff;
 }
 
 // The fused kernel's wide bf16 chunk (kAcceptWideNV vectors a thread, 16,384 logits a CTA; session 11, issue #6):
@@ -157,7 +162,8 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
     return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
   }
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
-  const bool early = accept_pdl(vocab);
+  const AcceptEarly mode = accept_early(vocab);
+  const bool early = mode != AcceptEarly::kOff, pdl = mode == AcceptEarly::kPdl;
   if constexpr (sizeof(T) == 2) {
     if (vec && accept_wide()) {
       using Wide = k::ChunkLogits<T, true, k::kAcceptWideNV>;
@@ -165,7 +171,7 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
       return ddtree::detail::launch("tree_accept_fused_kernel",
                                     k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
                                     dim3{unsigned(wide_chunks), unsigned(n_max), unsigned(batch)},
-                                    dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
+                                    dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
                                     n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
                                     seed, stop_ids, num_stop, width, wide_chunks, partial, counters, accept_nodes,
                                     accept_len, committed_ids, bonus, finished, flags, tail, score, int(early));
@@ -174,12 +180,12 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
   if (vec)
     return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
-                                  dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
+                                  dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
                                   n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                   stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
                                   committed_ids, bonus, finished, flags, tail, score, int(early));
   return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false, Tail>, grid,
-                                dim3(k::kAcceptThreads), stream, early, logits, batch_stride, row_stride, vocab,
+                                dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
                                 n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
                                 stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
                                 committed_ids, bonus, finished, flags, tail, score, int(early));

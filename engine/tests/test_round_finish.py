@@ -146,6 +146,8 @@ ACCEPT_PLANS = {
     "one_cta": {"DDTREE_ACCEPT_ONE_CTA": "1"},
     "chunked_s6": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},
     "chunked_early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
+    # session 12 (s12pdl): the early mode's code launched without PDL (a diagnostic of run_pdl_stress.sh)
+    "chunked_early_plain": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "2"},
     "one_cta_compact": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
 }
 

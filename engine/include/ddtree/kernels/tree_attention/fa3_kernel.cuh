@@ -88,7 +88,13 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   const int G = p.group;
   const int rows_b = n_b * G;
   const int row0 = rt * BM;
-  if (row0 >= rows_b) return;  // CTA- and cluster-uniform (same row tile): no barrier after this yet
+  // The two exits below come before kEarlyInputs' waits (in the prologue's branches), so they wait first: every CTA
+  // of a PDL grid executes griddepcontrol.wait before it exits (session 12, s12pdl; a second wait, in the other
+  // instance, returns at once). The grid's completion then implies its predecessor's even when no CTA has work.
+  if (row0 >= rows_b) {  // CTA- and cluster-uniform (same row tile): no barrier after this yet
+    ddtree::kernels::pdl_wait();
+    return;
+  }
   if (tid == 0) DDTREE_TA_FA3_TRACE(1);
   const int ctx = max(p.ctx_len[b], 0);
   const int kv_len = min(ctx + n_b, p.max_pages * p.page_size);
@@ -96,7 +102,10 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   // A cluster that merges (nact > 1) needs every CTA at its cluster barriers: a CTA past the request's
   // length stays, with an empty key range (no tiles: O = 0, m = -inf, l = 0, never read by the merge).
   const bool cmerge = cl && nact > 1;
-  if (split >= nact && !cmerge) return;
+  if (split >= nact && !cmerge) {
+    ddtree::kernels::pdl_wait();
+    return;
+  }
   int c_begin = split * p.chunk, c_end = min(c_begin + p.chunk, kv_len);
   // Strided: the CTA's tiles are c_begin, then adv() of it, ... while < c_end = kv_len; keys below r_keys
   // are the partial round (see fa3_strided_first). Chunked: c_begin, c_begin + BN, ... while < c_end.

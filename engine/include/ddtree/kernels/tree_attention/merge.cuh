@@ -27,14 +27,24 @@ __global__ void __launch_bounds__(128) tree_attention_merge_kernel(const Params 
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);  // row within (b, h)
   if constexpr (kEarlyTrigger) ddtree::kernels::pdl_launch_dependents();
   DDTREE_TA_MERGE_TRACE(0);
+  // Every CTA executes griddepcontrol.wait before it exits, also a CTA with nothing to merge (session 12, s12pdl):
+  // a PDL grid whose CTAs all exit without waiting can complete before the fa3 grid it depends on, and then the
+  // next kernel's wait (which covers only its own predecessor, this grid) no longer covers fa3's writes. Before
+  // this, every CTA exited here whenever no request needed a second chunk (short contexts, a plan sized by capacity).
   const int t0 = p.qo_indptr[b];
   const int n_b = max(0, min(min(p.qo_indptr[b + 1], p.num_tokens) - t0, p.n_max));
   const int G = p.group;
-  if (row >= n_b * G) return;
+  if (row >= n_b * G) {
+    ddtree::kernels::pdl_wait();
+    return;
+  }
   const int ctx = max(p.ctx_len[b], 0);
   const int kv_len = min(ctx + n_b, p.max_pages * p.page_size);
   const int nact = (kv_len + p.chunk - 1) / p.chunk;
-  if (nact <= 1) return;
+  if (nact <= 1) {
+    ddtree::kernels::pdl_wait();
+    return;
+  }
   const int rt = row / BM, lr = row % BM;
   const int node = row / G;
   // The row's validity does not depend on the partials, so it is decided before the wait for the
