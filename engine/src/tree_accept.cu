@@ -77,7 +77,7 @@ int score_mode(int32_t vocab) {
 // launched without PDL, so a run can tell the launch attribute from the code it enables (bench/run_pdl_stress.sh).
 // (fa3 and its PDL merge kernel never run in the toy: head_dim 64 takes the mma.sync kernels, plain launches.)
 enum class AcceptEarly { kOff, kPdl, kPlainLaunch };
-AcceptEarly accept_early(int32_t /*vocab*/) {
+AcceptEarly accept_early() {
   const char* e = std::getenv("DDTREE_ACCEPT_PDL");
   if (e == nullptr || e[0] == 0 || e[1] != 0) return AcceptEarly::kOff;
   return e[0] == '1' ? AcceptEarly::kPdl : e[0] == '2' ? AcceptEarly::kPlainLaunch : AcceptEarly::kOff;
@@ -162,7 +162,7 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
     return vec ? go(k::tree_accept_one_cta_kernel<T, true, Tail>) : go(k::tree_accept_one_cta_kernel<T, false, Tail>);
   }
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
-  const AcceptEarly mode = accept_early(vocab);
+  const AcceptEarly mode = accept_early();
   const bool early = mode != AcceptEarly::kOff, pdl = mode == AcceptEarly::kPdl;
   if constexpr (sizeof(T) == 2) {
     if (vec && accept_wide()) {
