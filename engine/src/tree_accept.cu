@@ -71,8 +71,10 @@ int score_mode(int32_t vocab) {
 // decode tests (test_decode_gpu.py) failing in 4 of 5 processes run side by side on one H200 (time-sliced
 // contexts), with this library and with session 11's; with the early mode off 4 of 4 passed, as with
 // DDTREE_DISABLE_PDL=1, while turning off fa3's PDL or the merge trigger did not help (engine/bench/NOTES.md,
-// "PDL race in the accept's early mode"). The cause inside the PDL chain is not found, so the mode is off by default
-// and stays an opt-in for measurements only; large-vocabulary rounds never took it.
+// "PDL race in the accept's early mode"). Session 13's five-process stress (NOTES, "the edge behind cuBLAS's lm_head
+// GEMM") narrowed it to the PDL edge directly behind cuBLAS's lm_head GEMM: the same code launched plainly (=2), or
+// PDL behind a torch kernel, never deviated; what cuBLAS's kernel does at that edge is not visible to us. So the mode
+// is off by default and stays an opt-in for measurements only; large-vocabulary rounds never took it.
 // Except DDTREE_ACCEPT_PDL=2 (session 12, s12pdl, a diagnostic): the early mode's code (the loads, the prefetch)
 // launched without PDL, so a run can tell the launch attribute from the code it enables (bench/run_pdl_stress.sh).
 // (fa3 and its PDL merge kernel never run in the toy: head_dim 64 takes the mma.sync kernels, plain launches.)

@@ -11,6 +11,11 @@ The rule checked: in the kernel's body, every `return;` that comes before the ke
 every thread of a PDL-launched instance executes, named per kernel below) is directly preceded by a pdl_wait().
 Kernels launched without PDL (build_tree, kv_commit, round_update, the split plan's tree kernel, the top-k
 partial kernels) are not listed.
+
+A second rule this file cannot check: no new PDL launch directly behind a cuBLAS GEMM without the five-process
+stress run (engine/bench/run_pdl_stress.sh). Session 13 measured the accept's early mode there deviating in 20 of
+124 decodes while the same code launched plainly, or PDL behind a torch kernel, never did (NOTES, "the edge behind
+cuBLAS's lm_head GEMM"). qkv_prep after the wqkv GEMM passed that run and stays PDL.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@
 //   Session 7 (NOTES): the scoring loop at T = 0 (DDTREE_ACCEPT_SCORE=compact|unrolled; tree_accept/common.cuh) and
 //   the chunked kernel's early mode (DDTREE_ACCEPT_PDL=1|0; fused.cuh). Both default on for the fused plan at
 //   V <= 1024, where they measured faster (round_finish 10.9-15.9 -> 8.5-12.5 us on the H200); off elsewhere.
+//   The early mode is off everywhere since session 12 (a PDL race behind cuBLAS's GEMM; src/tree_accept.cu).
 //   Session 10 (NOTES): above V = 1024 the greedy scoring defaults to `packed` (bf16: bf16x2 max, then one vector
 //   scored; fp32: the compact loop), 1.4-1.8x (bf16) and 1.1x (fp32) faster than session 6's unrolled loop at
 //   V = 151,936.
