@@ -105,7 +105,11 @@ def stale_running_note(host: str, units: Sequence[str]) -> str:
 
 def describe(r: DeployResult) -> str:
     """One line per host: what happened, release ids in full (never cut), build, self-test, units, time."""
-    parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
+    if r.action == "noop":
+        # "noop X · ... · service restarted" read as if the restart had not happened (--json: "noop").
+        parts = [f"{r.release} already current: nothing built or switched"]
+    else:
+        parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
     if r.built:
         parts.append(f"{r.ninja_steps} ninja steps, {_archs(r.archs, r.archs_source)}")
     if r.selftest:
@@ -117,7 +121,8 @@ def describe(r: DeployResult) -> str:
     if r.stale_running:
         parts.append(stale_running_note(r.host, r.stale_running))
     if r.restarted:
-        parts.append("service restarted and verified healthy" if r.restart_verified else "service restarted")
+        on = " on it" if r.action == "noop" else ""
+        parts.append(f"service restarted{on} and verified healthy" if r.restart_verified else f"service restarted{on}")
     if r.restart_note:
         parts.append(r.restart_note)
     if r.still_running:
