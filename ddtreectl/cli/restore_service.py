@@ -37,10 +37,14 @@ def restore_service_command(
     restore ends after it: a failed enable or start, a start that timed out with its state unreadable
     or a dropped connection, where `started` is null: sent, not confirmed).
 
+    Ctrl-C (SIGTERM, SIGHUP) during the gate stops waiting at once and exits 130 saying the state:
+    the unit started (enabled or not), its health unknown; `status HOST` says whether it serves yet,
+    `restore-service HOST` verifies it. Before the start, nothing is started.
+
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown) or a refusal (no built
     release, unit missing or drifted, an old unit running), 7 GPUs held by other
     processes, 8 held for development, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
-    target or a host without a service profile, 2 no target and no `role: prod` host.
+    target or a host without a service profile, 2 no target and no `role: prod` host, 130 interrupted.
     """
     import threading
 

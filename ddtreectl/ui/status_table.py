@@ -27,13 +27,7 @@ _OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout":
 
 def render_status(report: StatusReport, console: Console) -> None:
     """Print the table, then one line per problem host with its reason and hint."""
-    table = _table(report, compact=False)
-    if not (_readable(console, table) and _fit_words(console, table)):
-        # Too narrow for the ruled table without cutting a word (long names): drop the rules and
-        # share the padding, which gives back ~15 columns.
-        table = _table(report, compact=True)
-        if not (_readable(console, table) and _fit_words(console, table)):
-            table = None
+    table = _fitting_table(report, console)
     if table is None:
         # Still too narrow (an 80-column terminal over SSH, or a pipe): seven columns wrapped every
         # state into a column of one or two words. One block per host instead, each phrase whole.
@@ -53,6 +47,16 @@ def render_status(report: StatusReport, console: Console) -> None:
             console.print(Text(f"{status.host.name}: {status.error}", style="red"), soft_wrap=unwrapped)
             if status.hint:
                 console.print(Text(f"  hint: {status.hint}", style="dim"), soft_wrap=unwrapped)
+
+
+def _fitting_table(report: StatusReport, console: Console) -> Table | None:
+    """The ruled table; where it cannot show every word whole (long names), the compact one (no rules,
+    shared padding: ~15 columns back); None where neither keeps each column readable."""
+    for compact in (False, True):
+        table = _table(report, compact=compact)
+        if _readable(console, table) and _fit_words(console, table):
+            return table
+    return None
 
 
 def _table(report: StatusReport, *, compact: bool) -> Table:
