@@ -78,6 +78,7 @@ def _table(report: StatusReport, *, compact: bool) -> Table:
     return table
 
 
+_LABEL = 12  # "  warnings  ": the narrow layout's label column
 _READABLE = 20  # columns a wrapping cell needs to hold a phrase ("failed (result exit-code,")
 
 
@@ -107,13 +108,14 @@ def _render_blocks(report: StatusReport, console: Console) -> None:
         if status.facts is None:
             console.print("  reason below", style="red")
             continue
-        grid = Table.grid(padding=(0, 2), pad_edge=False)
-        grid.add_column(no_wrap=True)
-        grid.add_column(overflow="fold")
         for label, cell in zip(("GPUs", "service", "release", "warnings"), cells):
-            if cell:
-                grid.add_row(f"  {label:<8}", cell)
-        console.print(grid, crop=False)
+            if not cell:
+                continue
+            # Wrapped here, under the value (a grid padded every line to its widest with spaces).
+            text = cell if isinstance(cell, Text) else Text(cell)
+            for j, line in enumerate(text.wrap(console, max(_READABLE, console.width - _LABEL), overflow="fold")):
+                line.rstrip()
+                console.print(Text.assemble(f"  {label:<8}  " if j == 0 else " " * _LABEL, line), soft_wrap=True)
 
 
 def _fit_words(console: Console, table: Table) -> bool:

@@ -67,8 +67,8 @@ def test_80_columns_gives_one_block_per_host_with_whole_phrases() -> None:
     warnings, each phrase whole. Nothing is dropped; wide terminals keep the table."""
     out = io.StringIO()
     render_status(make_report(), Console(file=out, width=80, color_system=None))
-    lines = [line.rstrip() for line in out.getvalue().splitlines()]
-    assert all(len(line) <= 80 for line in out.getvalue().splitlines()), out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines), out.getvalue()
     text = "\n".join(lines)
     assert lines[0].split() == ["gpu-a", "10.0.0.5", "ok", "42", "ms"], text
     assert "  GPUs      no nvidia-smi" in lines, text
