@@ -114,7 +114,11 @@ def deploy_command(
     targets: Optional[List[str]] = typer.Argument(None, metavar="[TARGET]...", help="Hosts, groups or `all`."),
     host: Optional[List[str]] = typer.Option(None, "--host", "-H", help="A host to deploy to (repeatable)."),
     group: Optional[List[str]] = typer.Option(None, "--group", "-g", help="A group to deploy to (repeatable)."),
-    plan: bool = typer.Option(False, "--plan", help="Show what would change on each host; change nothing."),
+    plan: bool = typer.Option(False, "--plan", help="Show what would change on each host; change nothing. "
+                              "More than 10 changed files of a kind are summarized (counts per top directory, "
+                              "the first 5)."),
+    all_files: bool = typer.Option(False, "--all-files", help="With --plan: list every changed file (--json "
+                                   "always does)."),
     restart: bool = typer.Option(False, "--restart", help="Restart the service on the new release if it runs or "
                                  "crash-loops, then verify it through restore-service's health gate."),
     lock_wait: float = typer.Option(0.0, "--lock-wait", metavar="SECONDS",
@@ -156,6 +160,9 @@ def deploy_command(
         from ddtreectl.ui import json_doc
 
         json_doc.expect("ddtreectl.deploy-plan/1" if plan else "ddtreectl.deploy/1", fan_out=True)
+    if all_files and not plan:
+        raise UsageError("--all-files lists the files a deploy would change: it goes with --plan",
+                         hint="ddtreectl deploy HOST --plan --all-files")
     inventory = load_inventory()
     hosts = resolve_targets(inventory, targets, host, group)
     names = [h.name for h in hosts]
@@ -176,7 +183,7 @@ def deploy_command(
         failed = [(r.host.name, r.error) for r in outcome.failed if r.error is not None]
         code = exit_code_of([e for _, e in failed], len(hosts))
         deploy_view.show_plans([r.value for r in outcome.ok], failed, as_json=json_out,  # type: ignore[misc]
-                               targets=names, exit_code=code)
+                               targets=names, exit_code=code, all_files=all_files)
         deploy_view.show_errors(failed)
         if code:
             raise typer.Exit(code)

@@ -31,7 +31,8 @@ def mode(
     idle, then record who holds the host, why, since and until when (<remote_root>/state/mode.json).
     Where declared GPUs cannot be read at all (no nvidia-smi), or nvidia-smi lists another number
     of GPUs than the inventory's `gpus:` (gpus: 0 included), it refuses before changing anything;
-    a host the inventory declares GPU-less (gpus: 0) needs no nvidia-smi.
+    a host the inventory declares GPU-less (gpus: 0) needs no nvidia-smi. That check is one
+    nvidia-smi query, said as a step (on a gpus: 0 host: that it has no GPUs, as declared).
 
     `mode HOST prod`: refuse while development processes hold GPUs (exit 7, naming them), then restore
     the service through the same preflight and health gate as `restore-service`, and clear the lease.

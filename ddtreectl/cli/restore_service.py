@@ -37,12 +37,18 @@ def restore_service_command(
     restore ends after it: a failed enable or start, a start that timed out with its state unreadable
     or a dropped connection, where `started` is null: sent, not confirmed).
 
+    Ctrl-C (SIGTERM, SIGHUP) during the gate stops waiting at once and exits 130 saying the state:
+    the unit started (enabled or not), its health unknown; `status HOST` says whether it serves yet,
+    `restore-service HOST` verifies it. Before the start, nothing is started.
+
     Exit codes: 0 healthy, 5 a phase failed (phase, time and journal shown) or a refusal (no built
     release, unit missing or drifted, an old unit running), 7 GPUs held by other
     processes, 8 held for development, 6 some hosts failed while others succeeded, 4 unreachable, 3 inventory invalid, unknown
-    target or a host without a service profile, 2 no target and no `role: prod` host.
+    target or a host without a service profile, 2 no target and no `role: prod` host, 130 interrupted.
     """
-    from ddtreectl.fleet import run_on_hosts
+    import threading
+
+    from ddtreectl.cli.deploy import fan_out
     from ddtreectl.inventory.models import Host
     from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
     from ddtreectl.transport import connect
@@ -82,16 +88,24 @@ def restore_service_command(
     # with its state unreadable, the connection dropped), so its entry still says what was done.
     done: dict[str, RestoreResult] = {}
 
-    def restore(host: Host, gate: bool) -> RestoreResult:
+    def restore(host: Host, gate: bool, cancel: threading.Event) -> RestoreResult:
         record = done[host.name] = RestoreResult(host=host.name, unit=unit_of(host) or "")
         with connect(host, inventory) as transport:
-            return restore_host(transport, inventory, host, options, gate=gate, result=record,
+            return restore_host(transport, inventory, host, options, gate=gate, result=record, cancel=cancel,
                                 on_event=(lambda event: None) if json_out else units_view.phase_printer)
 
     deadline = max((inventory.service_of(h).health.total_timeout for h in ordered  # type: ignore[union-attr]
                     if inventory.service_of(h)), default=3600.0) + 120
-    followers = run_on_hosts([h for h in ordered if is_follower(h)], lambda h: restore(h, False), deadline_s=deadline)
-    leaders = run_on_hosts([h for h in ordered if not is_follower(h)], lambda h: restore(h, True), deadline_s=deadline)
+    # Ctrl-C: the gate stops waiting, and the interrupt says per host the state it left (as deploy's).
+    def finished(value: RestoreResult) -> str:
+        return "finished before the interrupt: " + (f"{value.unit} verified healthy" if value.ok else
+                                                    f"{value.unit} failed in phase {value.failure.phase!r}"
+                                                    if value.failure else value.unit)
+
+    followers = fan_out([h for h in ordered if is_follower(h)], lambda h, cancel: restore(h, False, cancel),
+                        deadline, finished=finished)
+    leaders = fan_out([h for h in ordered if not is_follower(h)], lambda h, cancel: restore(h, True, cancel),
+                      deadline, finished=finished)
     outcomes = list(followers.results) + list(leaders.results)
     results = [r.value for r in outcomes if r.ok and r.value is not None]
     errors = [r for r in outcomes if not r.ok]

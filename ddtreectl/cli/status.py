@@ -65,6 +65,11 @@ def status(
     host not held for development, a service that is not running is also
     a warning that names the command bringing it back.
 
+    Where the terminal is too narrow for the table to keep each state
+    readable (80 columns, or a pipe), one block per host is printed
+    instead: name, address, reach, then labelled GPUs, service, release
+    and warnings lines. --json is the same either way.
+
     SSH connections are reused: an OpenSSH master stays up for 60 s after
     its last use (ControlPersist; sockets in $DDTREECTL_SSH_CONTROL_DIR,
     else $XDG_RUNTIME_DIR/ddtreectl/cm, else ~/.cache/ddtreectl/cm, 0700),

@@ -222,7 +222,7 @@ def deploy_host(transport: Transport, inventory: Inventory, host: Host, options:
     finally:
         release_lock_quietly(transport, root)
     result.timings["total"] = time.monotonic() - t0
-    emit(DeployEvent(host.name, "done", detail=result.action))
+    emit(DeployEvent(host.name, "done", detail="already current" if result.action == "noop" else result.action))
     return result
 
 

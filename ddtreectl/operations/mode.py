@@ -185,24 +185,28 @@ def _refuse_unverifiable_gpus(transport: Transport, inventory: Inventory, host: 
     (one nvidia-smi query) decides it first; with --force the switch goes on and the final check
     records the override. The same for GPUs nvidia-smi lists in another number than the inventory
     declares (`gpus: 0` included: such a host has GPUs after all). A host declared GPU-less needs no
-    nvidia-smi (the check is not announced there: normally there is nothing to verify)."""
+    nvidia-smi, but it is queried all the same (a GPU the inventory does not know of), and said."""
     if force:
         return
-    if host.gpus:
-        on_step("checking, before production is touched, that the GPUs can be verified idle")
+    service = inventory.service_of(host)
+    before = "before production is touched" if service else "before anything is changed"
+    on_step(f"checking, {before}, that the GPUs can be verified idle: one nvidia-smi query" if host.gpus else
+            f"checking, {before}, that the host has no GPUs, as the inventory says (gpus: 0): one nvidia-smi query")
     quick = SampleOptions(samples=1, interval_s=0.0, gpu_timeout_s=sample.gpu_timeout_s)
     verdict = check_gpus(transport, inventory, host, quick)
     unreadable = verdict.nvidia_smi_missing and not verdict.no_gpus
     # Busy now is expected (the service runs): the wait after the stop decides. These two never pass.
     if not unreadable and not verdict.miscount:
         return
-    service = inventory.service_of(host)
-    kept = f"; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else \
-        "; nothing was changed"
-    why = [r for r in verdict.reasons if r.startswith("GPU state unknown")] if unreadable else [verdict.miscount]
+    why = "; ".join([r for r in verdict.reasons if r.startswith("GPU state unknown")] if unreadable
+                    else [verdict.miscount])
+    # "so production was not stopped" read oddly on a host that runs no production (a bench box).
+    message = (f"cannot take the host for development: its GPUs can never be verified idle ({why}), so production "
+               f"was not stopped; nothing was changed ({service.unit} is still {active or 'unknown'})" if service else
+               f"cannot take the host for development: one nvidia-smi query shows its GPUs can never be verified "
+               f"idle ({why}); nothing was changed: no lease was written ({host.name} runs no service profile)")
     raise GpusBusyError(
-        "cannot take the host for development: its GPUs can never be verified idle ("
-        + "; ".join(why) + "), so production was not stopped" + kept,
+        message,
         hint=(f"install nvidia-smi on {host.name} (or put it on the SSH user's PATH; `ddtreectl gpus "
               f"{host.name}` shows what the sampler sees)" if unreadable else
               f"check {host.name}'s GPUs (one off the bus? another machine?) or correct hosts.{host.name}.gpus "

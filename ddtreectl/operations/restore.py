@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddtreectl.errors import (CommandTimeoutError, GpusBusyError, InventoryError, LockHeldError, RemoteCommandError,
-                              ServiceStartError)
+from ddtreectl.errors import (CommandTimeoutError, GpusBusyError, InterruptedByOperatorError, InventoryError,
+                              LockHeldError, RemoteCommandError, ServiceStartError)
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import stale_units
 from ddtreectl.operations.activate import list_releases
@@ -260,13 +261,18 @@ def restore_host(
     gate: bool = True,
     on_event: Callable[[PhaseEvent], None] = lambda event: None,
     result: RestoreResult | None = None,
+    cancel: threading.Event | None = None,
 ) -> RestoreResult:
     """Preflight, enable, start and gate one host. For a multi-node service the caller starts the
     other ranks first with `gate=False` and gates rank 0, the only one serving HTTP.
 
     `result`, when given, is filled in as the restore changes the host (units removed, the enable,
     the start, the phases passed), so a caller still knows what was done when an error ends the
-    restore half way: a start that timed out with its state unreadable, a connection that dropped."""
+    restore half way: a start that timed out with its state unreadable, a connection that dropped.
+
+    `cancel` (Ctrl-C, restore-service's own): set before the start, nothing is started; set during the
+    gate, it stops waiting and raises InterruptedByOperatorError saying the unit's state (started, its
+    health unknown), as deploy --restart does; the audit line records the phase (`interrupted`)."""
     started_at = time.monotonic()
     rendered = _rendered(inventory, host)
     service = inventory.service_of(host)
@@ -276,6 +282,10 @@ def restore_host(
     result.unit = rendered.unit
     checked = preflight(transport, host, rendered, options)
     result.warnings = checked.warnings
+    if cancel is not None and cancel.is_set():
+        raise InterruptedByOperatorError(f"interrupted before the start: nothing was changed ({rendered.unit} "
+                                         "is as it was)", host=host.name,
+                                         hint=f"`ddtreectl restore-service {host.name}` starts and verifies it")
     result.changing = True
     if checked.stale:
         stale_units.remove_units(transport, host.remote_root, checked.stale, checked.record, host=host.name,
@@ -299,11 +309,27 @@ def restore_host(
 
     if gate:
         result.failure = ServiceGate(transport, host.name, service, rendered.server_args, on_event=record,
-                                     journal_since=since if result.started else None).run()
+                                     journal_since=since if result.started else None, cancel=cancel).run()
     result.duration_s = time.monotonic() - started_at
+    interrupted = result.failure.phase if result.failure is not None and result.failure.cancelled else None
     not_audited = append_audit(transport, host.remote_root, "restore-service", unit=rendered.unit,
                                ok=result.ok, started=result.started, enabled=result.enabled,
-                               failed_phase=result.failure.phase if result.failure else None)
+                               failed_phase=result.failure.phase if result.failure and not interrupted else None,
+                               interrupted=interrupted)
     if not_audited:
         result.warnings.append(not_audited)
+    if interrupted:
+        raise _gate_interrupted(result, host, interrupted)
     return result
+
+
+def _gate_interrupted(result: RestoreResult, host: Host, phase: str) -> InterruptedByOperatorError:
+    """Exit 130 for Ctrl-C during the gate, with the state: the unit was started (or was already
+    running), its health unknown: ddtreectl stopped waiting, the server keeps loading."""
+    state = "was started" if result.started else "was already running (not restarted)"
+    boot = "enabled at boot" if result.enabled else "not enabled at boot: --no-enable"
+    return InterruptedByOperatorError(
+        f"interrupted while verifying the start ({phase}): {result.unit} {state} ({boot}); its health is unknown "
+        "(ddtreectl stopped waiting, the service keeps starting)", host=host.name,
+        hint=f"`ddtreectl status {host.name}` says whether it serves yet; `ddtreectl restore-service {host.name}` "
+             "verifies it phase by phase")

@@ -105,7 +105,11 @@ def stale_running_note(host: str, units: Sequence[str]) -> str:
 
 def describe(r: DeployResult) -> str:
     """One line per host: what happened, release ids in full (never cut), build, self-test, units, time."""
-    parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
+    if r.action == "noop":
+        # "noop X · ... · service restarted" read as if the restart had not happened (--json: "noop").
+        parts = [f"{r.release} already current: nothing built or switched"]
+    else:
+        parts = [f"{r.action} {r.release}" + (f" (was {r.previous})" if r.previous else "")]
     if r.built:
         parts.append(f"{r.ninja_steps} ninja steps, {_archs(r.archs, r.archs_source)}")
     if r.selftest:
@@ -117,7 +121,8 @@ def describe(r: DeployResult) -> str:
     if r.stale_running:
         parts.append(stale_running_note(r.host, r.stale_running))
     if r.restarted:
-        parts.append("service restarted and verified healthy" if r.restart_verified else "service restarted")
+        on = " on it" if r.action == "noop" else ""
+        parts.append(f"service restarted{on} and verified healthy" if r.restart_verified else f"service restarted{on}")
     if r.restart_note:
         parts.append(r.restart_note)
     if r.still_running:
@@ -180,8 +185,33 @@ def show_errors(errors: Sequence[tuple[str, BaseException]]) -> None:
                                + (f"\nhint: {escape(hint)}" if hint else ""))
 
 
+_FEW_FILES = 10  # a list this short is shown whole (a one-file change); a longer one is summarized
+_FIRST_FILES = 5
+_TOP_DIRS = 8
+
+
+def file_lines(tag: str, kind: str, paths: Sequence[str], *, all_files: bool = False) -> list[str]:
+    """The plan's lines for one kind of change. A first deploy changes every file of the engine tree
+    (hundreds): it used to print 40 of them and "... N more", a screen of paths in which the build,
+    lock and GPU lines were lost. Past _FEW_FILES: the count per top directory, the first few paths
+    and how to see every one (--all-files; --json always has them all)."""
+    ordered = sorted(paths)
+    if all_files or len(ordered) <= _FEW_FILES:
+        return [f"{tag} {path}" for path in ordered]
+    dirs: dict[str, int] = {}
+    for path in ordered:
+        top = path.split("/", 1)[0] + "/" if "/" in path else "./"
+        dirs[top] = dirs.get(top, 0) + 1
+    by_count = sorted(dirs.items(), key=lambda item: (-item[1], item[0]))
+    summary = ", ".join(f"{d} {n}" for d, n in by_count[:_TOP_DIRS])
+    if len(by_count) > _TOP_DIRS:
+        summary += f", {len(by_count) - _TOP_DIRS} more directories"
+    return [f"{kind} by directory: {summary}", *(f"{tag} {path}" for path in ordered[:_FIRST_FILES]),
+            f"{tag} ... {len(ordered) - _FIRST_FILES} more (`--all-files` lists every path)"]
+
+
 def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseException]] = (), *,
-               as_json: bool, targets: Sequence[str] = (), exit_code: int = 0) -> None:
+               as_json: bool, targets: Sequence[str] = (), exit_code: int = 0, all_files: bool = False) -> None:
     if as_json:
         json_doc.emit(fan_out_json("ddtreectl.deploy-plan/1", PlanResult, targets, plans, errors, exit_code))
         return
@@ -193,11 +223,9 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
         out.print(f"  {build}; {'switch current' if p.switch_needed else 'current stays'}")
         f = p.files
         out.print(f"  files: {len(f.added)} added, {len(f.changed)} changed, {len(f.deleted)} deleted")
-        for tag, paths in (("+", f.added), ("~", f.changed), ("-", f.deleted)):
-            for path in paths[:40]:
-                out.print(f"    {tag} {escape(path)}")
-            if len(paths) > 40:
-                out.print(f"    {tag} ... {len(paths) - 40} more")
+        for tag, kind, paths in (("+", "added", f.added), ("~", "changed", f.changed), ("-", "deleted", f.deleted)):
+            for line in file_lines(tag, kind, paths, all_files=all_files):
+                out.print(f"    {escape(line)}")
         out.print("  units: " + ("; ".join(escape(u) for u in p.units) if p.units else "no change"))
         for diff in p.unit_diffs:
             out.print(escape(diff), end="" if diff.endswith("\n") else "\n")

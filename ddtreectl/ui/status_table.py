@@ -27,14 +27,14 @@ _OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout":
 
 def render_status(report: StatusReport, console: Console) -> None:
     """Print the table, then one line per problem host with its reason and hint."""
-    table = _table(report, compact=False)
-    if not _fit_words(console, table):
-        # Too narrow for the ruled table without cutting a word (an 80-column terminal, or a pipe,
-        # with long names): drop the rules and share the padding, which gives back ~15 columns.
-        table = _table(report, compact=True)
-        _fit_words(console, table)
-    # Never crop: Rich would cut the right-hand columns (warnings) off; an overlong line wraps instead.
-    console.print(table, crop=False)
+    table = _fitting_table(report, console)
+    if table is None:
+        # Still too narrow (an 80-column terminal over SSH, or a pipe): seven columns wrapped every
+        # state into a column of one or two words. One block per host instead, each phrase whole.
+        _render_blocks(report, console)
+    else:
+        # Never crop: Rich would cut the right-hand columns (warnings) off; an overlong line wraps instead.
+        console.print(table, crop=False)
     answered = sum(1 for h in report.hosts if h.answered)
     summary = f"{answered}/{len(report.hosts)} hosts answered in {report.elapsed_s:.1f} s"
     console.print(Text(summary, style="green" if answered == len(report.hosts) else "yellow"))
@@ -47,6 +47,16 @@ def render_status(report: StatusReport, console: Console) -> None:
             console.print(Text(f"{status.host.name}: {status.error}", style="red"), soft_wrap=unwrapped)
             if status.hint:
                 console.print(Text(f"  hint: {status.hint}", style="dim"), soft_wrap=unwrapped)
+
+
+def _fitting_table(report: StatusReport, console: Console) -> Table | None:
+    """The ruled table; where it cannot show every word whole (long names), the compact one (no rules,
+    shared padding: ~15 columns back); None where neither keeps each column readable."""
+    for compact in (False, True):
+        table = _table(report, compact=compact)
+        if _readable(console, table) and _fit_words(console, table):
+            return table
+    return None
 
 
 def _table(report: StatusReport, *, compact: bool) -> Table:
@@ -66,6 +76,46 @@ def _table(report: StatusReport, *, compact: bool) -> Table:
             table.add_row()  # no rules to tell the hosts' multi-line rows apart: a blank line does
         table.add_row(*_row(status))
     return table
+
+
+_LABEL = 12  # "  warnings  ": the narrow layout's label column
+_READABLE = 20  # columns a wrapping cell needs to hold a phrase ("failed (result exit-code,")
+
+
+def _readable(console: Console, table: Table) -> bool:
+    """Whether the table fits with every wrapping column at least _READABLE wide (or as wide as its
+    longest line, if less): narrower, a state reads one word per line."""
+    unbounded = console.options.update_width(1 << 16)
+    need = Measurement.get(console, unbounded, table).maximum
+    for column in table.columns:
+        if column.no_wrap:
+            continue
+        cells = [column.header, *column.cells]
+        lo = max((Measurement.get(console, unbounded, c).minimum for c in cells), default=0)
+        hi = max((Measurement.get(console, unbounded, c).maximum for c in cells), default=0)
+        need -= hi - min(hi, max(lo, _READABLE))
+    return need <= console.width
+
+
+def _render_blocks(report: StatusReport, console: Console) -> None:
+    """The narrow layout: per host a line with its name, address and reach, then labelled lines
+    (GPUs, service with its mode, release, warnings) whose values wrap under themselves."""
+    for i, status in enumerate(report.hosts):
+        name, address, reach, *cells = _row(status)
+        if i:
+            console.print()
+        console.print(Text.assemble(name, "  ", address, "  ", reach), crop=False)
+        if status.facts is None:
+            console.print("  reason below", style="red")
+            continue
+        for label, cell in zip(("GPUs", "service", "release", "warnings"), cells):
+            if not cell:
+                continue
+            # Wrapped here, under the value (a grid padded every line to its widest with spaces).
+            text = cell if isinstance(cell, Text) else Text(cell)
+            for j, line in enumerate(text.wrap(console, max(_READABLE, console.width - _LABEL), overflow="fold")):
+                line.rstrip()
+                console.print(Text.assemble(f"  {label:<8}  " if j == 0 else " " * _LABEL, line), soft_wrap=True)
 
 
 def _fit_words(console: Console, table: Table) -> bool:

@@ -76,3 +76,43 @@ def reference_service(unit_name: str, served_model_name: str, *,
             "environment": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"},
             "health": {"unit_active_timeout": 30, "port_open_timeout": 120, "liveness_timeout": 60,
                        "readiness_timeout": 120, "total_timeout": 300}}
+
+
+def installed_current(testbed: Any, host: Any, tmp_path: Path, services: dict[str, Any], service: str) -> Path:
+    """A `role: prod` host whose current release (the stand-in workspace's in `tmp_path`) is laid out as
+    built, with the service's units installed but not started; returns the inventory."""
+    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=services,
+                                  host_overrides={host.name: {"service": service, "role": "prod"}})
+    release = stand_in_workspace(tmp_path)
+    lay_out_built(host, release)
+    host.sh(f"ln -sfn releases/{release} /opt/ddtree/current")
+    install_service_units(inventory, host.name)
+    return Path(inventory)
+
+
+def ctrl_c_during_gate(argv: list[str], host: Any, unit: str) -> tuple[int, str, str, float]:
+    """Run the installed CLI with `argv`, wait until `unit` has a new main process and its health gate
+    polls (the service loads far longer than the test), then Ctrl-C the whole foreground group as a
+    terminal does; returns (exit code, stdout, stderr, seconds from the Ctrl-C to the exit)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    def main_pid() -> str:
+        return str(host.systemctl("show", "-p", "MainPID", "--value", unit).stdout.strip())
+
+    exe = shutil.which("ddtreectl")
+    assert exe is not None, "install the CLI first: python3 -m pip install -e ."
+    before = main_pid()
+    proc = subprocess.Popen([exe, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while main_pid() in (before, "0") and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(3)  # the gate is polling now
+    interrupted = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err, time.monotonic() - interrupted

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.host_setup import deployed_and_running, reference_service
+from tests.e2e.host_setup import ctrl_c_during_gate, deployed_and_running, reference_service
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -29,31 +25,14 @@ UNIT = "ref-di.service"
 OLD = "b0b0b0b0b0b0"
 
 
-def main_pid(host: Any) -> str:
-    return str(host.systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip())
-
-
 @pytest.mark.testbed
 def test_ctrl_c_stops_the_restart_gate_and_says_the_state(testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     (host,) = boot_hosts(["di-host"])
     services = {"ref": reference_service("ref-di", "tiny-di", load_delay_s=600)}
     inventory, new = deployed_and_running(testbed, host, tmp_path, services, "ref", OLD, UNIT)
-    before = main_pid(host)
-
-    exe = shutil.which("ddtreectl")
-    assert exe is not None, "install the CLI first: python3 -m pip install -e ."
-    deploy = subprocess.Popen([exe, "-i", str(inventory), "deploy", "--host", host.name, "--restart", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while main_pid(host) in (before, "0") and time.monotonic() < deadline and deploy.poll() is None:
-        time.sleep(0.2)
-    assert deploy.poll() is None, deploy.communicate()
-    time.sleep(3)  # the gate is polling now: the server loads for 600 s
-    interrupted = time.monotonic()
-    os.killpg(deploy.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
-    out, err = deploy.communicate(timeout=60)
-    took = time.monotonic() - interrupted
-    assert deploy.returncode == 130, (out, err)
+    code, out, err, took = ctrl_c_during_gate(["-i", str(inventory), "deploy", "--host", host.name, "--restart",
+                                               "--json"], host, UNIT)
+    assert code == 130, (out, err)
     assert took < 15, f"{took:.1f} s after Ctrl-C"  # it used to wait 20 s, then leave the gate polling
     doc = json.loads(out)
     message = doc["error"]["message"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.host_setup import install_service_units, lay_out_built, stand_in_workspace
+from tests.e2e.host_setup import installed_current
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(300)]
 
@@ -42,12 +42,7 @@ def restore_error(inventory: Path, host: str) -> dict[str, Any]:
 @pytest.mark.testbed
 def test_the_drift_hint_names_the_repair_that_works(testbed: Any, boot_hosts: Any, tmp_path: Path) -> None:
     (host,) = boot_hosts(["dh-host"])
-    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", services=SERVICES,
-                                  host_overrides={host.name: {"service": "dh", "role": "prod"}})
-    release = stand_in_workspace(tmp_path)
-    lay_out_built(host, release)
-    host.sh(f"ln -sfn releases/{release} /opt/ddtree/current")
-    install_service_units(inventory, host.name)
+    inventory = installed_current(testbed, host, tmp_path, SERVICES, "dh")
 
     # a drop-in: a deploy leaves it (and says the units are unchanged), so the hint must not send
     # the operator there

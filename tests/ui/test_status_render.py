@@ -57,3 +57,29 @@ def test_json_schema_fields() -> None:
     assert down["identity"] is None and down["error"] == {
         "message": "cannot reach 10.1.230.171:22: timed out after 5 s", "hint": "check the address", "exit_code": 4}  # as `status ct200` alone exits
     json.dumps(doc)  # plain JSON types only
+
+
+def test_80_columns_gives_one_block_per_host_with_whole_phrases() -> None:
+    """At 80 columns (a narrow terminal over SSH, or a pipe) the seven-column table wrapped every
+    state into a column of one or two words ("fx-failed:" / "failed" / "(result" / "exit-code," ...
+    over eight lines). Now a host that the table cannot show readably gets a block: its name, address
+    and reach on one line, then one labelled line each for GPUs, service (and mode), release and
+    warnings, each phrase whole. Nothing is dropped; wide terminals keep the table."""
+    out = io.StringIO()
+    render_status(make_report(), Console(file=out, width=80, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines), out.getvalue()
+    text = "\n".join(lines)
+    assert lines[0].split() == ["gpu-a", "10.0.0.5", "ok", "42", "ms"], text
+    assert "  GPUs      no nvidia-smi" in lines, text
+    assert "  service   fx-failed: failed (result exit-code, exit status 3, 0 restarts)" in lines, text
+    assert "            mode dev: ? until ?: no reason" in lines, text
+    assert "  release   r2" in lines, text
+    assert "  warnings  nvidia-smi missing (expected 8 GPUs)" in lines, text
+    assert "ct200  10.1.230.171  unreachable" in lines and "  reason below" in lines, text
+    assert "1/2 hosts answered" in text and "ct200: cannot reach 10.1.230.171:22: timed out after 5 s" in text
+
+    wide = io.StringIO()
+    render_status(make_report(), Console(file=wide, width=200, color_system=None))
+    header = wide.getvalue().splitlines()[1].replace("┃", " ").split()
+    assert header == ["host", "address", "reach", "GPUs", "service", "release", "warnings"], wide.getvalue()
