@@ -11,18 +11,24 @@ OUT=${OUT:-/tmp/s13out}; mkdir -p "$OUT"; W=/tmp/s13w; mkdir -p $W
 export PYTHONPATH=$D/engine/python:$D/engine/bench
 M=$D/main/libddtree.so
 st() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
-# STAGE=2 (the second call): cycles or clock? Each build's sustained µs per call with nvidia-smi's SM clock and power
-# (fa3_probe_clocks.py, 64k then 4k), then ncu SpeedOfLight (elapsed cycles of one launch) of each build at 64k.
+# STAGE=2 (the second call): p2b / p3b = the copy probe with every ring stage filled once (real K/V data; p2z = call
+# 1's p2 on stale memory, kept to see what the data did), timed in alternation with main and p1 at 64/8 x 512; then
+# cycles or clock: each build's sustained µs per call with nvidia-smi's SM clock and power (fa3_probe_clocks.py), and
+# ncu SpeedOfLight (elapsed cycles of one launch) at 64k.
 if [ "${STAGE:-1}" = 2 ]; then
-  L="main=$M p1=$D/p1/libddtree.so p2=$D/p2/libddtree.so p3=$D/p3/libddtree.so"
-  for c in 65536 4096; do
-    st clocks $c
-    timeout 60 python3 $D/engine/bench/profile/fa3_probe_clocks.py $L --ctx $c --secs 1.5 --rounds 2 2>&1 | tee -a $OUT/clocks.log
-  done
-  for n in main p2 p1 p3; do
-    [ $SECONDS -lt 80 ] || { echo "skip ncu $n"; continue; }
+  nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv | tee $OUT/gpu.txt
+  st bench
+  DDTREE_LIB=$M timeout 60 python3 $D/engine/bench/bench_tree_attention.py --impls fa3 --no-flex --interleaved-floor \
+    --ab-lib p1=$D/p1/libddtree.so --ab-lib p2b=$D/p2b/libddtree.so --ab-lib p3b=$D/p3b/libddtree.so \
+    --ab-lib p2z=$D/p2/libddtree.so --ab-rounds 3 --shapes 64/8x512x4k,64/8x512x64k --json $OUT/bench2.json \
+    > $OUT/bench2.log 2>&1; echo "bench rc=$?"; tail -12 $OUT/bench2.log
+  L="main=$M p1=$D/p1/libddtree.so p2b=$D/p2b/libddtree.so p2z=$D/p2/libddtree.so p3b=$D/p3b/libddtree.so"
+  st clocks 64k
+  timeout 40 python3 $D/engine/bench/profile/fa3_probe_clocks.py $L --ctx 65536 --secs 1.2 --rounds 2 2>&1 | tee -a $OUT/clocks.log
+  for n in main p2b p1; do
+    [ $SECONDS -lt 85 ] || { echo "skip ncu $n"; continue; }
     st ncu $n; LIB=$M; [ $n = main ] || LIB=$D/$n/libddtree.so
-    DDTREE_LIB=$LIB timeout 30 ncu --clock-control none -k regex:tree_attention_fa3 --launch-skip 3 --launch-count 1 \
+    DDTREE_LIB=$LIB timeout 25 ncu --clock-control none -k regex:tree_attention_fa3 --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight python3 $D/engine/bench/profile/profile_ops.py ta64x512x64k --reps 5 > $W/sol_$n.txt 2>&1
     echo "== $n" >> $OUT/sol.txt; grep -E "SM Frequency|Elapsed Cycles|Duration|SM Active|Compute \(SM\)|L2 Cache Th" $W/sol_$n.txt | tee -a $OUT/sol.txt
   done

@@ -34,9 +34,6 @@ __device__ __forceinline__ void fa3_issue_tile(uint32_t dst, const char* src0, c
                           static_cast<uint32_t>(ra.w), static_cast<uint32_t>(rb.x), static_cast<uint32_t>(rb.y),
                           static_cast<uint32_t>(rb.z), static_cast<uint32_t>(rb.w)};
   dst += cp_dst0;
-#if DDTREE_TA_FA3_PROBE & 2
-  return;  // diagnostic: no copies; the caller's cp.async arrive still completes the stage (see fa3_config.cuh)
-#endif
   if (lim > BN - 16) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
