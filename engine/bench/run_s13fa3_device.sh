@@ -11,6 +11,18 @@ OUT=${OUT:-/tmp/s13out}; mkdir -p "$OUT"; W=/tmp/s13w; mkdir -p $W
 export PYTHONPATH=$D/engine/python:$D/engine/bench
 M=$D/main/libddtree.so
 st() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
+# STAGE=3 (the third call): where the copies cost. ncu MemoryWorkloadAnalysis + ComputeWorkloadAnalysis of main and
+# p2b at 64/8 x 512 x 64k (shared-memory wavefronts and pipe use with and without the steady-state copies).
+if [ "${STAGE:-1}" = 3 ]; then
+  for n in main p2b; do
+    st ncu $n; LIB=$M; [ $n = main ] || LIB=$D/$n/libddtree.so
+    DDTREE_LIB=$LIB timeout 30 ncu --clock-control none -k regex:tree_attention_fa3 --launch-skip 3 --launch-count 1 \
+      --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
+      python3 $D/engine/bench/profile/profile_ops.py ta64x512x64k --reps 5 > $OUT/mwa_$n.txt 2>&1; echo "ncu rc=$?"
+    grep -E "Duration|Shared|Pipe|Issue|L1/TEX Hit|Mem Busy|Max Bandwidth|Executed Ipc" $OUT/mwa_$n.txt | head -24
+  done
+  st done; exit 0
+fi
 # STAGE=2 (the second call): p2b / p3b = the copy probe with every ring stage filled once (real K/V data; p2z = call
 # 1's p2 on stale memory, kept to see what the data did), timed in alternation with main and p1 at 64/8 x 512; then
 # cycles or clock: each build's sustained µs per call with nvidia-smi's SM clock and power (fa3_probe_clocks.py), and
