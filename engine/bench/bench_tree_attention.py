@@ -34,7 +34,7 @@ from ddtree_engine.reference import tree_attention as _ref_fn  # noqa: E402,F401
 ref = sys.modules["ddtree_engine.reference.tree_attention"]
 from _timing import capture_graph, copy_bandwidth, graph_time, scoped_env  # noqa: E402
 from ddtree_engine import _lib  # noqa: E402
-from _tree_attention_bench_ab import FA3_AB, print_ab, print_alt, print_alt_env  # noqa: E402
+from _tree_attention_bench_ab import FA3_AB, alternate, print_ab, print_alt, print_alt_env  # noqa: E402
 
 
 def measure_ceilings() -> tuple[float, float]:
@@ -228,17 +228,15 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
             o_ab = tree_attention(qs[0], kcs[0], vcs[0], indptr, bts[0], ctx_t, anc, scale)[0]
         row[f"{name}_bits_equal"] = bool(torch.equal(o_ab.view(torch.int16), outs[default].view(torch.int16)))
         row[f"{name}_rel_diff"] = rel_diff(o_ab, outs[default])
+    def ours_us() -> float:
+        return graph_time(ours) * 1e6
+
     if ab_libs and ab_rounds > 0:
         # This build and each --ab-lib build timed in alternation, ab_rounds rounds, medians: the card's power
         # state drifts within a shape's timings (NOTES v11), and alternation spreads the drift over all builds.
-        alt: dict[str, list[float]] = {"this": [], **{name: [] for name in ab_libs}}
-        for _ in range(ab_rounds):
-            alt["this"].append(graph_time(ours) * 1e6)
-            for name, path in ab_libs.items():
-                with other_library(path):
-                    alt[name].append(graph_time(ours) * 1e6)
-        for name, ts in alt.items():
-            row[f"alt_{name}_us"] = statistics.median(ts)
+        libs = {"this": contextlib.nullcontext, **{n: (lambda p=p: other_library(p)) for n, p in ab_libs.items()}}
+        for name, us in alternate(libs, ours_us, ab_rounds).items():
+            row[f"alt_{name}_us"] = us
     if ab and default == "fa3":
         # The default back end again with each launch switch of fa3 v10 flipped (the launcher's per-call
         # environment switches: fused merge on, lazy mask wait off, balanced chunks), same inputs and process.
@@ -251,14 +249,9 @@ def run_shape(hq: int, hkv: int, n: int, ctx: int, bw: float, rate: float, impls
         if ab_rounds > 0:
             # The default and each switch timed in alternation, ab_rounds rounds, medians (as for --ab-lib:
             # the power state drifts within a shape's timings, alternation spreads it over every variant).
-            alt_env: dict[str, list[float]] = {"fa3": [], **{name: [] for name in FA3_AB}}
-            for _ in range(ab_rounds):
-                alt_env["fa3"].append(graph_time(ours) * 1e6)
-                for name, env in FA3_AB.items():
-                    with scoped_env(env):
-                        alt_env[name].append(graph_time(ours) * 1e6)
-            for name, ts in alt_env.items():
-                row[f"altenv_{name}_us"] = statistics.median(ts)
+            envs = {"fa3": contextlib.nullcontext, **{n: (lambda e=e: scoped_env(e)) for n, e in FA3_AB.items()}}
+            for name, us in alternate(envs, ours_us, ab_rounds).items():
+                row[f"altenv_{name}_us"] = us
     row["default_impl"] = default
     row["ours_us"] = row[f"{default}_us"]
     o_ours = outs[default]
@@ -403,8 +396,11 @@ def main() -> None:
     ap.add_argument("--ab-lib", action="append", default=[], metavar="NAME=PATH",
                     help="also time the default back end of another libddtree build (e.g. main's) on the same "
                     "inputs in this process, and check its bits against this build's (repeatable)")
-    ap.add_argument("--ab-rounds", type=int, default=0, help="also time this build and the --ab-lib builds (and, with "
-                    "--ab, the default and each --ab switch) in alternation, this many rounds, and print the medians")
+    ap.add_argument("--ab-rounds", type=int, default=None, help="also time this build and the --ab-lib builds (and, "
+                    "with --ab, the default and each --ab switch) in alternation, this many rounds, and print the "
+                    "medians (default 3 with --ab or --ab-lib, else 0)")
+    ap.add_argument("--shapes", default="", help="comma list of shapes to run, e.g. 8/1x512x4k,64/8x512x64k "
+                    "(default: all)")
     ap.add_argument("--interleaved-floor", action="store_true", help="also time the matmul peer interleaved "
                     "with the default back end per shape (same power state) and print the floor from that rate")
     ap.add_argument("--flex-nodes", default="", help="comma list of node counts to run flex_attention at "
@@ -432,6 +428,8 @@ def main() -> None:
           f" env impl {impl}, default back end {ta_ops.impl_for(128)}; timing back ends {impls}", flush=True)
     shapes = [(hq, hkv, n, ctx) for hq, hkv in ((8, 1), (64, 8)) for n in (64, 512)
               for ctx in ((4096,) if args.quick else (4096, 65536))]
+    if args.shapes:
+        shapes = [sh for sh in shapes if f"{sh[0]}/{sh[1]}x{sh[2]}x{sh[3] // 1024}k" in args.shapes.split(",")]
 
     def save(rows: list[dict]) -> None:
         if args.json:
@@ -440,6 +438,8 @@ def main() -> None:
 
     # Pass 1: kernel + SDPA (fast). Pass 2: flex_attention, whose compiles are slow, shape by shape.
     ab_libs = dict(x.split("=", 1) for x in args.ab_lib)
+    if args.ab_rounds is None:  # A/B columns are read from alternating rounds only (session 12's final run)
+        args.ab_rounds = 3 if (args.ab or ab_libs) else 0
     if args.ab_only:
         for name in [n for n in FA3_AB if n not in args.ab_only.split(",")]:
             del FA3_AB[name]

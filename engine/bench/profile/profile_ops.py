@@ -4,7 +4,7 @@ Each case runs the op `--reps` times (warm-up included) on the same inputs; ncu 
 with --launch-skip/--launch-count. No timing here: ncu reports the kernel durations and counters.
 Usage: python profile_ops.py CASE [--reps N]
 Cases: topk1 topk16 (1 x 15 x 163840 bf16, v3), topk1v4 topk16v4 (the same on v4), tree256 (build_tree M=256 K=64 B=1),
-       ta8x512 ta64x512 (tree_attention 8/1 and 64/8 heads, 512 nodes, 4k context).
+       ta8x512 ta64x512 (tree_attention 8/1 and 64/8 heads, 512 nodes, 4k context), ta64x512x64k (64k context).
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ CASES = {
     "topk1": lambda: topk(1), "topk16": lambda: topk(16), "tree256": lambda: tree(256, 64),
     "topk1v4": lambda: topk(1, "v4"), "topk16v4": lambda: topk(16, "v4"),
     "ta8x512": lambda: attention(8, 1, 512, 4096), "ta64x512": lambda: attention(64, 8, 512, 4096),
+    "ta64x512x64k": lambda: attention(64, 8, 512, 65536),
 }
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@
 #ifndef DDTREE_TA_FA3_RESCALE_TH
 #define DDTREE_TA_FA3_RESCALE_TH 0
 #endif
+// s13 (diagnostic builds only, NOTES "v22"): what sets the steady-state tile period. Bit 1 = no softmax (P is the raw
+// S: no mask, max or exp), bit 2 = no K/V copies after each ring stage's first fill (the producer's barriers still
+// complete; the consumers compute on real but stale K/V), 3 = both. Wrong outputs by design; 0 = the kernel (the default, main's source).
+#ifndef DDTREE_TA_FA3_PROBE
+#define DDTREE_TA_FA3_PROBE 0
+#endif
 
 namespace ddtree {
 namespace tree_attn {

@@ -56,6 +56,10 @@ __device__ __forceinline__ void fa3_softmax(const Params& p, float (&s)[Fa3Confi
                                             int t4) {
   using C = Fa3Config;
   constexpr int BN = C::BN;
+#if DDTREE_TA_FA3_PROBE & 1
+  corr[0] = corr[1] = 1.f;  // diagnostic: no softmax at all (see fa3_config.cuh)
+  return;
+#endif
   if (kt + BN > ctx) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

@@ -154,9 +154,18 @@ __global__ void __launch_bounds__(Fa3Config::NT, 1) tree_attention_fa3_kernel(co
   asm("" : "+l"(k_src0));
   asm("" : "+l"(v_src0));
   const uint32_t cp_dst0 = swz<BN>(cp_g, cp_s);
+#if DDTREE_TA_FA3_PROBE & 2
+  // Diagnostic (fa3_config.cuh): only the first 7 tile copies (K_0, K_1, V_0, K_2, V_1, K_3, V_2: every ring stage
+  // of K and V once, so the GEMMs run on real data), none after; the cp.async arrives still complete every stage.
+  int n_issued = 0;
+  auto issue = [&](uint32_t dst, const char* src0, int buf, int lim) {
+    if (n_issued++ <= 2 * ST) fa3_issue_tile(dst, src0, s_rows, buf, lim, cp_g, cp_dst0, row_pitch);
+  };
+#else
   auto issue = [&](uint32_t dst, const char* src0, int buf, int lim) {
     fa3_issue_tile(dst, src0, s_rows, buf, lim, cp_g, cp_dst0, row_pitch);
   };
+#endif
   // Context tiles are never skipped, so a chunk that starts inside the context starts at c_begin, and
   // its first tiles are known before the tile mask exists. v8: when tiles 0 and 1 are both context
   // tiles, the prologue runs producer steps 0 and 1 (K_0; K_1 and V_0) before the mask is published,
