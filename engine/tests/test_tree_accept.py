@@ -201,6 +201,12 @@ PLANS = {
     "fused_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "0"},
     "fused_wide_unrolled": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "1",
                             "DDTREE_ACCEPT_SCORE": "unrolled"},
+    # session 13: leaf mode forced on at every vocabulary (default only above V = 1024), with the wide and the
+    # 8192-logit bf16 chunk, and forced off (the default plan before session 13)
+    "fused_leaf": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "1"},
+    "fused_leaf_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "1",
+                          "DDTREE_ACCEPT_WIDE": "0"},
+    "fused_noleaf": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "0"},
 }
 ALL_PLANS = list(PLANS)
 
@@ -304,6 +310,58 @@ def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) 
     args["target_logits"][0, 0, 5] = float("nan")
     with pytest.raises(DdtreeDeviceError, match="NaN"):
         op(**args, check=True)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["fused_leaf", "fused_leaf_narrow", "fused"])
+@pytest.mark.parametrize("vocab", [997, 151936])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch.dtype,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaf mode (session 13): every internal node's row steered to one child, so every walk ends on a leaf (whose
+    row only the second pass reads) or at the depth limit; greedy and sampled requests, ragged trees (num_nodes 1..N,
+    budget 0 among them), with graph replay; then a stop id equal to a leaf's target (finished by the bonus) and
+    one inside a path (the leaf never decides)."""
+    from ddtree_engine.ops import tree_accept as op
+
+    _set_plan(monkeypatch, impl)
+    args = _random_case(6, 40, vocab, dtype, 0.8, seed=vocab + 13)
+    args["num_nodes"][0] = 1  # the root alone (itself a leaf, always read)
+    gen = torch.Generator().manual_seed(5)
+    fc, ns, tok = (args[k].cpu() for k in ("first_child", "next_sibling", "node_token"))
+    x = args["target_logits"].float()
+    for b in range(fc.shape[0]):
+        for i in range(int(args["num_nodes"][b])):
+            kids, c = [], int(fc[b, i])
+            while c != -1:
+                kids.append(c)
+                c = int(ns[b, c])
+            if kids:
+                x[b, i, int(tok[b, kids[int(torch.randint(0, len(kids), (1,), generator=gen))]])] = 60.0
+    args["target_logits"] = x.to(dtype)
+    args["stop_ids"] = torch.zeros(0, dtype=torch.int32, device="cuda")
+    want = tree_accept(**args)
+    end = want.accept_nodes.gather(1, (want.accept_len.long() - 1)[:, None])[:, 0]
+    on_leaf = [b for b in range(6) if int(end[b]) > 0 and int(fc[b, int(end[b])]) == -1]
+    assert len(on_leaf) >= 3, f"walks ending on a leaf: {on_leaf}"
+    _assert_same(op(**args), want)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(**args)
+    for _ in range(2):
+        out.bonus.fill_(-7)
+        out.committed_ids.fill_(-7)
+        graph.replay()
+        _assert_same(out, want)
+    b0 = on_leaf[0]
+    b1 = next(b for b in on_leaf if int(want.accept_len[b]) >= 3)
+    stops = [int(want.bonus[b0]), int(want.committed_ids[b1, 0])]
+    args["stop_ids"] = torch.tensor(stops, dtype=torch.int32, device="cuda")
+    want = tree_accept(**args)
+    assert int(want.finished[b0]) == 1 and int(want.finished[b1]) == 1 and int(want.accept_len[b1]) == 1
+    _assert_same(op(**args), want)
 
 
 def _root_only_case(rows: torch.Tensor) -> dict[str, torch.Tensor]:
