@@ -323,11 +323,15 @@ def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch
     row only the second pass reads) or at the depth limit; greedy and sampled requests, ragged trees (num_nodes 1..N,
     budget 0 among them), with graph replay; then a stop id equal to a leaf's target (finished by the bonus) and
     one inside a path (the leaf never decides)."""
+    from ddtree_engine.ops import check_errors
     from ddtree_engine.ops import tree_accept as op
 
     _set_plan(monkeypatch, impl)
+    check_errors()
     args = _random_case(6, 40, vocab, dtype, 0.8, seed=vocab + 13)
-    args["num_nodes"][0] = 1  # the root alone (itself a leaf, always read)
+    args["num_nodes"][0] = 1  # the root alone (itself a leaf, always read): its child lists go too
+    args["first_child"][0] = -1
+    args["next_sibling"][0] = -1
     gen = torch.Generator().manual_seed(5)
     fc, ns, tok = (args[k].cpu() for k in ("first_child", "next_sibling", "node_token"))
     x = args["target_logits"].float()
@@ -361,7 +365,7 @@ def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch
     args["stop_ids"] = torch.tensor(stops, dtype=torch.int32, device="cuda")
     want = tree_accept(**args)
     assert int(want.finished[b0]) == 1 and int(want.finished[b1]) == 1 and int(want.accept_len[b1]) == 1
-    _assert_same(op(**args), want)
+    _assert_same(op(**args, check=True), want)  # and no error flag raised by any call above
 
 
 def _root_only_case(rows: torch.Tensor) -> dict[str, torch.Tensor]:
