@@ -182,6 +182,21 @@ def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) 
         assert torch.equal(g, w), f"{name}: {g.tolist()} != {w.tolist()}"
 
 
+def _assert_eager_and_graph(op: object, args: dict[str, torch.Tensor], want: tuple[torch.Tensor, ...],
+                            poison: tuple[str, ...]) -> None:
+    """op(**args) == want eagerly, then from two replays of a captured call (the `poison` outputs reset first)."""
+    _assert_same(op(**args), want)  # type: ignore[operator]
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(**args)  # type: ignore[operator]
+    for _ in range(2):
+        for name in poison:
+            getattr(out, name).fill_(-7)
+        graph.replay()
+        _assert_same(out, want)
+
+
 # The library's launch switches for each impl a test names (read by the launcher on every call).
 PLANS = {
     "fused": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0"},  # chunked kernel, default scoring
@@ -284,16 +299,7 @@ def test_op_small_vocab_trees_all_plans(impl: str, monkeypatch: pytest.MonkeyPat
             (1, 17, 320, torch.float32, 0.0), (8, 65, 320, torch.float32, 0.0), (8, 65, 320, torch.bfloat16, 0.9),
             (3, 100, 320, torch.float32, 0.5), (4, 9, 12, torch.float32, 0.0), (2, 2, 1, torch.bfloat16, 0.7)]):
         args = _random_case(batch, n_max, vocab, dtype, temp, seed=70 + i)
-        want = tree_accept(**args)
-        _assert_same(op(**args), want)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = op(**args)
-        for _ in range(2):
-            out.accept_nodes.fill_(-7)
-            graph.replay()
-            _assert_same(out, want)
+        _assert_eager_and_graph(op, args, tree_accept(**args), ("accept_nodes",))
 
 
 @pytest.mark.gpu
@@ -349,16 +355,7 @@ def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch
     end = want.accept_nodes.gather(1, (want.accept_len.long() - 1)[:, None])[:, 0]
     on_leaf = [b for b in range(6) if int(end[b]) > 0 and int(fc[b, int(end[b])]) == -1]
     assert len(on_leaf) >= 3, f"walks ending on a leaf: {on_leaf}"
-    _assert_same(op(**args), want)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = op(**args)
-    for _ in range(2):
-        out.bonus.fill_(-7)
-        out.committed_ids.fill_(-7)
-        graph.replay()
-        _assert_same(out, want)
+    _assert_eager_and_graph(op, args, want, ("bonus", "committed_ids"))
     b0 = on_leaf[0]
     b1 = next(b for b in on_leaf if int(want.accept_len[b]) >= 3)
     stops = [int(want.bonus[b0]), int(want.committed_ids[b1, 0])]
