@@ -39,6 +39,8 @@ VARIANTS = {
     # session 13: leaf mode (the default above V = 1024 since then)
     "leaf": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1",
              "DDTREE_ACCEPT_LEAF": "1"},
+    "leaf_rows": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1",
+                  "DDTREE_ACCEPT_LEAF": "2"},  # leaf mode, first pass without leaf CTAs (opt-in)
 }
 
 

@@ -117,6 +117,7 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "cutile16": {"DDTREE_COMMIT_UPDATE_TILE": "16"},
     # Session 13 (s13accept): tree_accept reading every row (the leaf mode is the default above V = 1024)
     "noleaf": {"DDTREE_ACCEPT_LEAF": "0"},
+    "leafrows": {"DDTREE_ACCEPT_LEAF": "2"},  # its first pass without leaf CTAs (opt-in)
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():

@@ -7,6 +7,7 @@
 #   3. correctness: selftest (default and leaf forced), compute-sanitizer memcheck / racecheck / synccheck on the
 #      tree_accept cases with leaf forced, GPU pytest of the accept / tail ops, test_decode_gpu.py with leaf forced
 #      (-n 6), and the bf16 graph-vs-eager decode tests in 3 processes side by side (default)
+#   4. (STEPS=4) leaf mode 2, the row-list first pass (opt-in): sanitizer + its GPU tests, then 1 and 2 against it
 OUT=${OUT:-/tmp/s13accept}
 STEPS=${STEPS:-1 2 3}
 source "$(dirname "$0")/e2e_device_env.sh"
@@ -48,6 +49,25 @@ for s in $STEPS; do case $s in
   rm -f "$OUT"/pytest_bf16graph_?.log
   grep -E "PASS|FAIL|passed|failed|rc=|ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK|^FAILED|^ERROR" \
     "$OUT/selftest_sanitizer.log" "$OUT"/pytest_*.log | cut -c1-220 | tail -30
+  ;;
+4)
+  stamp "4. leaf mode 2 (row-list first pass): checks, then tree_accept alone and the round, against leaf mode 1"
+  for tool in memcheck racecheck; do
+    { DDTREE_ACCEPT_LEAF=2 timeout 40 compute-sanitizer --tool $tool --error-exitcode 9 "$SELFTEST" tree_accept \
+        2>&1 | tail -2; echo "$tool tree_accept (leaf 2) rc=${PIPESTATUS[0]}"; } > "$OUT/san2_$tool.log" 2>&1 &
+  done
+  pt 40 -n 4 -k "fused_leaf_rows or walks_ending or small_vocab_trees" engine/tests/test_tree_accept.py \
+    > "$OUT/pytest_leaf2.log" 2>&1
+  wait
+  cat "$OUT"/san2_*.log; rm -f "$OUT"/san2_*.log; tail -1 "$OUT/pytest_leaf2.log"
+  (cd engine/bench && timeout 30 python3 bench_accept_vocab.py --dtypes bf16 --steer 0.8 \
+    --variants leaf packed_wide leaf_rows) > "$OUT/accept2.log" 2>&1
+  echo "rc=$?"; grep -E "bfloat16|Error|error" "$OUT/accept2.log" | sed -E 's/ +/ /g'
+  timeout 60 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --kinds noisy --logits act \
+    --variants default leafrows --batch 1 8 --budgets 16 64 --tokens 64 --cupti --leaf-stats \
+    > "$OUT/bench_e2e2.log" 2>&1
+  echo "rc=$?"
+  grep -E "DDTree|paired|CUPTI summary|leaf stats|Error|error" "$OUT/bench_e2e2.log" | sed -E 's/ +/ /g' | cut -c1-330
   ;;
 esac; done
 stamp "done"

@@ -1,5 +1,6 @@
 // Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
 // or the split plan's three kernels; and of round_finish (the fused kernel with the round tail).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -102,11 +103,12 @@ bool accept_wide() {
 // kAcceptSession7MaxV (at V = 151,936 a leaf row is 297 KB of bf16; at the toy's V = 320 a second launch costs more
 // than the rows it skips). Only tree_accept_fused (round_finish's tail runs in the walk's CTA, which no longer knows
 // the bonus) and trees of 2+ nodes. Read on every call, like the switches above.
-bool accept_leaf(int32_t vocab) {
+// DDTREE_ACCEPT_LEAF=2 (opt-in, session 13): leaf mode with the row-list kernel (rows.cuh) as its first pass, which
+// launches no CTA for leaf rows. Returns 0 (off), 1 or 2.
+int accept_leaf(int32_t vocab) {
   const char* e = std::getenv("DDTREE_ACCEPT_LEAF");
-  if (e != nullptr && e[0] == '1' && e[1] == 0) return true;
-  if (e != nullptr && e[0] == '0' && e[1] == 0) return false;
-  return vocab > kAcceptSession7MaxV;
+  if (e != nullptr && e[0] >= '0' && e[0] <= '2' && e[1] == 0) return e[0] - '0';
+  return vocab > kAcceptSession7MaxV ? 1 : 0;
 }
 
 // Chunks of `chunk` logits per row. The workspace is sized for kAcceptChunk, the smallest chunk of any plan.
@@ -166,8 +168,9 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   const int score = score_mode(vocab);
   // Leaf mode's pending walks live in the split plan's parent area (batch x n_max >= 2 x batch int32).
   int32_t* pend = nullptr;
-  if constexpr (std::is_same<Tail, k::NoRoundTail>::value)
-    if (n_max >= 2 && accept_leaf(vocab)) pend = static_cast<int32_t*>(workspace);
+  const int leaf = std::is_same<Tail, k::NoRoundTail>::value && n_max >= 2 ? accept_leaf(vocab) : 0;
+  if (leaf != 0) pend = static_cast<int32_t*>(workspace);
+  const bool rows = leaf == 2;  // pass 1 as the row-list kernel (rows.cuh)
   // The leaf pass after the fused kernel (same chunking, so it fills the leaf's own partial slots).
   auto leaf_pass = [&](auto kernel, int nchunks) {
     if (pend == nullptr) return DDTREE_STATUS_SUCCESS;
@@ -192,34 +195,38 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
   const AcceptEarly mode = accept_early();
   const bool early = mode != AcceptEarly::kOff, pdl = mode == AcceptEarly::kPdl;
+  // Pass 1 (the fused kernel, or leaf mode 2's row-list kernel), then leaf mode's leaf pass.
+  auto go = [&](auto kernel, auto rows_kernel, auto leaf_kernel, int nchunks) {
+    const ddtree_status_t st =
+        rows
+            ? ddtree::detail::launch(
+                  "tree_accept_rows_kernel", rows_kernel,
+                  dim3{unsigned(nchunks), unsigned(std::min(int(n_max), k::kAcceptRowSlots)), unsigned(batch)},
+                  dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab, n_max, node_token,
+                  first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, nchunks,
+                  partial, counters, accept_nodes, accept_len, committed_ids, bonus, finished, flags, score, pend)
+            : ddtree::detail::launch(
+                  "tree_accept_fused_kernel", kernel, dim3{unsigned(nchunks), unsigned(n_max), unsigned(batch)},
+                  dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab, n_max, node_token,
+                  first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, nchunks,
+                  partial, counters, accept_nodes, accept_len, committed_ids, bonus, finished, flags, tail, score,
+                  int(early), pend);
+    if (st != DDTREE_STATUS_SUCCESS) return st;
+    return leaf_pass(leaf_kernel, nchunks);
+  };
   if constexpr (sizeof(T) == 2) {
     if (vec && accept_wide()) {
-      using Wide = k::ChunkLogits<T, true, k::kAcceptWideNV>;
-      const int wide_chunks = num_chunks(vocab, Wide::kChunk);
-      const ddtree_status_t st = ddtree::detail::launch("tree_accept_fused_kernel",
-                                    k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
-                                    dim3{unsigned(wide_chunks), unsigned(n_max), unsigned(batch)},
-                                    dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
-                                    n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
-                                    seed, stop_ids, num_stop, width, wide_chunks, partial, counters, accept_nodes,
-                                    accept_len, committed_ids, bonus, finished, flags, tail, score, int(early), pend);
-      if (st != DDTREE_STATUS_SUCCESS) return st;
-      return leaf_pass(k::tree_accept_leaf_kernel<T, true, k::kAcceptWideNV>, wide_chunks);
+      constexpr int W = k::kAcceptWideNV;
+      return go(k::tree_accept_fused_kernel<T, true, Tail, W>, k::tree_accept_rows_kernel<T, true, W>,
+                k::tree_accept_leaf_kernel<T, true, W>, num_chunks(vocab, k::ChunkLogits<T, true, W>::kChunk));
     }
   }
-  const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
-  auto go = [&](auto kernel, auto leaf_kernel) {
-    const ddtree_status_t st = ddtree::detail::launch(
-        "tree_accept_fused_kernel", kernel, grid, dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride,
-        row_stride, vocab, n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
-        stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len, committed_ids, bonus, finished,
-        flags, tail, score, int(early), pend);
-    if (st != DDTREE_STATUS_SUCCESS) return st;
-    return leaf_pass(leaf_kernel, chunks);
-  };
   constexpr int NV = k::kAcceptPerThread / VN;
-  if (vec) return go(k::tree_accept_fused_kernel<T, true, Tail>, k::tree_accept_leaf_kernel<T, true, NV>);
-  return go(k::tree_accept_fused_kernel<T, false, Tail>, k::tree_accept_leaf_kernel<T, false, NV>);
+  if (vec)
+    return go(k::tree_accept_fused_kernel<T, true, Tail>, k::tree_accept_rows_kernel<T, true, NV>,
+              k::tree_accept_leaf_kernel<T, true, NV>, chunks);
+  return go(k::tree_accept_fused_kernel<T, false, Tail>, k::tree_accept_rows_kernel<T, false, NV>,
+            k::tree_accept_leaf_kernel<T, false, NV>, chunks);
 }
 
 // Argument checks shared by both entry points.

@@ -222,6 +222,8 @@ PLANS = {
     "fused_leaf_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "1",
                           "DDTREE_ACCEPT_WIDE": "0"},
     "fused_noleaf": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "0"},
+    # leaf mode with the row-list first pass (opt-in)
+    "fused_leaf_rows": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "2"},
 }
 ALL_PLANS = list(PLANS)
 
@@ -320,7 +322,7 @@ def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("impl", ["fused_leaf", "fused_leaf_narrow", "fused"])
+@pytest.mark.parametrize("impl", ["fused_leaf", "fused_leaf_narrow", "fused_leaf_rows", "fused"])
 @pytest.mark.parametrize("vocab", [997, 151936])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch.dtype,

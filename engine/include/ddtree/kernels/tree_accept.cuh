@@ -31,6 +31,7 @@
 //   tree_accept_fused only, not round_finish): the fused kernel skips leaf rows (their target token matters only as
 //   the bonus of a walk ending there), and a second launch (tree_accept/leaf.cuh) scores the one leaf row per
 //   request a walk ended on. NaN in a leaf row that is never read no longer raises DDTREE_FLAG_NAN_INPUT.
+//   DDTREE_ACCEPT_LEAF=2 (opt-in): the first pass as tree_accept/rows.cuh's kernel, no CTA for a leaf row.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel
@@ -47,4 +48,5 @@
 #include "ddtree/kernels/tree_accept/fused.cuh"
 #include "ddtree/kernels/tree_accept/leaf.cuh"
 #include "ddtree/kernels/tree_accept/one_cta.cuh"
+#include "ddtree/kernels/tree_accept/rows.cuh"
 #include "ddtree/kernels/tree_accept/split_plan.cuh"
