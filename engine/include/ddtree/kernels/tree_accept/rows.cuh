@@ -19,9 +19,10 @@ namespace kernels {
 // Row slots per request (gridDim.y = min(n_max, this)).
 constexpr int kAcceptRowSlots = 16;
 
-// 4 CTAs an SM, as the fused kernel's wide chunk gets (63 registers); uncapped, ptxas gave the wide instance 128.
+// 4 CTAs an SM with 16-byte loads, as the fused kernel's wide chunk gets (63 registers; uncapped, ptxas gave the wide
+// instance 128). The unaligned fallback keeps 2: at 4 its bf16 instance spilled 4 bytes on sm_90a.
 template <typename T, bool VEC, int NV>
-__global__ void __launch_bounds__(kAcceptThreads, 4) tree_accept_rows_kernel(
+__global__ void __launch_bounds__(kAcceptThreads, VEC ? 4 : 2) tree_accept_rows_kernel(
     const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
     const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
     const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ num_nodes,
