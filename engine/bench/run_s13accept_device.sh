@@ -8,6 +8,7 @@
 #      tree_accept cases with leaf forced, GPU pytest of the accept / tail ops, test_decode_gpu.py with leaf forced
 #      (-n 6), and the bf16 graph-vs-eager decode tests in 3 processes side by side (default)
 #   4. (STEPS=4) leaf mode 2, the row-list first pass (opt-in): sanitizer + its GPU tests, then 1 and 2 against it
+#   5. (STEPS=5) a short form of 4 that fit this helper's remaining device time (run in session 13)
 OUT=${OUT:-/tmp/s13accept}
 STEPS=${STEPS:-1 2 3}
 source "$(dirname "$0")/e2e_device_env.sh"
@@ -49,6 +50,20 @@ for s in $STEPS; do case $s in
   rm -f "$OUT"/pytest_bf16graph_?.log
   grep -E "PASS|FAIL|passed|failed|rc=|ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK|^FAILED|^ERROR" \
     "$OUT/selftest_sanitizer.log" "$OUT"/pytest_*.log | cut -c1-220 | tail -30
+  ;;
+5)
+  stamp "5. leaf mode 2 (the device cap's remainder): the round at batch 8 against leaf mode 1, then its checks"
+  timeout 25 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --kinds noisy --logits act \
+    --variants default leafrows --batch 8 --budgets 16 64 --tokens 64 --cupti --leaf-stats > "$OUT/bench_e2e3.log" 2>&1
+  echo "rc=$?"
+  grep -E "DDTree|paired|CUPTI summary|leaf stats|Error|error" "$OUT/bench_e2e3.log" | sed -E 's/ +/ /g' | cut -c1-330
+  for tool in memcheck racecheck; do
+    { DDTREE_ACCEPT_LEAF=2 timeout 18 compute-sanitizer --tool $tool --error-exitcode 9 "$SELFTEST" tree_accept \
+        2>&1 | tail -2; echo "$tool tree_accept (leaf 2) rc=${PIPESTATUS[0]}"; } > "$OUT/san2_$tool.log" 2>&1 &
+  done
+  pt 18 -n 6 -k "fused_leaf_rows or walks_ending" engine/tests/test_tree_accept.py > "$OUT/pytest_leaf2.log" 2>&1
+  wait
+  cat "$OUT"/san2_*.log; rm -f "$OUT"/san2_*.log; tail -1 "$OUT/pytest_leaf2.log"
   ;;
 4)
   stamp "4. leaf mode 2 (row-list first pass): checks, then tree_accept alone and the round, against leaf mode 1"
