@@ -206,6 +206,18 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
                               committed_ids, bonus, finished, flags, pend);
 }
 
+// The fused kernel's parameters up to the error flags, shared with leaf mode 2's rows kernel (rows.cuh), which the
+// launcher calls with the same arguments.
+#define DDTREE_ACCEPT_KERNEL_PARAMS                                                                                  \
+  const T *__restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,                     \
+      const int32_t *__restrict__ node_token, const int32_t *__restrict__ first_child,                              \
+      const int32_t *__restrict__ next_sibling, const int32_t *__restrict__ num_nodes,                              \
+      const int32_t *__restrict__ ctx_len, const float *__restrict__ temperature, const int64_t *__restrict__ seed, \
+      const int32_t *__restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t *__restrict__ partial, \
+      uint32_t *__restrict__ counters, int32_t *__restrict__ accept_nodes, int32_t *__restrict__ accept_len,        \
+      int32_t *__restrict__ committed_ids, int32_t *__restrict__ bonus, int32_t *__restrict__ finished,             \
+      int32_t *__restrict__ flags
+
 // The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
 // of each request after the walk (NoRoundTail: nothing; RoundTail in round_finish.cuh: the KV commit and
 // the slot bookkeeping of the round); its prefetch() runs before the walk, so its loads overlap it.
@@ -222,14 +234,7 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
 // pend ([0, B): the leaf or -1, [B, 2B): the walk's length) for tree_accept/leaf.cuh's pass. NoRoundTail only.
 template <typename T, bool VEC, typename Tail, int NV = kAcceptPerThread / (16 / int(sizeof(T)))>
 __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
-    const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
-    const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
-    const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ num_nodes,
-    const int32_t* __restrict__ ctx_len, const float* __restrict__ temperature, const int64_t* __restrict__ seed,
-    const int32_t* __restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t* __restrict__ partial,
-    uint32_t* __restrict__ counters, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
-    int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags, const Tail tail, int score, int early, int32_t* __restrict__ pend = nullptr) {
+    DDTREE_ACCEPT_KERNEL_PARAMS, const Tail tail, int score, int early, int32_t* __restrict__ pend = nullptr) {
   __shared__ uint64_t red[kAcceptThreads / 32];
   __shared__ AcceptTreeSmem tree;
   __shared__ int s_last;

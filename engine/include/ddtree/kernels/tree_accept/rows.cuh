@@ -23,14 +23,7 @@ constexpr int kAcceptRowSlots = 16;
 // instance 128). The unaligned fallback keeps 2: at 4 its bf16 instance spilled 4 bytes on sm_90a.
 template <typename T, bool VEC, int NV>
 __global__ void __launch_bounds__(kAcceptThreads, VEC ? 4 : 2) tree_accept_rows_kernel(
-    const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
-    const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
-    const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ num_nodes,
-    const int32_t* __restrict__ ctx_len, const float* __restrict__ temperature, const int64_t* __restrict__ seed,
-    const int32_t* __restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t* __restrict__ partial,
-    uint32_t* __restrict__ counters, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
-    int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags, int score, int32_t* __restrict__ pend) {
+    DDTREE_ACCEPT_KERNEL_PARAMS, int score, int32_t* __restrict__ pend) {
   __shared__ uint64_t red[kAcceptThreads / 32];
   __shared__ AcceptTreeSmem tree;  // tree.next: the row list until the walk; tree.path: the scan's scratch
   __shared__ int s_last;
