@@ -2,7 +2,9 @@
 fp32 vs bf16 logits x the scoring loops (DDTREE_ACCEPT_SCORE unrolled / compact / packed, and packed with the
 early PDL mode), one process, CUDA-graph replay medians over rotating input sets larger than L2. Floor: the
 live nodes' logits read once at the copy rate measured here. Every variant's outputs are checked against the
-reference before it is timed (session 10, issue #6).
+reference before it is timed (session 10, issue #6). Session 13: --steer P raises, at each internal node with
+probability P, one child's token in the node's row to the row's maximum, so walks go deep and some end on a leaf
+(random logits end every walk at the root); the leaf variants read only the root's and internal nodes' rows.
 Usage (GPU): PYTHONPATH=engine/python python3 engine/bench/bench_accept_vocab.py"""
 
 from __future__ import annotations
@@ -20,15 +22,53 @@ from ddtree_engine.reference import tree_accept as ref  # noqa: E402
 V = 151936
 SHAPES = [(1, 17), (1, 65), (8, 17), (8, 65)]
 VARIANTS = {
-    "unrolled": {"DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},  # session 9
-    "compact": {"DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},
+    "unrolled": {"DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0",
+                 "DDTREE_ACCEPT_WIDE": "0", "DDTREE_ACCEPT_LEAF": "0"},  # session 9
+    "compact": {"DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0",
+                "DDTREE_ACCEPT_WIDE": "0", "DDTREE_ACCEPT_LEAF": "0"},
     # session 10's default (fp32 rows: compact)
-    "packed": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "0"},
-    "packed+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "0"},
+    "packed": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0",
+               "DDTREE_ACCEPT_WIDE": "0", "DDTREE_ACCEPT_LEAF": "0"},
+    "packed+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1",
+                   "DDTREE_ACCEPT_WIDE": "0", "DDTREE_ACCEPT_LEAF": "0"},
     # session 11: bf16 chunks of 16,384 logits (fp32 rows: unchanged, their chunk is 32 KB already)
-    "packed_wide": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1"},
-    "packed_wide+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1", "DDTREE_ACCEPT_WIDE": "1"},
+    "packed_wide": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0",
+                    "DDTREE_ACCEPT_WIDE": "1", "DDTREE_ACCEPT_LEAF": "0"},
+    "packed_wide+pdl": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "1",
+                        "DDTREE_ACCEPT_WIDE": "1", "DDTREE_ACCEPT_LEAF": "0"},
+    # session 13: leaf mode (the default above V = 1024 since then)
+    "leaf": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1",
+             "DDTREE_ACCEPT_LEAF": "1"},
+    "leaf_rows": {"DDTREE_ACCEPT_SCORE": "packed", "DDTREE_ACCEPT_PDL": "0", "DDTREE_ACCEPT_WIDE": "1",
+                  "DDTREE_ACCEPT_LEAF": "2"},  # leaf mode, first pass without leaf CTAs (opt-in)
 }
+
+
+def steer(xs: list[torch.Tensor], tree: dict[str, torch.Tensor], p: float, gen: torch.Generator) -> None:
+    """At each internal node, with probability p, one random child's token gets the row's largest logit (30)."""
+    fc, ns, tok = (tree[k].cpu() for k in ("first_child", "next_sibling", "node_token"))
+    bi, ri, ti = [], [], []
+    for b in range(fc.shape[0]):
+        for i in range(fc.shape[1]):
+            kids, c = [], int(fc[b, i])
+            while c != -1:
+                kids.append(c)
+                c = int(ns[b, c])
+            if kids and float(torch.rand(1, generator=gen)) < p:
+                pick = kids[int(torch.randint(0, len(kids), (1,), generator=gen))]
+                bi.append(b), ri.append(i), ti.append(int(tok[b, pick]))
+    for x in xs:
+        x[bi, ri, ti] = 30.0
+
+
+def leaf_share(tree: dict[str, torch.Tensor], out: object) -> str:
+    fc = tree["first_child"]
+    leaf = fc == -1
+    leaf[:, 0] = False
+    end = out.accept_nodes.gather(1, (out.accept_len.long() - 1)[:, None])  # type: ignore[attr-defined]
+    return (f"leaf rows {int(leaf.sum())}/{leaf.numel()} ({float(leaf.float().mean()):.1%}), walks ending on a leaf "
+            f"{int(leaf.gather(1, end.long()).sum())}/{fc.shape[0]}, mean accept_len "
+            f"{float(out.accept_len.float().mean()):.2f}")  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -39,6 +79,7 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=[f"{b}x{n}" for b, n in SHAPES], help="B x N, e.g. 8x65")
     ap.add_argument("--once", action="store_true",
                     help="check each variant once against the reference and time nothing (a profiler's run)")
+    ap.add_argument("--steer", type=float, default=0.0, help="see the module docstring (session 13)")
     a = ap.parse_args()
     dtypes = [torch.float32 if d == "fp32" else torch.bfloat16 for d in a.dtypes]
     bw = copy_bandwidth()
@@ -56,7 +97,10 @@ def main() -> None:
             nbytes = batch * n * V * (4 if dtype == torch.float32 else 2)
             sets = max(2, min(8, (256 << 20) // nbytes + 1))
             xs = [(torch.randn(batch, n, V, device="cuda") * 3).to(dtype) for _ in range(sets)]
+            if a.steer > 0:
+                steer(xs, tree, a.steer, gen)
             want = ref(xs[0], **args, **common)
+            print(f"{batch}x{n} {dtype}: {leaf_share(tree, want)}")
             floor = nbytes / bw * 1e6
             times = {}
             for name in a.variants:

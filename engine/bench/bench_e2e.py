@@ -115,12 +115,15 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "cupdl": {"DDTREE_COMMIT_UPDATE_PDL": "1"},  # commit_update launched with PDL (opt-in)
     # Session 12 (s12tail): commit_update's 16-row K/V pass (session 11's; 8 rows now)
     "cutile16": {"DDTREE_COMMIT_UPDATE_TILE": "16"},
+    # Session 13 (s13accept): tree_accept reading every row (the leaf mode is the default above V = 1024)
+    "noleaf": {"DDTREE_ACCEPT_LEAF": "0"},
+    "leafrows": {"DDTREE_ACCEPT_LEAF": "2"},  # its first pass without leaf CTAs (opt-in)
 }
 # A variable one variant sets is left at the library's default by the others.
 for _name, _env in VARIANTS.items():
     for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
                  "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE", "DDTREE_SPLIT_TAIL", "DDTREE_COMMIT_UPDATE_PDL",
-                 "DDTREE_COMMIT_UPDATE_TILE"):
+                 "DDTREE_COMMIT_UPDATE_TILE", "DDTREE_ACCEPT_LEAF"):
         _env.setdefault(_var, None)
 
 
@@ -220,6 +223,40 @@ def overhead_share(eng: DDTreeEngine, batches: int = 7) -> dict[str, float]:
     for k, v in snap.items():
         getattr(eng, k).copy_(v)
     return out
+
+
+def leaf_stats(eng: DDTreeEngine, rounds: int = 2) -> str:
+    """Session 13: the share of the round trees' rows that are leaves (rows the leaf mode of tree_accept does not
+    read) and of walks ending on a leaf (the rows its second pass reads), over `rounds` eager rounds."""
+    import dataclasses
+
+    base, seen = eng.be, []
+
+    def spy(logits: torch.Tensor, node_token: torch.Tensor, first_child: torch.Tensor, *a: object, **k: object):
+        out = base.tree_accept(logits, node_token, first_child, *a, **k)
+        seen.append((first_child.clone(), a[1].clone(), out.accept_nodes.clone(), out.accept_len.clone()))
+        return out
+
+    if eng.fused_finish:
+        return "leaf stats: n/a (fused round tail)"
+    eng.be = dataclasses.replace(base, tree_accept=spy)
+    try:
+        with torch.inference_mode():
+            for _ in range(rounds):
+                eng._round()
+    finally:
+        eng.be = base
+    rows = leaves = walks = on_leaf = 0
+    for fc, num, an, al in seen:
+        idx = torch.arange(fc.shape[1], device=fc.device)[None]
+        leaf = (fc == -1) & (idx > 0) & (idx < num[:, None].long())
+        rows += int(num.sum())
+        leaves += int(leaf.sum())
+        end = an.gather(1, (al.long() - 1).clamp(min=0)[:, None])
+        on_leaf += int(leaf.gather(1, end.long().clamp(min=0)).sum())
+        walks += fc.shape[0]
+    return (f"leaf stats over {len(seen)} rounds: leaf rows {leaves}/{rows} ({leaves / max(rows, 1):.1%}), "
+            f"walks ending on a leaf {on_leaf}/{walks} ({on_leaf / max(walks, 1):.1%})")
 
 
 def run(model: TinyTransformer, prompts: list[list[int]], tokens: int, budget: int, drafter: object,
@@ -350,6 +387,8 @@ def main() -> None:
                          "process: the engine ops kernel by kernel and 'other' as round span minus the models "
                          "graph's span")
     ap.add_argument("--cupti-reps", type=int, default=12)
+    ap.add_argument("--leaf-stats", action="store_true",
+                    help="after each measurement, the trees' leaf rows and walks ending on a leaf (eager rounds)")
     ap.add_argument("--logits", nargs="+", default=["act"], choices=["act", "fp32"],
                     help="dtype of the target's logits and of the noisy drafter's (act = the model's act_dtype: bf16 "
                          "on the qwen3 presets); several: a before/after in one process, each with its own AR peer")
@@ -453,6 +492,8 @@ def main() -> None:
                 eng.admit(s, Request(p, args.tokens, budget=budget))
             for _ in range(3):
                 eng.step()
+            if args.leaf_stats and DEV == "cuda":  # the steady state the timings see (they start 2 rounds later)
+                print(f"  {leaf_stats(eng)}")
             t = overhead_share(eng)
             other = (t["round"] - t["models"]) / t["round"]
             other_sep = (t["round"] - t["drafter"] - t["target"]) / t["round"]
@@ -483,6 +524,7 @@ def main() -> None:
                     print(f"  CUPTI summary {kind} {lname} {batch}/{budget}: span {r['span']:.1f} us, engine ops {r['engine']:.1f} "
                           f"us ({r['engine'] / r['span']:.1%}), span - models span {r['span'] - r['models_span']:.1f} us "
                           f"({(r['span'] - r['models_span']) / r['span']:.1%}); engine kernels: {ks}")
+
             del eng
 
 

@@ -1,7 +1,9 @@
 // Launcher of tree_accept (C ABI): validates, carves the workspace, launches the fused kernel (one launch)
 // or the split plan's three kernels; and of round_finish (the fused kernel with the round tail).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common.h"
 #include "ddtree/kernels/round_finish.cuh"
@@ -96,6 +98,19 @@ bool accept_wide() {
   return kAcceptWideDefault;
 }
 
+// Leaf mode (session 13, issue #6; fused.cuh / leaf.cuh): the fused kernel reads no leaf row, a second launch reads
+// the one leaf row per request that a walk ended on. DDTREE_ACCEPT_LEAF=1 on, =0 off, unset: on above
+// kAcceptSession7MaxV (at V = 151,936 a leaf row is 297 KB of bf16; at the toy's V = 320 a second launch costs more
+// than the rows it skips). Only tree_accept_fused (round_finish's tail runs in the walk's CTA, which no longer knows
+// the bonus) and trees of 2+ nodes. Read on every call, like the switches above.
+// DDTREE_ACCEPT_LEAF=2 (opt-in, session 13): leaf mode with the row-list kernel (rows.cuh) as its first pass, which
+// launches no CTA for leaf rows. Returns 0 (off), 1 or 2.
+int accept_leaf(int32_t vocab) {
+  const char* e = std::getenv("DDTREE_ACCEPT_LEAF");
+  if (e != nullptr && e[0] >= '0' && e[0] <= '2' && e[1] == 0) return e[0] - '0';
+  return vocab > kAcceptSession7MaxV ? 1 : 0;
+}
+
 // Chunks of `chunk` logits per row. The workspace is sized for kAcceptChunk, the smallest chunk of any plan.
 int num_chunks(int32_t vocab, int chunk = k::kAcceptChunk) { return (vocab + chunk - 1) / chunk; }
 
@@ -151,7 +166,21 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_stride % VN == 0 &&
                    (batch <= 1 || batch_stride % VN == 0);
   const int score = score_mode(vocab);
-  if (one_cta_enabled() && k::accept_one_cta_fits(n_max, vocab, int(sizeof(T)))) {
+  // Leaf mode's pending walks live in the split plan's parent area (batch x n_max >= 2 x batch int32).
+  int32_t* pend = nullptr;
+  const int leaf = std::is_same<Tail, k::NoRoundTail>::value && n_max >= 2 ? accept_leaf(vocab) : 0;
+  if (leaf != 0) pend = static_cast<int32_t*>(workspace);
+  const bool rows = leaf == 2;  // pass 1 as the row-list kernel (rows.cuh)
+  // The leaf pass after the fused kernel (same chunking, so it fills the leaf's own partial slots).
+  auto leaf_pass = [&](auto kernel, int nchunks) {
+    if (pend == nullptr) return DDTREE_STATUS_SUCCESS;
+    return ddtree::detail::launch("tree_accept_leaf_kernel", kernel, dim3{unsigned(nchunks), unsigned(batch)},
+                                  dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab,
+                                  n_max, ctx_len, temperature, seed, stop_ids, num_stop, width, nchunks,
+                                  static_cast<const int32_t*>(pend), partial, counters, committed_ids, bonus,
+                                  finished, flags, score);
+  };
+  if (pend == nullptr && one_cta_enabled() && k::accept_one_cta_fits(n_max, vocab, int(sizeof(T)))) {
     // With PDL: its prologue reads only inputs older than the model's last kernel (see one_cta.cuh).
     auto go = [&](auto kernel) {
       return ddtree::detail::launch("tree_accept_one_cta_kernel", kernel, dim3(unsigned(batch)),
@@ -166,31 +195,38 @@ ddtree_status_t run_fused(const Tail& tail, const T* logits, int32_t batch, int3
   // Session 5/6 order without PDL; the early mode launches with PDL and waits before reading any input.
   const AcceptEarly mode = accept_early();
   const bool early = mode != AcceptEarly::kOff, pdl = mode == AcceptEarly::kPdl;
+  // Pass 1 (the fused kernel, or leaf mode 2's row-list kernel), then leaf mode's leaf pass.
+  auto go = [&](auto kernel, auto rows_kernel, auto leaf_kernel, int nchunks) {
+    const ddtree_status_t st =
+        rows
+            ? ddtree::detail::launch(
+                  "tree_accept_rows_kernel", rows_kernel,
+                  dim3{unsigned(nchunks), unsigned(std::min(int(n_max), k::kAcceptRowSlots)), unsigned(batch)},
+                  dim3(k::kAcceptThreads), stream, false, logits, batch_stride, row_stride, vocab, n_max, node_token,
+                  first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, nchunks,
+                  partial, counters, accept_nodes, accept_len, committed_ids, bonus, finished, flags, score, pend)
+            : ddtree::detail::launch(
+                  "tree_accept_fused_kernel", kernel, dim3{unsigned(nchunks), unsigned(n_max), unsigned(batch)},
+                  dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab, n_max, node_token,
+                  first_child, next_sibling, num_nodes, ctx_len, temperature, seed, stop_ids, num_stop, width, nchunks,
+                  partial, counters, accept_nodes, accept_len, committed_ids, bonus, finished, flags, tail, score,
+                  int(early), pend);
+    if (st != DDTREE_STATUS_SUCCESS) return st;
+    return leaf_pass(leaf_kernel, nchunks);
+  };
   if constexpr (sizeof(T) == 2) {
     if (vec && accept_wide()) {
-      using Wide = k::ChunkLogits<T, true, k::kAcceptWideNV>;
-      const int wide_chunks = num_chunks(vocab, Wide::kChunk);
-      return ddtree::detail::launch("tree_accept_fused_kernel",
-                                    k::tree_accept_fused_kernel<T, true, Tail, k::kAcceptWideNV>,
-                                    dim3{unsigned(wide_chunks), unsigned(n_max), unsigned(batch)},
-                                    dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
-                                    n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature,
-                                    seed, stop_ids, num_stop, width, wide_chunks, partial, counters, accept_nodes,
-                                    accept_len, committed_ids, bonus, finished, flags, tail, score, int(early));
+      constexpr int W = k::kAcceptWideNV;
+      return go(k::tree_accept_fused_kernel<T, true, Tail, W>, k::tree_accept_rows_kernel<T, true, W>,
+                k::tree_accept_leaf_kernel<T, true, W>, num_chunks(vocab, k::ChunkLogits<T, true, W>::kChunk));
     }
   }
-  const dim3 grid{unsigned(chunks), unsigned(n_max), unsigned(batch)};
+  constexpr int NV = k::kAcceptPerThread / VN;
   if (vec)
-    return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, true, Tail>, grid,
-                                  dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
-                                  n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
-                                  stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                  committed_ids, bonus, finished, flags, tail, score, int(early));
-  return ddtree::detail::launch("tree_accept_fused_kernel", k::tree_accept_fused_kernel<T, false, Tail>, grid,
-                                dim3(k::kAcceptThreads), stream, pdl, logits, batch_stride, row_stride, vocab,
-                                n_max, node_token, first_child, next_sibling, num_nodes, ctx_len, temperature, seed,
-                                stop_ids, num_stop, width, chunks, partial, counters, accept_nodes, accept_len,
-                                committed_ids, bonus, finished, flags, tail, score, int(early));
+    return go(k::tree_accept_fused_kernel<T, true, Tail>, k::tree_accept_rows_kernel<T, true, NV>,
+              k::tree_accept_leaf_kernel<T, true, NV>, chunks);
+  return go(k::tree_accept_fused_kernel<T, false, Tail>, k::tree_accept_rows_kernel<T, false, NV>,
+            k::tree_accept_leaf_kernel<T, false, NV>, chunks);
 }
 
 // Argument checks shared by both entry points.

@@ -182,6 +182,21 @@ def _assert_same(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) 
         assert torch.equal(g, w), f"{name}: {g.tolist()} != {w.tolist()}"
 
 
+def _assert_eager_and_graph(op: object, args: dict[str, torch.Tensor], want: tuple[torch.Tensor, ...],
+                            poison: tuple[str, ...]) -> None:
+    """op(**args) == want eagerly, then from two replays of a captured call (the `poison` outputs reset first)."""
+    _assert_same(op(**args), want)  # type: ignore[operator]
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(**args)  # type: ignore[operator]
+    for _ in range(2):
+        for name in poison:
+            getattr(out, name).fill_(-7)
+        graph.replay()
+        _assert_same(out, want)
+
+
 # The library's launch switches for each impl a test names (read by the launcher on every call).
 PLANS = {
     "fused": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0"},  # chunked kernel, default scoring
@@ -201,6 +216,14 @@ PLANS = {
     "fused_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "0"},
     "fused_wide_unrolled": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_WIDE": "1",
                             "DDTREE_ACCEPT_SCORE": "unrolled"},
+    # session 13: leaf mode forced on at every vocabulary (default only above V = 1024), with the wide and the
+    # 8192-logit bf16 chunk, and forced off (the default plan before session 13)
+    "fused_leaf": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "1"},
+    "fused_leaf_narrow": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "1",
+                          "DDTREE_ACCEPT_WIDE": "0"},
+    "fused_noleaf": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "0"},
+    # leaf mode with the row-list first pass (opt-in)
+    "fused_leaf_rows": {"DDTREE_ACCEPT_IMPL": "fused", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_LEAF": "2"},
 }
 ALL_PLANS = list(PLANS)
 
@@ -278,16 +301,7 @@ def test_op_small_vocab_trees_all_plans(impl: str, monkeypatch: pytest.MonkeyPat
             (1, 17, 320, torch.float32, 0.0), (8, 65, 320, torch.float32, 0.0), (8, 65, 320, torch.bfloat16, 0.9),
             (3, 100, 320, torch.float32, 0.5), (4, 9, 12, torch.float32, 0.0), (2, 2, 1, torch.bfloat16, 0.7)]):
         args = _random_case(batch, n_max, vocab, dtype, temp, seed=70 + i)
-        want = tree_accept(**args)
-        _assert_same(op(**args), want)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = op(**args)
-        for _ in range(2):
-            out.accept_nodes.fill_(-7)
-            graph.replay()
-            _assert_same(out, want)
+        _assert_eager_and_graph(op, args, tree_accept(**args), ("accept_nodes",))
 
 
 @pytest.mark.gpu
@@ -304,6 +318,53 @@ def test_op_nan_logits_set_the_flag(impl: str, monkeypatch: pytest.MonkeyPatch) 
     args["target_logits"][0, 0, 5] = float("nan")
     with pytest.raises(DdtreeDeviceError, match="NaN"):
         op(**args, check=True)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["fused_leaf", "fused_leaf_narrow", "fused_leaf_rows", "fused"])
+@pytest.mark.parametrize("vocab", [997, 151936])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_op_walks_ending_on_leaves_and_stops(impl: str, vocab: int, dtype: torch.dtype,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaf mode (session 13): every internal node's row steered to one child, so every walk ends on a leaf (whose
+    row only the second pass reads) or at the depth limit; greedy and sampled requests, ragged trees (num_nodes 1..N,
+    budget 0 among them), with graph replay; then a stop id equal to a leaf's target (finished by the bonus) and
+    one inside a path (the leaf never decides)."""
+    from ddtree_engine.ops import check_errors
+    from ddtree_engine.ops import tree_accept as op
+
+    _set_plan(monkeypatch, impl)
+    check_errors()
+    args = _random_case(6, 40, vocab, dtype, 0.8, seed=vocab + 13)
+    args["num_nodes"][0] = 1  # the root alone (itself a leaf, always read): its child lists go too
+    args["first_child"][0] = -1
+    args["next_sibling"][0] = -1
+    gen = torch.Generator().manual_seed(5)
+    fc, ns, tok = (args[k].cpu() for k in ("first_child", "next_sibling", "node_token"))
+    x = args["target_logits"].float()
+    for b in range(fc.shape[0]):
+        for i in range(int(args["num_nodes"][b])):
+            kids, c = [], int(fc[b, i])
+            while c != -1:
+                kids.append(c)
+                c = int(ns[b, c])
+            if kids:
+                x[b, i, int(tok[b, kids[int(torch.randint(0, len(kids), (1,), generator=gen))]])] = 60.0
+    args["target_logits"] = x.to(dtype)
+    args["stop_ids"] = torch.zeros(0, dtype=torch.int32, device="cuda")
+    want = tree_accept(**args)
+    end = want.accept_nodes.gather(1, (want.accept_len.long() - 1)[:, None])[:, 0]
+    on_leaf = [b for b in range(6) if int(end[b]) > 0 and int(fc[b, int(end[b])]) == -1]
+    assert len(on_leaf) >= 3, f"walks ending on a leaf: {on_leaf}"
+    _assert_eager_and_graph(op, args, want, ("bonus", "committed_ids"))
+    b0 = on_leaf[0]
+    b1 = next(b for b in on_leaf if int(want.accept_len[b]) >= 3)
+    stops = [int(want.bonus[b0]), int(want.committed_ids[b1, 0])]
+    args["stop_ids"] = torch.tensor(stops, dtype=torch.int32, device="cuda")
+    want = tree_accept(**args)
+    assert int(want.finished[b0]) == 1 and int(want.finished[b1]) == 1 and int(want.accept_len[b1]) == 1
+    _assert_same(op(**args, check=True), want)  # and no error flag raised by any call above
 
 
 def _root_only_case(rows: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -19,7 +19,11 @@
  * the last CTA of each request to finish its share of the logits does the walk. `counters` is an array of
  * `batch` uint32 that must be zero before the first call; every completed call leaves it zero again (so a
  * captured CUDA graph can replay the call). Calls that share a counter array must not run concurrently
- * (one stream, or ordered streams). Same workspace size query. */
+ * (one stream, or ordered streams). Same workspace size query.
+ * Above vocab 1024 (DDTREE_ACCEPT_LEAF=1|0 overrides, read per call) the fused entry reads no leaf row (node
+ * i > 0 without children) unless the walk ends on it: a second kernel launch on `stream` then reads that one row
+ * per request. Same outputs; a NaN in a leaf row that is not read sets no flag. The rows it reads must still
+ * all be readable memory (as above). */
 #ifndef DDTREE_TREE_ACCEPT_H_
 #define DDTREE_TREE_ACCEPT_H_
 

@@ -27,6 +27,11 @@
 //   Session 11 (NOTES, "Session 11 (s11e2e)"): bf16 rows with 16-byte loads take a chunk of 16,384 logits (8 vectors
 //   a thread, 32 KB a CTA, as fp32's 8192-logit chunk is; DDTREE_ACCEPT_WIDE=1|0, default on): 51.1 vs 58.8 us at
 //   8 x 65 nodes, V = 151,936, equal or faster at every measured shape.
+//   Session 13 (NOTES, "Session 13 (s13accept)"): leaf mode (DDTREE_ACCEPT_LEAF=1|0; default on above V = 1024,
+//   tree_accept_fused only, not round_finish): the fused kernel skips leaf rows (their target token matters only as
+//   the bonus of a walk ending there), and a second launch (tree_accept/leaf.cuh) scores the one leaf row per
+//   request a walk ended on. NaN in a leaf row that is never read no longer raises DDTREE_FLAG_NAN_INPUT.
+//   DDTREE_ACCEPT_LEAF=2 (opt-in): the first pass as tree_accept/rows.cuh's kernel, no CTA for a leaf row.
 // split (n_max > kAcceptFusedMaxNodes, or DDTREE_ACCEPT_IMPL=split):
 //   1. tree_accept_tree_kernel   (grid B)          parent and depth of every node from the child lists
 //   2. tree_accept_target_kernel (grid chunks,N,B) the same per-chunk partials as the fused kernel
@@ -36,10 +41,12 @@
 //
 // Files: tree_accept/common.cuh (sizes, Gumbel noise, stop-id truncation, a CTA's scored chunk: both
 // plans), tree_accept/split_plan.cuh (kernels 1-3), tree_accept/fused.cuh (the fused kernel and its walk),
-// tree_accept/one_cta.cuh (the one-CTA variant of the fused plan).
+// tree_accept/one_cta.cuh (the one-CTA variant of the fused plan), tree_accept/leaf.cuh (leaf mode's second pass).
 #pragma once
 
 #include "ddtree/kernels/tree_accept/common.cuh"
 #include "ddtree/kernels/tree_accept/fused.cuh"
+#include "ddtree/kernels/tree_accept/leaf.cuh"
 #include "ddtree/kernels/tree_accept/one_cta.cuh"
+#include "ddtree/kernels/tree_accept/rows.cuh"
 #include "ddtree/kernels/tree_accept/split_plan.cuh"

@@ -111,7 +111,8 @@ def tree_accept(target_logits: torch.Tensor, node_token: torch.Tensor, first_chi
                 max_depth: int | None = None, check: bool = False) -> AcceptOutput:
     """Accept along each request's tree; target_logits [B*N, V] or [B, N, V] (bf16/f32, unit vocab stride).
 
-    Output width W = max_depth + 1 (default N; at most 1024). No host sync unless check=True."""
+    Output width W = max_depth + 1 (default N; at most 1024). No host sync unless check=True. The fused plan
+    above V = 1024 skips leaf rows the walk does not end on (DDTREE_ACCEPT_LEAF; a NaN there raises nothing)."""
     require(node_token.dim() == 2, f"node_token must be [B, N], got shape {tuple(node_token.shape)}")
     batch, n_max = node_token.shape
     width = n_max if max_depth is None else max_depth + 1

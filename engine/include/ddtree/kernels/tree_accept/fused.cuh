@@ -109,7 +109,7 @@ __device__ __forceinline__ WalkResult accept_mark_and_walk(
     AcceptTreeSmem& t, int b, int n, const int32_t* __restrict__ stop_ids, int num_stop, bool stops_in_smem,
     int width, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
     int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags) {
+    int32_t* __restrict__ flags, int32_t* __restrict__ pend = nullptr) {
   const int* stops = t.path + kAcceptMaxWidth - kAcceptStopsInSmem;
   for (int j = 1 + int(threadIdx.x); j < n; j += blockDim.x) {
     const int p = t.par[j];
@@ -129,13 +129,31 @@ __device__ __forceinline__ WalkResult accept_mark_and_walk(
       t.path[len++] = cur;
     }
     const int target = t.tgt[cur];
+    // Leaf mode (pend != nullptr): a leaf's row was not scored, so where the walk ends on one its target (the
+    // bonus) is not known here. The path's own tokens are cut first; a stop among them decides everything (the
+    // bonus is not reached). Else the walk is pending: accept_len = len is final, and the leaf pass
+    // (tree_accept/leaf.cuh) scores the leaf's row and writes bonus, finished and committed id len - 1.
+    bool pending = pend != nullptr && cur > 0 && t.fc[cur] == -1;
     int last, done;
-    const int count = cut_at_stop(
-        len, target, [&](int s) { return s + 1 < len ? t.tok[t.path[s + 1]] : target; },
-        [&](int q) { return stops_in_smem ? stops[q] : stop_ids[q]; }, num_stop, &last, &done);
+    const auto stop_at = [&](int q) { return stops_in_smem ? stops[q] : stop_ids[q]; };
+    int count;
+    if (pending) {
+      count = cut_at_stop(len - 1, 0, [&](int s) { return t.tok[t.path[s + 1]]; }, stop_at, num_stop, &last, &done);
+      pending = !done;
+      if (pending) count = len;
+    } else {
+      count = cut_at_stop(len, target, [&](int s) { return s + 1 < len ? t.tok[t.path[s + 1]] : target; }, stop_at,
+                          num_stop, &last, &done);
+    }
+    if (pend != nullptr) {
+      pend[b] = pending ? cur : -1;
+      pend[int(gridDim.z) + b] = len;  // the fused kernel's grid is (chunks, n_max, batch)
+    }
     accept_len[b] = count;
-    bonus[b] = last;
-    finished[b] = done;
+    if (!pending) {
+      bonus[b] = last;
+      finished[b] = done;
+    }
     t.info[0] = count;  // broadcast
     t.info[1] = len;
     t.info[2] = target;
@@ -162,17 +180,20 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
     const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
     const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ stop_ids, int num_stop, int width,
     int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len, int32_t* __restrict__ committed_ids,
-    int32_t* __restrict__ bonus, int32_t* __restrict__ finished, int32_t* __restrict__ flags) {
+    int32_t* __restrict__ bonus, int32_t* __restrict__ finished, int32_t* __restrict__ flags,
+    int32_t* __restrict__ pend = nullptr) {
   const int64_t row0 = int64_t(b) * n_max;
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const int fc = first_child[row0 + j];
     const uint64_t* p = partial + (row0 + j) * num_chunks;
     uint64_t m = 0;
-    for (int c = 0; c < num_chunks; ++c) {
+    const bool scored = pend == nullptr || j == 0 || fc != -1;  // leaf mode: leaves' partials were not written
+    for (int c = 0; scored && c < num_chunks; ++c) {
       const uint64_t v = __ldcg(p + c);  // written by other CTAs of this launch: read through L2
       m = v > m ? v : m;
     }
     t.tok[j] = node_token[row0 + j];
-    t.fc[j] = first_child[row0 + j];
+    t.fc[j] = fc;
     t.ns[j] = next_sibling[row0 + j];
     t.tgt[j] = m != 0 ? item_id(m) : -1;
     t.par[j] = -1;
@@ -182,8 +203,20 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
   __syncthreads();
   link_parents(t, n, true, flags);
   return accept_mark_and_walk(t, b, n, stop_ids, num_stop, stops_in_smem, width, accept_nodes, accept_len,
-                              committed_ids, bonus, finished, flags);
+                              committed_ids, bonus, finished, flags, pend);
 }
+
+// The fused kernel's parameters up to the error flags, shared with leaf mode 2's rows kernel (rows.cuh), which the
+// launcher calls with the same arguments.
+#define DDTREE_ACCEPT_KERNEL_PARAMS                                                                                  \
+  const T *__restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,                     \
+      const int32_t *__restrict__ node_token, const int32_t *__restrict__ first_child,                              \
+      const int32_t *__restrict__ next_sibling, const int32_t *__restrict__ num_nodes,                              \
+      const int32_t *__restrict__ ctx_len, const float *__restrict__ temperature, const int64_t *__restrict__ seed, \
+      const int32_t *__restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t *__restrict__ partial, \
+      uint32_t *__restrict__ counters, int32_t *__restrict__ accept_nodes, int32_t *__restrict__ accept_len,        \
+      int32_t *__restrict__ committed_ids, int32_t *__restrict__ bonus, int32_t *__restrict__ finished,             \
+      int32_t *__restrict__ flags
 
 // The fused plan's one kernel (grid chunks x N x B, kAcceptThreads threads). `Tail` runs in the last CTA
 // of each request after the walk (NoRoundTail: nothing; RoundTail in round_finish.cuh: the KV commit and
@@ -196,16 +229,12 @@ __device__ __forceinline__ WalkResult accept_walk_in_smem(
 // block-table entries (the commit's page lookups then come from shared memory, not a round trip after the walk).
 // NV: 16-byte vectors a thread loads (the chunk is kAcceptThreads x NV vectors): kAcceptPerThread's (8 fp32, 4 bf16)
 // or kAcceptWideNV for bf16 (session 11, DDTREE_ACCEPT_WIDE).
+// `pend` (session 13, leaf mode; nullptr: off): a leaf's row (node i > 0 with no child) is read only if the walk
+// ends on it, so its CTAs load no logits and only count themselves in; the walk leaves such an ending pending in
+// pend ([0, B): the leaf or -1, [B, 2B): the walk's length) for tree_accept/leaf.cuh's pass. NoRoundTail only.
 template <typename T, bool VEC, typename Tail, int NV = kAcceptPerThread / (16 / int(sizeof(T)))>
 __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
-    const T* __restrict__ logits, int64_t batch_stride, int64_t row_stride, int vocab, int n_max,
-    const int32_t* __restrict__ node_token, const int32_t* __restrict__ first_child,
-    const int32_t* __restrict__ next_sibling, const int32_t* __restrict__ num_nodes,
-    const int32_t* __restrict__ ctx_len, const float* __restrict__ temperature, const int64_t* __restrict__ seed,
-    const int32_t* __restrict__ stop_ids, int num_stop, int width, int num_chunks, uint64_t* __restrict__ partial,
-    uint32_t* __restrict__ counters, int32_t* __restrict__ accept_nodes, int32_t* __restrict__ accept_len,
-    int32_t* __restrict__ committed_ids, int32_t* __restrict__ bonus, int32_t* __restrict__ finished,
-    int32_t* __restrict__ flags, const Tail tail, int score, int early) {
+    DDTREE_ACCEPT_KERNEL_PARAMS, const Tail tail, int score, int early, int32_t* __restrict__ pend = nullptr) {
   __shared__ uint64_t red[kAcceptThreads / 32];
   __shared__ AcceptTreeSmem tree;
   __shared__ int s_last;
@@ -216,7 +245,10 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   // Row i < n_max exists (the launcher checked the strides), so its load need not wait for num_nodes:
   // rows past the tree are loaded and dropped, never scored.
   Chunk chunk_logits;
-  chunk_logits.load(logits + int64_t(b) * batch_stride + int64_t(i) * row_stride, start, vocab);
+  const T* row = logits + int64_t(b) * batch_stride + int64_t(i) * row_stride;
+  if (pend == nullptr) chunk_logits.load(row, start, vocab);
+  // Leaf mode: whether node i has a child, read in num_nodes' round trip (the row's load waits for it).
+  const int fc_i = pend != nullptr && i > 0 ? first_child[int64_t(b) * n_max + i] : 0;
   const int nn = num_nodes[b];
   int ctx_early = -1;
   float temp_early = 0.f;
@@ -227,18 +259,23 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   }
   const int n = max(1, min(nn, n_max));
   if (i >= n) return;  // not counted: the request's arrivals are n x num_chunks
-  const float temp = early ? temp_early : temperature[b];
-  const bool sample = temp > 0.f;  // 0, negative or NaN: greedy
-  uint32_t key = 0;
-  if (sample) {  // block-uniform: the whole CTA derives node i's depth
-    load_parents(tree, first_child + int64_t(b) * n_max, next_sibling + int64_t(b) * n_max, n);
-    key = gumbel_key(uint64_t(seed[b]), uint32_t(b), uint32_t(ctx_len[b] + node_depth_of(tree, i, n) + 1));
+  const bool skip = fc_i == -1;  // leaf mode's leaf (block-uniform): counted in, nothing read or scored
+  uint64_t m = 0;
+  if (!skip) {
+    if (pend != nullptr) chunk_logits.load(row, start, vocab);
+    const float temp = early ? temp_early : temperature[b];
+    const bool sample = temp > 0.f;  // 0, negative or NaN: greedy
+    uint32_t key = 0;
+    if (sample) {  // block-uniform: the whole CTA derives node i's depth
+      load_parents(tree, first_child + int64_t(b) * n_max, next_sibling + int64_t(b) * n_max, n);
+      key = gumbel_key(uint64_t(seed[b]), uint32_t(b), uint32_t(ctx_len[b] + node_depth_of(tree, i, n) + 1));
+    }
+    int bad = 0;
+    const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad, score);
+    m = block_best(best, bad, red, flags);
   }
-  int bad = 0;
-  const uint64_t best = chunk_logits.best(start, vocab, sample, temp, key, &bad, score);
-  const uint64_t m = block_best(best, bad, red, flags);
   if (threadIdx.x == 0) {
-    partial[(int64_t(b) * n_max + i) * num_chunks + chunk] = m;
+    if (!skip) partial[(int64_t(b) * n_max + i) * num_chunks + chunk] = m;
     // Release: the partial is visible device-wide before this CTA counts as arrived; acquire: the last
     // arriver sees every other CTA's partial.
     const uint32_t arrived = atomic_add_acq_rel_gpu(&counters[b], 1u) + 1u;
@@ -250,7 +287,7 @@ __global__ void __launch_bounds__(kAcceptThreads) tree_accept_fused_kernel(
   tail.prefetch(tree, b, n_max, early != 0, ctx_early);
   const WalkResult w =
       accept_walk_in_smem(tree, partial, num_chunks, b, n, n_max, node_token, first_child, next_sibling, stop_ids,
-                          num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags);
+                          num_stop, width, accept_nodes, accept_len, committed_ids, bonus, finished, flags, pend);
   tail(tree, b, width, w, flags);
 }
 
