@@ -112,7 +112,8 @@ int sm_count() {
 
 // v4's CTA size, largest cluster and exchange. Default (v5, engine/bench/NOTES.md): 512 threads, the
 // st.async/mbarrier exchange, and the cluster size from the row count: 8 CTAs per row while the grid
-// fits in one wave of 2 CTAs per SM, else 4 (fewer, longer CTAs: NOTES, v4.1 shape sweep).
+// fits in one wave of 2 CTAs per SM, else 4 (fewer, longer CTAs: NOTES, v4.1 shape sweep); session 13: else 2 where
+// that fits in one wave (v4_max_cluster).
 // DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]" (threads 256, 512 or 1024; cluster 1-8, fixed; async 1 =
 // st.async, 0 = the closing cluster barrier, default 1 at 512 threads; read once per process) asks for
 // another, for the bench's variant sweep.
@@ -161,11 +162,28 @@ V4Opt env_v4_opt() {
   return V4Opt::kDefault;
 }
 
+// DDTREE_TOPK_V4_CLUSTER=1..8 (session 13, s13topk; read per call, unlike DDTREE_TOPK_V4_CONFIG): the largest cluster
+// for this call, so that one process can capture each cluster size into its own graph (bench_topk_rows_ab.py); 0 or
+// unset: the default below.
+int env_v4_cluster() {
+  const char* e = std::getenv("DDTREE_TOPK_V4_CLUSTER");
+  const int c = e != nullptr ? std::atoi(e) : 0;
+  return c >= 1 && c <= k::kV4MaxCluster ? c : 0;
+}
+
 int v4_max_cluster(int64_t rows) {
+  const int per_call = env_v4_cluster();
+  if (per_call > 0) return per_call;
   const int fixed = v4_config().cluster;
   if (fixed > 0) return fixed;
-  const int sms = sm_count();
-  return (sms > 0 && rows * k::kV4MaxCluster > 2 * int64_t(sms)) ? k::kV4MaxCluster / 2 : k::kV4MaxCluster;
+  // The largest of 8 / 4 / 2 CTAs per row whose grid fits in one wave at 2 CTAs per SM; 4 where none does (> 2 x SMs / 2
+  // rows: several waves whatever the size, as before session 13). Session 13 (NOTES "v17 (session 13"): 2 for 67..132
+  // rows (8x15: 240 CTAs in one wave instead of 480 in ~1.8), where it measured faster in one process.
+  const int64_t slots = 2 * int64_t(sm_count());
+  if (slots <= 0) return k::kV4MaxCluster;
+  for (int c = k::kV4MaxCluster; c >= 2; c /= 2)
+    if (rows * c <= slots) return c;
+  return k::kV4MaxCluster / 2;
 }
 
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
