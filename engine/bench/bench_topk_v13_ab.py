@@ -14,10 +14,8 @@ import sys
 
 import torch
 
-from _timing import device_name, print_table, save_json, scoped_env, time_calls
-
-from ddtree_engine.ops.draft_topk_lse import draft_topk_lse_impl  # noqa: E402
-from ddtree_engine.reference import draft_topk_lse as ref  # noqa: E402
+from _timing import device_name, print_table, save_json
+from bench_topk_rows_ab import check_sides, time_sides, time_torch_f32
 
 
 def main() -> None:
@@ -35,25 +33,9 @@ def main() -> None:
         sets = max(2, min(16, (96 << 20) // nbytes + 1))  # > L2 (60 MB) in total
         xs = [torch.randn(batch, positions, vocab, device="cuda").mul_(4).to(torch.bfloat16) for _ in range(sets)]
         for k in ks:
-            wlp, wids, wlse = ref(xs[0], k)
-            for name, env in sides.items():
-                with scoped_env(env):
-                    lp, ids, lse = draft_topk_lse_impl(xs[0], k, "default")
-                ok = (torch.equal(ids, wids) and torch.allclose(lp, wlp, atol=4e-6, rtol=0)
-                      and torch.allclose(lse, wlse, atol=4e-6, rtol=0))
-                assert ok, f"{name} != reference at {batch}x{positions}x{vocab} k={k}"
-
-            def torch_f32(x: torch.Tensor) -> None:
-                xf = x.float()
-                v, _ = torch.topk(xf, k, dim=-1)
-                v - torch.logsumexp(xf, dim=-1, keepdim=True)
-
-            t_f32 = time_calls([lambda x=x: torch_f32(x) for x in xs])
-            times: dict[str, list[float]] = {name: [] for name in sides}
-            for _ in range(passes):
-                for name, env in sides.items():
-                    with scoped_env(env):
-                        times[name].append(time_calls([lambda x=x: draft_topk_lse_impl(x, k, "default") for x in xs]))
+            check_sides(xs[0], k, sides, f"{batch}x{positions}x{vocab}")
+            t_f32 = time_torch_f32(xs, k)
+            times = time_sides(xs, k, sides, passes)
             a, b = statistics.median(times["default"]), statistics.median(times[opt])
             ratio = statistics.mean(o / d for o, d in zip(times[opt], times["default"]))
             rows.append([f"{batch}x{positions}x{vocab}", k, t_f32, a, b, ratio, t_f32 / a, t_f32 / b,

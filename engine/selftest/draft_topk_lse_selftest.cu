@@ -207,6 +207,8 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
       // v4: batches of rows (one cluster each), fp32 two-round rows, small clusters, NaN among batches.
       {8, 15, 163840, 16, true, 0, 0, 41},  {2, 15, 163840, 1, false, 0, 0, 42}, {3, 5, 4100, 17, true, 1, 2, 43},
       {2, 7, 131072, 64, true, 0, 3, 44},   {4, 3, 60000, 16, true, 0, 4, 45},
+      // session 13: 2-CTA clusters of four register rounds where 67..132 rows take them (v4_max_cluster), -inf.
+      {8, 15, 151936, 64, true, 0, 2, 46},
   };
   for (const Case& c : cases) run_case(c);
 }
@@ -214,7 +216,8 @@ DDTREE_SELFTEST(draft_topk_lse_random) {
 // Small enough for compute-sanitizer (memcheck, racecheck), large enough that every kernel runs its
 // radix select (several chunks, k below the candidate count) and the id digits (ties); v4 runs its fast
 // path (clusters of 5 and 8 CTAs), its tie fallback (case 24), a NaN row (case 23) and, with many rows,
-// clusters of 4 CTAs of two register rounds (case 27: 36 rows, the launcher's row-count rule); v6's k = 1
+// clusters of 4 CTAs of two register rounds (case 27: 36 rows, the launcher's row-count rule), of 2 CTAs (33-35:
+// 67..132 rows, session 13); v6's k = 1
 // warp path on two rounds with ties (28), a NaN row (29) and -inf (30); small rows (51-54: v4 and the
 // small-row kernel).
 DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
@@ -225,6 +228,10 @@ DDTREE_SELFTEST(draft_topk_lse_sanitizer_sized) {
                         {2, 1, 9000, 1, false, 3, 4, 29},     {1, 3, 20000, 1, true, 0, 2, 30},
                         // one CTA per SM (8-CTA clusters, one wave: NOTES "v14 (session 10"): k > 1 under it.
                         {1, 2, 163840, 16, true, 0, 2, 31},   {1, 2, 163840, 64, true, 0, 0, 32},
+                        // 2-CTA clusters (67..132 rows, session 13): three rounds with -inf at k = 64, the tie
+                        // fallback over two rounds at k = 16, k = 1's warp path with ties.
+                        {5, 14, 100000, 64, true, 0, 2, 33},  {4, 17, 50000, 16, true, 0, 1, 34},
+                        {6, 12, 40000, 1, true, 0, 1, 35},
                         // small rows (v4 and the small-row kernel): partial CTA, ties, NaN, -inf.
                         {3, 5, 320, 16, true, 0, 0, 51},      {2, 3, 997, 64, false, 3, 1, 52},
                         {2, 3, 300, 8, false, 0, 4, 53},      {1, 5, 320, 64, true, 0, 2, 54}};

@@ -112,7 +112,8 @@ int sm_count() {
 
 // v4's CTA size, largest cluster and exchange. Default (v5, engine/bench/NOTES.md): 512 threads, the
 // st.async/mbarrier exchange, and the cluster size from the row count: 8 CTAs per row while the grid
-// fits in one wave of 2 CTAs per SM, else 4 (fewer, longer CTAs: NOTES, v4.1 shape sweep).
+// fits in one wave of 2 CTAs per SM, else 4 (fewer, longer CTAs: NOTES, v4.1 shape sweep); session 13: else 2 where
+// that fits in one wave, for bf16 rows (v4_max_cluster).
 // DDTREE_TOPK_V4_CONFIG="threads,cluster[,async]" (threads 256, 512 or 1024; cluster 1-8, fixed; async 1 =
 // st.async, 0 = the closing cluster barrier, default 1 at 512 threads; read once per process) asks for
 // another, for the bench's variant sweep.
@@ -161,11 +162,36 @@ V4Opt env_v4_opt() {
   return V4Opt::kDefault;
 }
 
-int v4_max_cluster(int64_t rows) {
+// DDTREE_TOPK_V4_CLUSTER=1..8 (session 13, s13topk; read per call, unlike DDTREE_TOPK_V4_CONFIG): the largest cluster
+// for this call, so that one process can capture each cluster size into its own graph (bench_topk_rows_ab.py); 0 or
+// unset: the default below.
+int env_v4_cluster() {
+  const char* e = std::getenv("DDTREE_TOPK_V4_CLUSTER");
+  const int c = e != nullptr ? std::atoi(e) : 0;
+  return c >= 1 && c <= k::kV4MaxCluster ? c : 0;
+}
+
+// Whether `rows` rows are too many for one wave of 4-CTA clusters at 2 CTAs per SM but fit one of 2-CTA clusters
+// (67..132 rows on 132 SMs): where bf16 rows take 2-CTA clusters by default (session 13, v4_max_cluster).
+bool v4_rows_pair_wave(int64_t rows) {
+  const int64_t slots = 2 * int64_t(sm_count());
+  return slots > 0 && rows * (k::kV4MaxCluster / 2) > slots && rows * 2 <= slots;
+}
+
+// The largest cluster for `rows` rows (bf16: 2-byte logits). Before session 13: 8 CTAs per row while the grid fits in
+// one wave at 2 CTAs per SM, else 4. Session 13 (NOTES "v17 (session 13"): bf16 rows that fit one wave only at 2 CTAs
+// per row take 2 (8x15: 240 CTAs in one wave instead of 480 in ~1.8 waves; H200, one process, 8x15 x 163,840 / 151,936
+// K = 1 / 16 / 32 / 64: -14 / -19 / -19 / -19% with v9 / v11). fp32 rows keep 4 (2 measured faster at K = 1 only,
+// with v8 at k > 1).
+int v4_max_cluster(int64_t rows, bool bf16) {
+  const int per_call = env_v4_cluster();
+  if (per_call > 0) return per_call;
   const int fixed = v4_config().cluster;
   if (fixed > 0) return fixed;
   const int sms = sm_count();
-  return (sms > 0 && rows * k::kV4MaxCluster > 2 * int64_t(sms)) ? k::kV4MaxCluster / 2 : k::kV4MaxCluster;
+  if (sms > 0 && rows * k::kV4MaxCluster <= 2 * int64_t(sms)) return k::kV4MaxCluster;
+  if (sms <= 0) return k::kV4MaxCluster;
+  return bf16 && v4_rows_pair_wave(rows) ? 2 : k::kV4MaxCluster / 2;
 }
 
 // v4: one launch, grid (cluster, rows) with cluster dims (cluster, 1, 1); no workspace. Launched with
@@ -175,7 +201,7 @@ ddtree_status_t run_v4(const T* logits, int32_t batch, int32_t positions, int32_
                        int64_t row_stride, int32_t topk, float* top_lp, int32_t* top_id, float* lse,
                        int32_t* error_flags, cudaStream_t stream) {
   const int64_t rows = int64_t(batch) * positions;
-  const auto split = k::v4_split<T, THREADS>(vocab, v4_max_cluster(rows));
+  const auto split = k::v4_split<T, THREADS>(vocab, v4_max_cluster(rows, sizeof(T) == 2));
   const bool vec = rows_allow_vector_loads(logits, batch, batch_stride, row_stride);
   constexpr auto kern_v = k::draft_topk_lse_v4_kernel<T, true, THREADS, ASYNC, OPT>;
   constexpr auto kern_e = k::draft_topk_lse_v4_kernel<T, false, THREADS, ASYNC, OPT>;
@@ -243,13 +269,19 @@ ddtree_status_t run_v4_async(const T* x, int32_t batch, int32_t positions, int32
   const bool compact = opt == V4Opt::kV13, s8 = opt == V4Opt::kS8, s10 = opt == V4Opt::kS10;
   if (compact || s8 || s10) opt = V4Opt::kDefault;
   if (opt == V4Opt::kDefault && k > 1) {
-    const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(int64_t(batch) * positions)).cluster;
+    const int64_t rows = int64_t(batch) * positions;
+    const int cluster = k::v4_split<T, 512>(vocab, v4_max_cluster(rows, sizeof(T) == 2)).cluster;
     const bool session9 = !compact && !s8;
-    opt = cluster >= 4 ? V4Opt::kV9 : V4Opt::kV8;
+    // Session 13 (NOTES "v17 (session 13"): 2-CTA clusters of many rows (the bf16 default at 67..132 rows) run v9 / v11
+    // like 4 and more: 8x15 x 163,840 K = 16 / 32 / 64 v8 21.83 / 23.13 / 25.29 µs, v9 17.74 / 18.85 / 20.83, v11 18.02 /
+    // 18.84 / 19.82 (151,936 alike).
+    const bool wide = cluster >= 4 || (cluster == 2 && v4_rows_pair_wave(rows));
+    opt = wide ? V4Opt::kV9 : V4Opt::kV8;
     // v11 (session 8, NOTES "v11 (session 8"): the row bound where it measured faster than v9 in one process (H200,
     // randn x 4 rows of 163,840): 8-CTA clusters at k = 64 (1x15: 8.98 -> 7.94 µs), 4-CTA clusters at k = 32 and 64
-    // (8x15: 22.7 -> 22.1, 25.7 -> 23.4); not at k = 16 (+0.35 / +0.2) nor with 8 CTAs at k = 32 (even).
-    if (cluster >= 4 && (k > 32 || (k == 32 && cluster == 4))) opt = V4Opt::kV11;
+    // (8x15: 22.7 -> 22.1, 25.7 -> 23.4); not at k = 16 (+0.35 / +0.2) nor with 8 CTAs at k = 32 (even). Session 13:
+    // 2-CTA clusters at k = 64 (above; k = 32 even, taken as at 4).
+    if (wide && (k > 32 || (k == 32 && cluster <= 4))) opt = V4Opt::kV11;
     // v13 (session 9, NOTES "v13 (session 9"): the compact v11 (rare paths called) at 8-CTA clusters, where it measured
     // faster than session 8's choice in one process (H200, randn x 4 rows of 163,840, 1x15, K = 16 / 32 / 64: graph of
     // 32 identical calls, Python bench 7.72 / 8.33 / 8.68 -> 7.76 / 7.94 / 8.29 µs, stage profiler 7.07 / 7.66 / 7.88 ->

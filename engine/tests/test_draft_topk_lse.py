@@ -302,3 +302,26 @@ def test_op_v4_opt_switches_at_solo_rows(opt: str, k: int, monkeypatch: pytest.M
     monkeypatch.setenv("DDTREE_TOPK_V4_OPT", opt)
     _compare(_logits(1, 15, 163840, torch.bfloat16, "normal", gen), k, "v4")
     _compare(_logits(1, 2, 163840, torch.bfloat16, "neginf", gen), k, "v4")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("setting", ["", "1", "1/solo", "2", "2/v8", "2/v9", "4", "8"])
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_op_v4_cluster_switch_at_many_rows(setting: str, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Session 13: 67..132 bf16 rows take 2-CTA clusters by default (8x15: one wave of 240 CTAs; v9 / v11 at k > 1);
+    # DDTREE_TOPK_V4_CLUSTER (read per call) forces the largest cluster, with DDTREE_TOPK_V4_LAUNCH / _OPT, for
+    # bench_topk_rows_ab.py's sides ("4": the launch before session 13; "2/v8": its k > 1 build at 2 CTAs): every setting
+    # must give the reference's answer on 120 rows of 151,936 (four register rounds at 2 CTAs, eight at 1), normal and
+    # -inf rows, and on tie-heavy rows (the radix fallback).
+    cluster, _, extra = setting.partition("/")
+    if cluster:
+        monkeypatch.setenv("DDTREE_TOPK_V4_CLUSTER", cluster)
+    if extra == "solo":
+        monkeypatch.setenv("DDTREE_TOPK_V4_LAUNCH", "solo")
+    elif extra:
+        monkeypatch.setenv("DDTREE_TOPK_V4_OPT", extra)
+    gen = torch.Generator().manual_seed(1300 + k)
+    _compare(_logits(8, 15, 151936, torch.bfloat16, "normal", gen), k)
+    _compare(_logits(8, 15, 151936, torch.bfloat16, "neginf", gen), k)
+    _compare(_logits(7, 11, 40000, torch.bfloat16, "ties", gen), k)
