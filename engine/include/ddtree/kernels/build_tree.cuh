@@ -99,7 +99,7 @@ __device__ __forceinline__ void build_tree_block(const Params& p) {
     if (n < 0 && v8 && M <= v8_max_m && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, impl0 == kImplV8P8 ? 8 : kWarps);
     if (n < 0) {
       const int impl = v8 ? kImplAuto : impl0;
-      n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);
+      n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl, p.order);
       lists = n >= 0;
     }
 #ifdef DDTREE_BUILD_TREE_TRACE
