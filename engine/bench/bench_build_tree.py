@@ -19,10 +19,10 @@ log-probs (for the CPU emulator). --large times issue #3's M = 256 and
 standard row (M = 64 / 256 / 1024, K = min(M, 64) and 1024, B = 1 and 8, and B = 64) under v11
 (build_tree/v11.cuh, opt-in) and v8auto next to the default, with the heap ratios and v11's B = 64 / B = 1 ratio.
 --m256 times the M = 256 rows (K = 64 and 1024; B = 1, 8 and 64) under "bitonic" (the default selection with
-DDTREE_BUILD_TREE_ORDER=bitonic: the survivors ordered by the packed / bitonic sorts, the default before session
-13) and "ranknt" (the rank without the tighten, opt-in) next to the default (the bucketed rank of
-build_tree/rank.cuh): they differ only in the survivors' order (and ranknt in the tighten), so the ratios are
-those changes alone.
+DDTREE_BUILD_TREE_ORDER=bitonic: the survivors cut to ~M by the tighten, then ordered by the packed / bitonic
+sorts, the default before session 13) and "rankt" (the tighten, then the bucketed rank) next to the default (the
+bucketed rank of build_tree/rank.cuh without the tighten): they differ only there, so the ratios are those
+changes alone.
 """
 from __future__ import annotations
 
@@ -66,9 +66,9 @@ IMPLS = ["auto", "v8", "v8p8", "default"]
 SMALL_IMPLS = ["v8auto", "v9", "v9s6", "default"]  # v9s6: session 6's warp heap, the A/B peer of v9
 LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
 V11_IMPLS = ["v11", "v8auto", "default"]
-M256_IMPLS = ["bitonic", "ranknt", "default"]  # bitonic: the default selection with session 12's survivor sorts
+M256_IMPLS = ["bitonic", "rankt", "default"]  # bitonic: the default selection with session 12's tighten + sorts
 # Names that are not selections: the environment they stand for ("default": not a name, the library's default).
-IMPL_ENV = {o: {"DDTREE_BUILD_TREE_IMPL": "default", "DDTREE_BUILD_TREE_ORDER": o} for o in ("bitonic", "ranknt")}
+IMPL_ENV = {o: {"DDTREE_BUILD_TREE_IMPL": "default", "DDTREE_BUILD_TREE_ORDER": o} for o in ("bitonic", "rankt")}
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -142,18 +142,17 @@ def print_batch_ratios(rows: list[dict], peer: str, batches: tuple[int, ...]) ->
 
 
 def print_m256(rows: list[dict]) -> None:
-    """The --m256 table: the default (the bucketed rank) against "bitonic" (the same selection with the
-    survivor sorts, the library default before session 13) in the same process, the heap, batch ratios."""
-    print("\n| M | K | B | sharp | bitonic us | default us | ranknt us | bitonic / default | bitonic / ranknt | "
-          "default 1-launch us | heap us | heap / default | heap / ranknt |")
-    print("|---" * 13 + "|")
+    """The --m256 table: the default (the bucketed rank, no tighten) against "bitonic" (the same selection with
+    the tighten and the survivor sorts, the library default before session 13) and "rankt" (the tighten, then the
+    rank) in the same process, the heap, batch ratios."""
+    print("\n| M | K | B | sharp | bitonic us | rankt us | default us | bitonic / default | rankt / default | "
+          "default 1-launch us | heap us | heap / default |")
+    print("|---" * 12 + "|")
     for r in rows:
-        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['bitonic_us']:.2f} | {r['kernel_us']:.2f} | "
-              f"{r['ranknt_us']:.2f} | {r['bitonic_us'] / r['kernel_us']:.2f}x | {r['bitonic_us'] / r['ranknt_us']:.2f}x | "
-              f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x | "
-              f"{r['heap_ms'] * 1e3 / r['ranknt_us']:.1f}x |")
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['bitonic_us']:.2f} | {r['rankt_us']:.2f} | "
+              f"{r['kernel_us']:.2f} | {r['bitonic_us'] / r['kernel_us']:.2f}x | {r['rankt_us'] / r['kernel_us']:.2f}x | "
+              f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
     print_batch_ratios(rows, "bitonic", (8, 64))
-    print_batch_ratios(rows, "ranknt", (8, 64))
 
 
 def print_v11(rows: list[dict]) -> None:

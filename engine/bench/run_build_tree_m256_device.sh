@@ -12,10 +12,10 @@ OUT=${OUT:-/tmp/build_tree_m256_out}
 source "$(dirname "$0")/build_tree_device_env.sh"
 
 stamp selftest
-for mode in default v6 bitonic ranknt; do  # bitonic / ranknt: DDTREE_BUILD_TREE_ORDER (session 13)
+for mode in default v6 bitonic rankt; do  # bitonic / rankt: DDTREE_BUILD_TREE_ORDER (session 13)
   unset DDTREE_BUILD_TREE_IMPL DDTREE_BUILD_TREE_ORDER
   if [ "$mode" = v6 ]; then export DDTREE_BUILD_TREE_IMPL=v6; fi
-  if [ "$mode" = bitonic ] || [ "$mode" = ranknt ]; then export DDTREE_BUILD_TREE_ORDER=$mode; fi
+  if [ "$mode" = bitonic ] || [ "$mode" = rankt ]; then export DDTREE_BUILD_TREE_ORDER=$mode; fi
   timeout 60 "$build/ddtree-selftest" build_tree > "$OUT/selftest_$mode.log" 2>&1
   echo "selftest ($mode) rc=$? $(grep -c PASS "$OUT/selftest_$mode.log") PASS, $(grep -c FAIL "$OUT/selftest_$mode.log") FAIL"
   grep FAIL "$OUT/selftest_$mode.log" | head -5
@@ -25,12 +25,12 @@ unset DDTREE_BUILD_TREE_IMPL DDTREE_BUILD_TREE_ORDER
 stamp "pytest (background) + sanitizers"
 (timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" engine/tests/test_build_tree_gpu.py \
   -k "v9auto or v6" > "$OUT/pytest.log" 2>&1; echo "rc=$?" >> "$OUT/pytest.log"
- DDTREE_BUILD_TREE_ORDER=ranknt timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
-  engine/tests/test_build_tree_gpu.py -k "v9auto" > "$OUT/pytest_ranknt.log" 2>&1; echo "rc=$?" >> "$OUT/pytest_ranknt.log") &
+ DDTREE_BUILD_TREE_ORDER=bitonic timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+  engine/tests/test_build_tree_gpu.py -k "v9auto" > "$OUT/pytest_bitonic.log" 2>&1; echo "rc=$?" >> "$OUT/pytest_bitonic.log") &
 pytest_pid=$!
 cases="build_tree_golden build_tree_medium build_tree_small build_tree_large build_tree_random"
-for mode in default ranknt; do
-  if [ "$mode" = ranknt ]; then export DDTREE_BUILD_TREE_ORDER=ranknt; fi
+for mode in default rankt; do
+  if [ "$mode" = rankt ]; then export DDTREE_BUILD_TREE_ORDER=rankt; fi
   timeout 60 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$build/ddtree-selftest" $cases \
     > "$OUT/sanitize_$mode.log" 2>&1
   echo "memcheck ($mode) rc=$? $(grep 'ERROR SUMMARY' "$OUT/sanitize_$mode.log" | tail -1)"
@@ -40,7 +40,7 @@ for mode in default ranknt; do
 done
 unset DDTREE_BUILD_TREE_ORDER
 wait $pytest_pid
-for f in pytest pytest_ranknt; do echo "$f: $(tail -2 "$OUT/$f.log" | tr '\n' ' ')"; grep -E "^FAILED|Error" "$OUT/$f.log" | head -10; done
+for f in pytest pytest_bitonic; do echo "$f: $(tail -2 "$OUT/$f.log" | tr '\n' ' ')"; grep -E "^FAILED|Error" "$OUT/$f.log" | head -10; done
 
 stamp bench
 timeout 120 python3 engine/bench/bench_build_tree.py --m256 --json "$OUT/bench_m256.json" > "$OUT/bench.log" 2>&1

@@ -68,14 +68,14 @@ int impl_from_env() {
   return kDefaultImpl;
 }
 
-// Survivors' order (build_tree/rank.cuh): DDTREE_BUILD_TREE_ORDER=bitonic keeps session 12's packed /
-// bitonic sorts (the same-process peer of bench_build_tree.py --m256), =ranknt the rank without the tighten
-// (opt-in); unset or anything else: the bucketed rank, which hands a bin over kRankBinCap back to those sorts.
-// Read on every call, like the selection.
+// Survivors' order (build_tree/rank.cuh): DDTREE_BUILD_TREE_ORDER=bitonic keeps session 12's tighten and packed /
+// bitonic sorts (the same-process peer of bench_build_tree.py --m256), =rankt the tighten then the rank (opt-in);
+// unset or anything else: the bucketed rank without the tighten, which hands a bin over kRankBinCap back to the
+// sorts. Read on every call, like the selection.
 int order_from_env() {
   const char* v = std::getenv("DDTREE_BUILD_TREE_ORDER");
   if (v != nullptr && std::strcmp(v, "bitonic") == 0) return bt::kOrderBitonic;
-  if (v != nullptr && std::strcmp(v, "ranknt") == 0) return bt::kOrderRankNoTighten;
+  if (v != nullptr && std::strcmp(v, "rankt") == 0) return bt::kOrderRankTighten;
   return bt::kOrderRank;
 }
 

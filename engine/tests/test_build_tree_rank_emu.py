@@ -1,6 +1,6 @@
 """build_tree's survivor order by the bucketed rank (build_tree/rank.cuh, the default since session 13) in the CPU
 emulation of the real kernel source, against the reference heap, next to DDTREE_BUILD_TREE_ORDER=bitonic (the
-sorts alone) and =ranknt (the rank without the tighten): the `rank` event says the rank ran, `rank_full` that a bin over kRankBinCap handed the order back
+tighten and the sorts, the default before) and =rankt (the tighten, then the rank): the `rank` event says the rank ran, `rank_full` that a bin over kRankBinCap handed the order back
 to the sorts. test_build_tree_emu.py runs every older test under the default order (the rank) as well."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def emu_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_emu(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True, params=["rank", "bitonic", "ranknt"])
+@pytest.fixture(autouse=True, params=["rank", "bitonic", "rankt"])
 def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("DDTREE_BUILD_TREE_IMPL", "v9auto")  # the library default
     monkeypatch.setenv("DDTREE_BUILD_TREE_ORDER", request.param)

@@ -98,7 +98,7 @@ struct Params {
   int32_t* first_child;
   int32_t* next_sibling;
   int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto / kImplV8 / kImplV8P8 / kImplV8Auto (0 = v6: what an aggregate-initialized Params gets)
-  int order;  // survivors' order: kOrderRank (0, the default: rank.cuh) or kOrderBitonic (sort.cuh's sorts alone)
+  int order;  // survivors' order: kOrderRank (0, the default), kOrderBitonic, kOrderRankTighten (rank.cuh)
 };
 
 // Level state carried between the block-wide and the warp-only level loops.

@@ -219,9 +219,10 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   {
     int pmin = 1;
     while (pmin < M) pmin <<= 1;
-    // The sort would double: cut the survivors to (about) exactly M first. The rank has no power-of-two
-    // size; kOrderRankNoTighten (opt-in) ranks up to 2 * kThreads survivors instead of cutting them.
-    const int keep = order == kOrderRankNoTighten ? max(pmin, 2 * kThreads) : pmin;
+    // The sorts would double: cut the survivors to (about) exactly M first. The rank has no power-of-two size,
+    // so the default order ranks up to 2 * kThreads survivors instead (the first M + 1 are the same nodes;
+    // H200, bench/NOTES.md "### Session 13 (s13tree)": 1.07-1.22x over the tighten + sorts at M = 256).
+    const int keep = order == kOrderRank ? max(pmin, 2 * kThreads) : pmin;
     if (n_live - 1 > keep) {
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(tighten);
       t = pool_select(S, size, t, need, need, &n_live);

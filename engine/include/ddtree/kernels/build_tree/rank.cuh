@@ -1,5 +1,5 @@
 // build_tree, part 3b: the survivors' order by a bucketed rank (session 13, issue #3), the default in front of
-// sort.cuh's sorts (which stay as its fallback and behind DDTREE_BUILD_TREE_ORDER=bitonic).
+// sort.cuh's sorts (which stay as its fallback and, with the tighten, behind DDTREE_BUILD_TREE_ORDER=bitonic).
 // The algorithm is described in ../build_tree.cuh; bench/NOTES.md "### Session 13 (s13tree)" has the
 // measurements.
 #pragma once
@@ -9,11 +9,12 @@
 namespace ddtree {
 namespace build_tree_k {
 
-// Params::order: 0 = the bucketed rank (default), 1 = the packed / bitonic sorts alone (the A/B peer), 2 = the
-// rank without the tighten (parallel_select cuts the survivors to ~M only above 2 * kThreads; opt-in).
+// Params::order: 0 = the bucketed rank without the tighten (the default: parallel_select cuts the survivors to ~M
+// only above 2 * kThreads), 1 = the tighten and the packed / bitonic sorts alone (the default before session 13,
+// the A/B peer), 2 = the tighten, then the rank (opt-in; session 13's first step, kept for the A/B).
 constexpr int kOrderRank = 0;
 constexpr int kOrderBitonic = 1;
-constexpr int kOrderRankNoTighten = 2;
+constexpr int kOrderRankTighten = 2;
 constexpr int kRankBins = kSelBins;  // histogram bins: S.fhist, zero outside fast_select
 constexpr int kRankBinCap = 64;      // a fuller bin (scores bunched, or ties) goes back to the sort
 constexpr int kRankBase = kSort / 2;  // the bucket-ordered copy lives in S.sidx[kRankBase, +ns)
