@@ -18,9 +18,11 @@ log-probs (for the CPU emulator). --large times issue #3's M = 256 and
 1024 rows (and M = 512) under auto and v10 (build_tree/v10.cuh, opt-in) next to the default. --v11 times every
 standard row (M = 64 / 256 / 1024, K = min(M, 64) and 1024, B = 1 and 8, and B = 64) under v11
 (build_tree/v11.cuh, opt-in) and v8auto next to the default, with the heap ratios and v11's B = 64 / B = 1 ratio.
---m256 times the M = 256 rows (K = 64 and 1024; B = 1, 8 and 64) under v6 next to the default: at M <= 256 the
-two run the same level pool and differ only in the starting bound (v6: the histogram chain bound; the default
-since session 10: chain_bound_probes), so the ratio is that change alone.
+--m256 times the M = 256 rows (K = 64 and 1024; B = 1, 8 and 64) under "bitonic" (the default selection with
+DDTREE_BUILD_TREE_ORDER=bitonic: the survivors cut to ~M by the tighten, then ordered by the packed / bitonic
+sorts, the default before session 13) and "rankt" (the tighten, then the bucketed rank) next to the default (the
+bucketed rank of build_tree/rank.cuh without the tighten): they differ only there, so the ratios are those
+changes alone.
 """
 from __future__ import annotations
 
@@ -64,7 +66,9 @@ IMPLS = ["auto", "v8", "v8p8", "default"]
 SMALL_IMPLS = ["v8auto", "v9", "v9s6", "default"]  # v9s6: session 6's warp heap, the A/B peer of v9
 LARGE_IMPLS = ["auto", "v10", "default"]  # M > 64: the default is auto there
 V11_IMPLS = ["v11", "v8auto", "default"]
-M256_IMPLS = ["v6", "default"]  # v6 = the pre-session-10 path at M <= 256 (histogram chain bound)
+M256_IMPLS = ["bitonic", "rankt", "default"]  # bitonic: the default selection with session 12's tighten + sorts
+# Names that are not selections: the environment they stand for ("default": not a name, the library's default).
+IMPL_ENV = {o: {"DDTREE_BUILD_TREE_IMPL": "default", "DDTREE_BUILD_TREE_ORDER": o} for o in ("bitonic", "rankt")}
 DUMPS: dict[str, torch.Tensor] = {}
 
 
@@ -81,7 +85,7 @@ def bench_one(m: int, k: int, bsz: int, sharp: float, heap_reps: int) -> dict[st
     # Each selection and the default on the same inputs; the launcher reads DDTREE_BUILD_TREE_IMPL per
     # call, so each graph keeps the version it captured.
     for impl in IMPLS:
-        with scoped_env({"DDTREE_BUILD_TREE_IMPL": impl}):  # "default": not a name, the library's default
+        with scoped_env(IMPL_ENV.get(impl, {"DDTREE_BUILD_TREE_IMPL": impl})):
             got = build_tree(lp, ids, root, ctx, budget, n_max)
             for name, g, w in zip(want._fields, got, want):
                 if not torch.equal(g.cpu(), w):
@@ -138,16 +142,17 @@ def print_batch_ratios(rows: list[dict], peer: str, batches: tuple[int, ...]) ->
 
 
 def print_m256(rows: list[dict]) -> None:
-    """The --m256 table: the default against v6 (the same level pool with the histogram chain bound, i.e.
-    the library default before session 10 at M <= 256) in the same process, the heap, batch ratios."""
-    print("\n| M | K | B | sharp | v6 us | default us | v6 / default | v6 1-launch us | default 1-launch us | "
-          "heap us | heap / default |")
-    print("|---" * 11 + "|")
+    """The --m256 table: the default (the bucketed rank, no tighten) against "bitonic" (the same selection with
+    the tighten and the survivor sorts, the library default before session 13) and "rankt" (the tighten, then the
+    rank) in the same process, the heap, batch ratios."""
+    print("\n| M | K | B | sharp | bitonic us | rankt us | default us | bitonic / default | rankt / default | "
+          "default 1-launch us | heap us | heap / default |")
+    print("|---" * 12 + "|")
     for r in rows:
-        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['v6_us']:.2f} | {r['kernel_us']:.2f} | "
-              f"{r['v6_us'] / r['kernel_us']:.2f}x | {r['v6_1launch_us']:.2f} | {r['kernel_1launch_us']:.2f} | "
-              f"{r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
-    print_batch_ratios(rows, "v6", (8, 64))
+        print(f"| {r['M']} | {r['K']} | {r['B']} | {r['sharp']:g} | {r['bitonic_us']:.2f} | {r['rankt_us']:.2f} | "
+              f"{r['kernel_us']:.2f} | {r['bitonic_us'] / r['kernel_us']:.2f}x | {r['rankt_us'] / r['kernel_us']:.2f}x | "
+              f"{r['kernel_1launch_us']:.2f} | {r['heap_ms'] * 1e3:.0f} | {r['ratio']:.1f}x |")
+    print_batch_ratios(rows, "bitonic", (8, 64))
 
 
 def print_v11(rows: list[dict]) -> None:
@@ -174,7 +179,7 @@ def main() -> None:
     ap.add_argument("--large", action="store_true",
                     help="issue #3's M = 256 and 1024 rows (B = 1, 8, 64) and M = 512, under auto and v10 only")
     ap.add_argument("--v11", action="store_true", help="every standard row under v11, v8auto and the default")
-    ap.add_argument("--m256", action="store_true", help="M = 256 rows (B = 1, 8, 64) under v6 and the default")
+    ap.add_argument("--m256", action="store_true", help="M = 256 rows (B = 1, 8, 64) under the survivor sorts and the default")
     ap.add_argument("--dump-lp", type=Path, help="save the B = 8 batches' log-probs here (torch.save)")
     args = ap.parse_args()
     if args.all_impls:

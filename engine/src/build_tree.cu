@@ -68,6 +68,17 @@ int impl_from_env() {
   return kDefaultImpl;
 }
 
+// Survivors' order (build_tree/rank.cuh): DDTREE_BUILD_TREE_ORDER=bitonic keeps session 12's tighten and packed /
+// bitonic sorts (the same-process peer of bench_build_tree.py --m256), =rankt the tighten then the rank (opt-in);
+// unset or anything else: the bucketed rank without the tighten, which hands a bin over kRankBinCap back to the
+// sorts. Read on every call, like the selection.
+int order_from_env() {
+  const char* v = std::getenv("DDTREE_BUILD_TREE_ORDER");
+  if (v != nullptr && std::strcmp(v, "bitonic") == 0) return bt::kOrderBitonic;
+  if (v != nullptr && std::strcmp(v, "rankt") == 0) return bt::kOrderRankTighten;
+  return bt::kOrderRank;
+}
+
 }  // namespace
 
 extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
@@ -104,6 +115,7 @@ extern "C" DDTREE_API ddtree_status_t ddtree_build_tree(
   p.n_max = n_max;
   p.words = (n_max + 31) / 32;
   p.impl = impl_from_env();
+  p.order = order_from_env();
   p.node_token = node_token;
   p.node_parent = node_parent;
   p.node_depth = node_depth;

@@ -228,7 +228,8 @@ def test_deep_trees_use_the_serial_heap_beyond_the_code_width(emu_binary: Path) 
     assert check(emu_binary, lp, budget=[1024]) == [0]  # 2*22 + 2*10 = 64 bits: fits
 
 
-def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path, impl: str) -> None:
+def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path, impl: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     emu_binary = emu_binary_chain_bound
     if impl == "v11":
         pytest.skip("the level pool's raises: v11 decides these rows without the pool")
@@ -239,7 +240,14 @@ def test_pool_raises_refines_and_compacts(emu_binary_chain_bound: Path, impl: st
     lp[0, :, -1] = -1000.0
     ev: dict[str, int] = {}
     assert check(emu_binary, lp, budget=[256], events=ev) == [0]
-    assert ev.get("raise", 0) >= 1 and ev.get("refine", 0) >= 1 and ev.get("tighten", 0) >= 1, ev
+    # The default order ranks the up to 514 survivors itself (no tighten); DDTREE_BUILD_TREE_ORDER=rankt (and
+    # bitonic) cut them to ~M first, so the tighten's pool_select is checked there.
+    assert ev.get("raise", 0) >= 1 and ev.get("refine", 0) >= 1 and "tighten" not in ev, ev
+    monkeypatch.setenv("DDTREE_BUILD_TREE_ORDER", "rankt")
+    ev = {}
+    assert check(emu_binary, lp, budget=[256], events=ev) == [0]
+    assert ev.get("tighten", 0) >= 1, ev
+    monkeypatch.delenv("DDTREE_BUILD_TREE_ORDER")
     ev = {}
     assert check(emu_binary, draft_lp(1, 15, 64, seed=2, sharp=4.0), budget=[1024], events=ev) == [0]
     assert ev.get("compact", 0) >= 1, ev  # 15 * 64 < 1024: no chain bound, so the pool fills up

@@ -143,8 +143,9 @@ int main(int argc, char** argv) {
   // Argument "small": the M <= 64 rows (auto, v8, v9); "large": v10's rows (M > 64; auto and v10 only).
   // "v11": the bench's M = 64 / 256 / 1024 rows under v8auto (the default there) and v11 (build_tree/v11.cuh,
   // marks 130 rows checked, 131 search done, 132 ranked).
-  // "m256": the bench's six M = 256 rows (K = 64 / 1024, sharpness 8 / 4 / 1) under v6 (the histogram chain
-  // bound, the default there before session 10) and auto (chain_bound_probes since session 10).
+  // "m256": the bench's six M = 256 rows (K = 64 / 1024, sharpness 8 / 4 / 1) under auto (the default's path
+  // there) with the tighten and the survivor sorts ("auto/bitonic", marks 60-64), the tighten and the bucketed
+  // rank ("auto/rankt", marks 65-67) and the rank alone ("auto": build_tree/rank.cuh, the default since session 13).
   const bool v11 = argc > 1 && std::string(argv[1]) == "v11";
   const bool m256 = argc > 1 && std::string(argv[1]) == "m256";
   const bool large = argc > 1 && (std::string(argv[1]) == "large" || v11 || m256);
@@ -215,7 +216,8 @@ int main(int argc, char** argv) {
                                 : v11 ? std::vector<Cfg>(std::begin(v11_cfgs), std::end(v11_cfgs))
                                 : large ? std::vector<Cfg>(std::begin(large_cfgs), std::end(large_cfgs))
                                       : std::vector<Cfg>(std::begin(base_cfgs), std::end(base_cfgs));
-  const std::vector<int> impls = m256 ? std::vector<int>{bt::kImplV6, bt::kImplAuto}
+  constexpr int kAutoBitonic = -1, kAutoRankT = -2;  // m256: auto with p.order = kOrderBitonic / kOrderRankTighten
+  const std::vector<int> impls = m256 ? std::vector<int>{kAutoBitonic, kAutoRankT, bt::kImplAuto}
                                  : v11 ? std::vector<int>{bt::kImplV8Auto, bt::kImplV11}
                                  : large ? std::vector<int>{bt::kImplAuto, bt::kImplV10}
                                        : std::vector<int>{bt::kImplAuto, bt::kImplV8, bt::kImplV8P8, bt::kImplV9,
@@ -257,7 +259,8 @@ int main(int argc, char** argv) {
     // done, 113 exact pass done, 111 heap done; v10: build_tree/v10.cuh, marks 120-126) on the same inputs.
     for (int impl : impls)
     for (int warm = 1; warm < 2; ++warm) {
-      p.impl = impl;
+      p.impl = impl < 0 ? bt::kImplAuto : impl;
+      p.order = impl == kAutoBitonic ? bt::kOrderBitonic : impl == kAutoRankT ? bt::kOrderRankTighten : bt::kOrderRank;
       if (warm) { spin<<<132 * 4, 256>>>(d_spin, 2000000); }  // load the GPU so its clocks rise
       const int zero = 0;
       CK(cudaMemcpyToSymbol(g_mark_n, &zero, 4));
@@ -283,7 +286,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(clk, g_mark_clk, sizeof clk)); CK(cudaMemcpyFromSymbol(tag, g_mark_tag, sizeof tag));
       CK(cudaMemcpyFromSymbol(&t0, g_t0, 8)); CK(cudaMemcpyFromSymbol(&t1, g_t1, 8));
       const long long total = clk[n - 1] - clk[0];
-      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9S6 ? "v9s6" : impl == bt::kImplV10 ? "v10" : impl == bt::kImplV11 ? "v11" : impl == bt::kImplV8Auto ? "v8auto" : impl == bt::kImplV6 ? "v6" : "auto", c.M, c.K,
+      std::printf("[%s] M=%d K=%d sharp=%.0f %s: event %.2f us, globaltimer %.2f us, %lld cycles (%.0f MHz)\n  ", impl == bt::kImplV8 ? "v8" : impl == bt::kImplV8P8 ? "v8p8" : impl == bt::kImplV9 ? "v9" : impl == bt::kImplV9S6 ? "v9s6" : impl == bt::kImplV10 ? "v10" : impl == bt::kImplV11 ? "v11" : impl == bt::kImplV8Auto ? "v8auto" : impl == bt::kImplV6 ? "v6" : impl == kAutoBitonic ? "auto/bitonic" : impl == kAutoRankT ? "auto/rankt" : "auto", c.M, c.K,
                   c.sharp, warm ? "after warm-up" : "cold", ms * 1e3, (t1 - t0) / 1e3, total, total / ((t1 - t0) / 1e3));
       for (int i = 1; i < n; ++i) std::printf("%d:%lld ", tag[i], clk[i] - clk[i - 1]);
       std::printf("\n");

@@ -70,6 +70,9 @@ int main() {
              : s == "v9" ? bt::kImplV9 : s == "v9auto" ? bt::kImplV9Auto : s == "v9s6" ? bt::kImplV9S6
              : s == "v10" ? bt::kImplV10 : s == "v11" ? bt::kImplV11 : bt::kImplV6;
   }
+  // The survivors' order, as the launcher reads it (=bitonic: tighten + sorts; =rankt: tighten + rank).
+  if (const char* v = std::getenv("DDTREE_BUILD_TREE_ORDER"))
+    p.order = std::string(v) == "bitonic" ? bt::kOrderBitonic : std::string(v) == "rankt" ? bt::kOrderRankTighten : bt::kOrderRank;
   g_fallback.assign(B, -1);
   if (bt::warp_heap_applies(p.impl, n_max, L)) {  // as the launcher: the warp-heap kernel (never falls back)
     static_assert(sizeof(bt::WhSmem) <= bt::kSmemBytes, "the emulator's shared buffer holds the warp heap's");

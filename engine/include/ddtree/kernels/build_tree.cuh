@@ -19,8 +19,11 @@
 // ranks scanned per parent and makes an order-preserving prefix code of the tuple fit in 64 bits
 // (2 bits per level + 2 * floor(log2 M)). When the pool would outgrow its soft capacity, t is raised
 // to the score of the (M+1)-th best element (histogram over score buckets, refined inside the crossing
-// bucket) and dead entries are compacted. Finally the survivors are bitonic-sorted by (score desc,
-// tuple code asc): sorted position = node index = heap pop number.
+// bucket) and dead entries are compacted. Finally the survivors are put in (score desc, tuple code asc)
+// order: position = node index = heap pop number. By default a bucketed rank does it (build_tree/rank.cuh:
+// equal-width score bins, each survivor ranked inside its own bin); the packed / bitonic sorts of
+// build_tree/sort.cuh take over for a bin over 64 survivors or more than 1024 survivors (after a tighten that
+// cuts them to ~M), and run alone under DDTREE_BUILD_TREE_ORDER=bitonic.
 //
 // Selections (Params::impl, picked per call by the launcher; see build_tree/common.cuh): v6 starts
 // the pool from the chain bound (a selection over "greedy chain + one deviation"); v6dp from the
@@ -99,7 +102,7 @@ __device__ __forceinline__ void build_tree_block(const Params& p) {
     if (n < 0 && v8 && M <= v8_max_m && L <= kV8MaxL) n = v8_select(S, N, lp, L, K, M, impl0 == kImplV8P8 ? 8 : kWarps);
     if (n < 0) {
       const int impl = v8 ? kImplAuto : impl0;
-      n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl);
+      n = parallel_select(S, N, lp, p.ids + static_cast<size_t>(b) * L * K, L, K, M, p.n_max, impl, p.order);
       lists = n >= 0;
     }
 #ifdef DDTREE_BUILD_TREE_TRACE

@@ -98,6 +98,7 @@ struct Params {
   int32_t* first_child;
   int32_t* next_sibling;
   int impl;  // kImplV6 / kImplV6Dp / kImplV7 / kImplAuto / kImplV8 / kImplV8P8 / kImplV8Auto (0 = v6: what an aggregate-initialized Params gets)
+  int order;  // survivors' order: kOrderRank (0, the default), kOrderBitonic, kOrderRankTighten (rank.cuh)
 };
 
 // Level state carried between the block-wide and the warp-only level loops.
@@ -148,6 +149,8 @@ struct Smem {
   int fam;                  // size of the chain-bound family
   double fam_lo, fam_hi;    // its smallest and largest score
   int tie;                  // the packed sort found two equal keys
+  int rank_full;            // rank_buckets: a bin over kRankBinCap, the sort decides
+  unsigned long long rank_hi_inv;  // ~ord_asc of the survivors' highest score (rank_buckets' bin range)
   int dp_bin;               // dp_bound: first bin whose count reaches M
   int cb_count[2][32];      // chain_bound_probes: each round's probe counts (double-buffered)
 };

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ddtree/kernels/build_tree/enumerate.cuh"
+#include "ddtree/kernels/build_tree/rank.cuh"
 
 namespace ddtree {
 namespace build_tree_k {
@@ -15,7 +16,7 @@ namespace build_tree_k {
 
 // Returns the node count with the node arrays filled, or -1 when the serial heap must decide.
 __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t* ids, int L, int K, int M,
-                               int n_max, int impl) {
+                               int n_max, int impl, int order) {
   const int tid = threadIdx.x;
   const int R = min(K, M + 1);  // ranks the checks look at (a popped rank < M, its sibling <= M)
   const int rs = min(R, kLps / L);
@@ -218,7 +219,11 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   {
     int pmin = 1;
     while (pmin < M) pmin <<= 1;
-    if (n_live - 1 > pmin) {  // the sort would double: cut the survivors to (about) exactly M first
+    // The sorts would double: cut the survivors to (about) exactly M first. The rank has no power-of-two size,
+    // so the default order ranks up to 2 * kThreads survivors instead (the first M + 1 are the same nodes;
+    // H200, bench/NOTES.md "### Session 13 (s13tree)": 1.07-1.22x over the tighten + sorts at M = 256).
+    const int keep = order == kOrderRank ? max(pmin, 2 * kThreads) : pmin;
+    if (n_live - 1 > keep) {
       if (tid == 0) DDTREE_BUILD_TREE_EVENT(tighten);
       t = pool_select(S, size, t, need, need, &n_live);
     }
@@ -229,12 +234,13 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
     S.count = 1;
     S.sidx[0] = 0;
     S.pool_min = ~0ull;
+    S.rank_hi_inv = ~0ull;
   }
   __syncthreads();
   {
     // One shared atomic per warp and step (a single counter hit by every survivor serializes).
     const int lane = tid & 31;
-    unsigned long long mn = ~0ull;
+    unsigned long long mn = ~0ull, mx = 0ull;
     #pragma unroll 1
     for (int base = 0; base < size; base += kThreads) {
       const int e = base + tid;
@@ -248,7 +254,12 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
         S.sidx[off + popc32(ballot & ((1u << lane) - 1u))] = static_cast<uint16_t>(e);
         const unsigned long long o = ord_asc(x);
         mn = o < mn ? o : mn;
+        mx = o > mx ? o : mx;
       }
+    }
+    if (order != kOrderBitonic) {  // the rank's bins span [key_lo, the highest survivor]
+      const unsigned long long hi_inv = warp_min_u64(~mx);
+      if ((tid & 31) == 0 && hi_inv != ~0ull) atomicMin(&S.rank_hi_inv, hi_inv);
     }
     if (t == kNegInf) {  // no threshold yet: the packed keys need the survivors' smallest score
       mn = warp_min_u64(mn);
@@ -261,7 +272,16 @@ __device__ int parallel_select(Smem& S, Nodes& N, const float* lp, const int32_t
   DDTREE_BUILD_TREE_MARK(81);
   const int ns = n_live - 1;
   bool tie = true;
-  if (ns <= kThreads) {
+  bool ranked = false;
+  if (order != kOrderBitonic && ns >= 1 && ns <= 2 * kThreads) {
+    const double hi = from_ord(~S.rank_hi_inv);
+    ranked = ns <= kThreads ? rank_buckets<1>(S, ns, key_lo, hi) : rank_buckets<2>(S, ns, key_lo, hi);
+    if (tid == 0) DDTREE_BUILD_TREE_EVENT(rank);
+    if (!ranked && tid == 0) DDTREE_BUILD_TREE_EVENT(rank_full);
+  }
+  if (ranked) {  // ordered: the sorts below run only where the rank did not (a full bin, or the peer)
+    tie = false;
+  } else if (ns <= kThreads) {
     tie = sort_merge<1>(S, ns, key_lo);
   } else if (ns <= 2 * kThreads) {
     tie = sort_merge<2>(S, ns, key_lo);
