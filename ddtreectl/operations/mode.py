@@ -31,7 +31,7 @@ from ddtreectl.errors import (
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
-from ddtreectl.operations.drain import DrainResult, drain
+from ddtreectl.operations.drain import DrainResult, drain, reading_steps
 from ddtreectl.operations.mode_settle import Settled, next_step, settle, undo_enable
 from ddtreectl.operations.gpus import SampleOptions, check_gpus, wait_idle
 from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
@@ -271,7 +271,7 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
             if active in ("active", "activating", "reloading"):
                 on_step(f"draining {service.unit} (up to {drain_timeout_s:g} s)")
                 result.drain = drain(transport, service.port, timeout_s=drain_timeout_s,
-                                     on_reading=lambda n: on_step(f"{n} request(s) in flight"))
+                                     on_reading=reading_steps(on_step))
                 on_step(result.drain.note)
                 if not result.drain.drained:
                     result.warnings.append(f"drain: {result.drain.note}; stopped anyway")
