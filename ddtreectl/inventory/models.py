@@ -6,9 +6,16 @@ after validating every key, so code above this layer may trust every field.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """" (did you mean 'X'?)" for the closest of `known`, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 Role = Literal["prod", "dev"]
 TransportKind = Literal["ssh", "local"]
@@ -128,7 +135,7 @@ class Inventory:
         except KeyError:
             known = ", ".join(sorted(self.hosts)) or "none"
             raise InventoryError(
-                f"{self.path.name}: no host named {name!r} (known: {known})",
+                f"{self.path.name}: no host named {name!r}{did_you_mean(name, self.hosts)} (known: {known})",
                 hint=f"add it under hosts: in {self.path} or check the spelling",
             ) from None
 
@@ -149,7 +156,8 @@ class Inventory:
                 names.extend(self.groups[target])
             else:
                 raise InventoryError(
-                    f"{self.path.name}: {target!r} is neither a host nor a group",
+                    f"{self.path.name}: {target!r} is neither a host nor a group"
+                    + did_you_mean(target, [*self.hosts, *self.groups, "all"]),
                     hint="hosts: " + ", ".join(sorted(self.hosts))
                     + "; groups: " + (", ".join(sorted(self.groups)) or "none"),
                 )
