@@ -311,7 +311,10 @@ def _hosts(entry: tuple[ScalarNode, Node] | None, defaults: Values, problems: Pr
         if inherited_jump is not None and (inherited_jump == name or transport == "local"):
             # A jump host from defaults: the bastion itself and local hosts are reached directly.
             del merged["jump_host"]
-        if transport == "ssh" and present is not None and "address" not in present:
+        # An invalid transport (`locl`) is reported at its own line; whether an address is required
+        # then is unknown, and "missing required key 'address'" first sent the reader the wrong way.
+        transport_known = "transport" not in present or "transport" in own if present is not None else True
+        if transport == "ssh" and transport_known and present is not None and "address" not in present:
             problems.add(key, path, "missing required key 'address'", hint="add address: <IP or DNS name>")
         if transport == "local" and "jump_host" in own and own["jump_host"][0] is not None:
             problems.add(own["jump_host"][1], join(path, "jump_host"), "a local host cannot use a jump host")
