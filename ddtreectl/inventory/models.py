@@ -161,6 +161,16 @@ class Inventory:
                     hint="hosts: " + ", ".join(sorted(self.hosts))
                     + "; groups: " + (", ".join(sorted(self.groups)) or "none"),
                 )
+        if not names:
+            # An empty group or an inventory without hosts: every command did nothing and exited 0
+            # (`deploy GROUP` "succeeded" having deployed nowhere).
+            empty = next((t for t in targets if t in self.groups), None)
+            raise InventoryError(
+                f"{self.path.name}: group {empty!r} is empty: no host to act on" if empty
+                else f"{self.path.name}: the inventory has no hosts: no host to act on",
+                hint=f"list host names under groups.{empty} in {self.path}" if empty
+                else f"add hosts under hosts: in {self.path}",
+            )
         return [self.hosts[n] for n in dict.fromkeys(names)]
 
     def service_of(self, host: Host) -> ServiceProfile | None:

@@ -118,6 +118,24 @@ def test_a_mistyped_target_gets_the_closest_name(
     assert capsys.readouterr().err.splitlines()[0] == first_line
 
 
+@pytest.mark.parametrize("argv", [["status"], ["gpus"], ["deploy", "all", "--plan"], ["deploy", "all"],
+                                  ["rollback", "all"], ["status", "g"], ["gpus", "g"], ["deploy", "--group", "g"],
+                                  ["rollback", "g"], ["logs", "g"]], ids=" ".join)
+def test_no_host_to_act_on_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """An empty group, or an inventory without hosts: status printed an empty table, gpus and `deploy --plan`
+    nothing, and `deploy GROUP` exited 0 having deployed nowhere."""
+    from ddtreectl.cli.main import run
+
+    group = argv[-1] == "g"
+    write(tmp_path, "hosts:\n  a: {address: 127.0.0.2}\ngroups:\n  g: []\n" if group else "hosts: {}\n")
+    assert run(["-i", str(tmp_path / "hosts.yaml"), *argv]) == 3
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first == ("error: hosts.yaml: group 'g' is empty: no host to act on" if group
+                     else "error: hosts.yaml: the inventory has no hosts: no host to act on"), first
+    assert hint == (f"hint: list host names under groups.g in {tmp_path}/hosts.yaml" if group
+                    else f"hint: add hosts under hosts: in {tmp_path}/hosts.yaml"), hint
+
+
 def test_cli_missing_inventory_via_environment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
