@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,26 @@ def test_no_host_to_act_on_is_an_error(tmp_path: Path, capsys: pytest.CaptureFix
                      else "error: hosts.yaml: the inventory has no hosts: no host to act on"), first
     assert hint == (f"hint: list host names under groups.g in {tmp_path}/hosts.yaml" if group
                     else f"hint: add hosts under hosts: in {tmp_path}/hosts.yaml"), hint
+
+
+def test_validate_renders_every_host_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped template name, or a template variable no profile gives, passed `validate` (exit 0) and
+    failed at `render` or `deploy`. Rendering is local, as `render HOST` is: no host is contacted."""
+    from ddtreectl.cli.main import run
+
+    profile = ("services:\n  svc:\n    template: {}\n    port: 30000\n    model_path: /m\n"
+               "    served_model_name: m\nhosts:\n  a: {{address: 127.0.0.2, service: svc}}\n")
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/own.service.j2").write_text("[Service]\nExecStart={{ no_such_variable }}\n")
+    cases = [("sglang-ddtree.service.j", "error: a: template 'sglang-ddtree.service.j' not found in"),
+             ("own.service.j2", "error: a: rendering own.service.j2 for service 'svc': 'no_such_variable' is undefined")]
+    for template, first in cases:
+        write(tmp_path, profile.format(template))
+        assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 3
+        assert capsys.readouterr().err.startswith(first)
+    shutil.copy(REPO / "templates/sglang-ddtree.service.j2", tmp_path / "templates/own.service.j2")
+    shutil.copy(REPO / "templates/sglang-ddtree.config.yaml.j2", tmp_path / "templates")
+    assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 0, capsys.readouterr().err
 
 
 def test_cli_missing_inventory_via_environment(
