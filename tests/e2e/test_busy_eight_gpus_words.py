@@ -1,7 +1,9 @@
-"""End-to-end: `mode HOST dev` on a real test host whose 8 GPUs stay busy (an nvidia-smi stand-in with
-a serving SGLang's output). The refusal listed every reason of every GPU (process, memory, utilization,
+"""End-to-end: `mode HOST dev` and `gpus` on a real test host whose 8 GPUs stay busy (an nvidia-smi
+stand-in with a serving SGLang's output), at 80 columns. `mode dev`'s refusal listed every reason of every GPU (process, memory, utilization,
 invisible owner: 32 of them) in one error line of about 2,000 characters; now it says the first few and
-how many more, with the command that lists them, while --json keeps every reason."""
+how many more, with the command that lists them, while --json keeps every reason. `gpus` gave each row
+the model's 44-character name, which left the processes column so narrow that commands were cut
+("sglang::sched…"); one model is now named once above the table."""
 
 from __future__ import annotations
 
@@ -27,13 +29,33 @@ def mode_dev(inventory: Path, host: str, *extra: str) -> subprocess.CompletedPro
                            *extra], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
 
 
-@pytest.mark.testbed
-def test_busy_refusal_names_the_first_reasons_and_how_to_see_all(testbed: Any, boot_hosts: Any,
-                                                                  tmp_path: Path) -> None:
+@pytest.fixture
+def busy_eight(testbed: Any, boot_hosts: Any, tmp_path: Path) -> tuple[Any, Path]:
     serving = nvidia_smi_stub(fixture("nvidia-smi-gpus-rtxpro6000-8x-serving.txt"),
                               fixture("nvidia-smi-apps-rtxpro6000-8x-serving.txt"))
     (host,) = boot_hosts(["busy-eight"], gpus_stub={"busy-eight": serving})
-    inventory = testbed.inventory([host], tmp_path / "hosts.yaml", host_overrides={host.name: {"gpus": 8}})
+    return host, testbed.inventory([host], tmp_path / "hosts.yaml", host_overrides={host.name: {"gpus": 8}})
+
+
+@pytest.mark.testbed
+def test_gpus_names_one_model_once_and_cuts_no_command(busy_eight: tuple[Any, Path]) -> None:
+    host, inventory = busy_eight
+    exe = shutil.which("ddtreectl")
+    assert exe is not None
+    run = subprocess.run([exe, "-i", str(inventory), "gpus", host.name, "--samples", "1"], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert run.returncode == 7, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1] == "  8 × NVIDIA RTX PRO 6000 Blackwell Server Edition", run.stdout
+    assert run.stdout.count("Blackwell") == 1 and "…" not in run.stdout, run.stdout
+    table = run.stdout[:run.stdout.index("  GPU 0: ")]  # the table, before the reason lines
+    assert all(f"sglang::scheduler_TP{i}" in table for i in range(8)), run.stdout
+    assert max(len(line) for line in lines[:lines.index(next(x for x in lines if x.startswith("  GPU 0: ")))]) <= 80
+
+
+@pytest.mark.testbed
+def test_busy_refusal_names_the_first_reasons_and_how_to_see_all(busy_eight: tuple[Any, Path]) -> None:
+    host, inventory = busy_eight
 
     refused = mode_dev(inventory, host.name)
     assert refused.returncode == 7, refused.stdout + refused.stderr
