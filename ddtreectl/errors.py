@@ -67,6 +67,11 @@ class ConnectError(DdtreeError):
     exit_code = ExitCode.CONNECTION
 
 
+class AuthenticationError(ConnectError):
+    """The host answered and its key was accepted, but the login failed (user, identity file): an
+    inventory or authorized_keys problem, not a network one."""
+
+
 class HostKeyError(ConnectError):
     """The host presented a key that is unknown or differs from the one pinned for its name."""
 

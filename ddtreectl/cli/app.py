@@ -34,6 +34,19 @@ class GlobalOptions:
 OPTIONS = GlobalOptions()
 
 
+def _print_version(value: bool) -> None:
+    """--version: what a bug report or a fleet comparison starts with (it was "No such option")."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"ddtreectl {version('ddtreectl')}")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        typer.echo("ddtreectl (not installed: no package metadata; `python3 -m pip install .`)")
+    raise typer.Exit()
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
@@ -45,6 +58,8 @@ def _global(
         envvar="DDTREECTL_INVENTORY",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                  help="Print ddtreectl's version and exit."),
 ) -> None:
     """Operate multi-GPU DDTree inference hosts: status, deploy, units, restore, GPU gates."""
     OPTIONS.inventory = inventory

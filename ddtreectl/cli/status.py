@@ -79,10 +79,14 @@ def status(
     `ssh_reuse: false` in the inventory (per host or in defaults:) opens a
     fresh connection per host instead. Jump hosts are not reused.
 
+    A host that answers but refuses the login (user, identity file) reads
+    "login failed" (--json: outcome unreachable; its error says why).
+
     Exit codes: 0 every targeted host answered; 6 some answered and some
-    did not (unreachable, no answer by the deadline, probe failed);
-    when none answered, the code their failures share, as a single-host
-    command exits: 4 unreachable or no answer by the deadline, 5 the
+    did not (unreachable, login failed, no answer by the deadline, probe
+    failed); when none answered, the code their failures share, as a
+    single-host command exits: 4 unreachable, login failed or no answer
+    by the deadline, 5 the
     probe failed (6 when they differ); 4 a host's key or machine-id is
     not the one pinned for its name (outranks the rest); 3 the inventory
     is invalid or a target is unknown.
@@ -117,7 +121,7 @@ def status(
     if code == ExitCode.OK:
         return
     problems = [h for h in report.hosts if not h.answered]
-    listing = ", ".join(f"{h.host.name} ({h.outcome})" for h in problems)
+    listing = ", ".join(f"{h.host.name} ({h.reach if h.outcome == 'unreachable' else h.outcome})" for h in problems)
     refused = [h for h in problems if h.outcome == "refused"]
     if refused:
         # A host never trusted has nothing pinned to differ from: it needs `trust`, not suspicion.

@@ -16,6 +16,8 @@ def validate() -> None:
     Also fails on what the other commands accept with a warning because it is wrong in a shared
     file: a scoped IPv6 address (`fe80::1%eth0`; its zone names an interface of the machine it was
     typed on), which `set-ip` never writes. Each problem names the file, line and key path.
+    Every host's unit and server config are rendered from the templates, as `render HOST` does
+    (locally): a missing template or an undefined template variable fails here, not at deploy.
 
     Exit codes: 0 valid; 3 invalid, or valid with warnings (listed on stderr).
     """
@@ -28,4 +30,10 @@ def validate() -> None:
     counts = (f"{len(inventory.hosts)} host{'s' if len(inventory.hosts) != 1 else ''}, "
               f"{len(inventory.groups)} group{'s' if len(inventory.groups) != 1 else ''}, "
               f"{len(inventory.services)} service profile{'s' if len(inventory.services) != 1 else ''}")
+    from ddtreectl.render.units import render_service
+
+    for host in inventory.hosts.values():
+        # Local, as `render HOST` is: a template name that is mistyped or missing beside the inventory,
+        # or a variable a template needs and no profile gives, passed validate and failed at deploy.
+        render_service(inventory, host)
     typer.echo(f"{inventory.path}: valid ({counts})")

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
+from ddtreectl.inventory.models import did_you_mean
 from ddtreectl.inventory.yamltree import Problems, construct, describe, join, kind, mapping
 
 INVALID: Any = object()
@@ -107,7 +108,8 @@ def choice(options: Iterable[str]) -> Converter:
         if value is None:
             return INVALID
         if value not in allowed:
-            problems.add(node, path, f"{value!r} is not one of: {', '.join(allowed)}", hint)
+            problems.add(node, path, f"{value!r} is not one of: {', '.join(allowed)}{did_you_mean(value, allowed)}",
+                         hint)
             return INVALID
         return value
 

@@ -30,7 +30,7 @@ from ddtreectl.inventory.fields import (
     text_map,
 )
 from ddtreectl.inventory.models import (
-    BuildSettings, HealthSettings, Host, Inventory, InventoryWarning, ServiceProfile,
+    BuildSettings, HealthSettings, Host, Inventory, InventoryWarning, ServiceProfile, did_you_mean,
 )
 from ddtreectl.inventory.yamltree import Problems, compose, join, kind, line_of, mapping
 
@@ -311,7 +311,10 @@ def _hosts(entry: tuple[ScalarNode, Node] | None, defaults: Values, problems: Pr
         if inherited_jump is not None and (inherited_jump == name or transport == "local"):
             # A jump host from defaults: the bastion itself and local hosts are reached directly.
             del merged["jump_host"]
-        if transport == "ssh" and present is not None and "address" not in present:
+        # An invalid transport (`locl`) is reported at its own line; whether an address is required
+        # then is unknown, and "missing required key 'address'" first sent the reader the wrong way.
+        transport_known = "transport" not in present or "transport" in own if present is not None else True
+        if transport == "ssh" and transport_known and present is not None and "address" not in present:
             problems.add(key, path, "missing required key 'address'", hint="add address: <IP or DNS name>")
         if transport == "local" and "jump_host" in own and own["jump_host"][0] is not None:
             problems.add(own["jump_host"][1], join(path, "jump_host"), "a local host cannot use a jump host")
@@ -336,16 +339,11 @@ def _groups(
             if member not in hosts:
                 problems.add(
                     node.value[index], f"{path}[{index}]",
-                    f"group {name!r} names unknown host {member!r}{_guess(member, hosts)}",
+                    f"group {name!r} names unknown host {member!r}{did_you_mean(member, hosts)}",
                     hint="hosts: " + (", ".join(hosts) or "none"),
                 )
         groups[name] = members
     return groups
-
-
-def _guess(name: str, known: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_references(
@@ -360,7 +358,7 @@ def _check_references(
         if service is not None and service not in services and service not in service_values:
             problems.add(
                 service_node, join(path, "service"),
-                f"unknown service profile {service!r}{_guess(service, services)}",
+                f"unknown service profile {service!r}{did_you_mean(service, services)}",
                 hint="profiles: " + (", ".join(services) or "none (add a services: section)"),
             )
         elif service is not None and service in services and services[service].nodes \
@@ -378,7 +376,7 @@ def _check_references(
                 problems.add(
                     nodes_node.value[index] if nodes_node is not None else None,
                     f"services.{profile_name}.nodes[{index}]",
-                    f"unknown host {node_name!r}{_guess(node_name, hosts)}",
+                    f"unknown host {node_name!r}{did_you_mean(node_name, hosts)}",
                     hint="hosts: " + ", ".join(hosts),
                 )
 
@@ -391,7 +389,7 @@ def _check_jump(name: str, entry: _HostEntry, hosts: Mapping[str, _HostEntry], p
     if entry.values.get("transport", ("ssh", None))[0] == "local":
         return  # reported in _hosts
     if jump not in hosts:
-        problems.add(node, path, f"unknown jump host {jump!r}{_guess(jump, hosts)}", hint="hosts: " + ", ".join(hosts))
+        problems.add(node, path, f"unknown jump host {jump!r}{did_you_mean(jump, hosts)}", hint="hosts: " + ", ".join(hosts))
         return
     seen = [name]
     current = jump

@@ -6,9 +6,16 @@ after validating every key, so code above this layer may trust every field.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """" (did you mean 'X'?)" for the closest of `known`, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 Role = Literal["prod", "dev"]
 TransportKind = Literal["ssh", "local"]
@@ -128,7 +135,7 @@ class Inventory:
         except KeyError:
             known = ", ".join(sorted(self.hosts)) or "none"
             raise InventoryError(
-                f"{self.path.name}: no host named {name!r} (known: {known})",
+                f"{self.path.name}: no host named {name!r}{did_you_mean(name, self.hosts)} (known: {known})",
                 hint=f"add it under hosts: in {self.path} or check the spelling",
             ) from None
 
@@ -149,10 +156,21 @@ class Inventory:
                 names.extend(self.groups[target])
             else:
                 raise InventoryError(
-                    f"{self.path.name}: {target!r} is neither a host nor a group",
+                    f"{self.path.name}: {target!r} is neither a host nor a group"
+                    + did_you_mean(target, [*self.hosts, *self.groups, "all"]),
                     hint="hosts: " + ", ".join(sorted(self.hosts))
                     + "; groups: " + (", ".join(sorted(self.groups)) or "none"),
                 )
+        if not names:
+            # An empty group or an inventory without hosts: every command did nothing and exited 0
+            # (`deploy GROUP` "succeeded" having deployed nowhere).
+            empty = next((t for t in targets if t in self.groups), None)
+            raise InventoryError(
+                f"{self.path.name}: group {empty!r} is empty: no host to act on" if empty
+                else f"{self.path.name}: the inventory has no hosts: no host to act on",
+                hint=f"list host names under groups.{empty} in {self.path}" if empty
+                else f"add hosts under hosts: in {self.path}",
+            )
         return [self.hosts[n] for n in dict.fromkeys(names)]
 
     def service_of(self, host: Host) -> ServiceProfile | None:

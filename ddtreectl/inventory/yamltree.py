@@ -73,6 +73,17 @@ def compose(text: str, filename: str) -> Node | None:
         mark = err.problem_mark or err.context_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         what = " ".join(str(part) for part in (err.context, err.problem) if part)
+        lines = text.splitlines()
+        line_no = mark.line + 1 if mark else 0
+        line = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+        if "\t" in line[:len(line) - len(line.lstrip(" \t"))]:
+            # A tab is invisible in the message PyYAML gives for most of its places ("found character
+            # that cannot start any token"), and an editor shows it as spaces.
+            raise InventoryError(
+                f"{where}: malformed YAML: a tab in the indentation ({what})",
+                hint=f"YAML indents with spaces only: replace the tab(s) at the start of line {line_no} with spaces, "
+                "aligned with the lines around it",
+            ) from None
         raise InventoryError(
             f"{where}: malformed YAML: {what}",
             hint="fix the YAML syntax near that position (indentation, a missing ':', an unclosed quote)",

@@ -52,6 +52,19 @@ class DrainResult:
                 "waited_s": round(self.waited_s, 3), "note": self.note}
 
 
+def reading_steps(on_step: Callable[[str], None]) -> Callable[[int], None]:
+    """`drain`'s on_reading as progress lines: a count only when it changed. A reading of 0 is the
+    drain's end, which its note says ("no request running or queued"); printing "0 request(s) in
+    flight" before it said the same fact twice, and an unchanged count every poll filled the screen."""
+    said: list[int] = []
+
+    def on_reading(n: int) -> None:
+        if n and (not said or said[-1] != n):
+            said.append(n)
+            on_step(f"{n} request(s) in flight")
+    return on_reading
+
+
 def drain(transport: Transport, port: int, *, timeout_s: float, poll_s: float = 0.5,
           on_reading: Callable[[int], None] = lambda n: None,
           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> DrainResult:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from ddtreectl.errors import (
     DdtreeError,
@@ -31,7 +31,7 @@ from ddtreectl.errors import (
 from ddtreectl.inventory.models import Host, Inventory
 from ddtreectl.operations import remote_lock
 from ddtreectl.operations.audit import append_audit, operator, remote_path
-from ddtreectl.operations.drain import DrainResult, drain
+from ddtreectl.operations.drain import DrainResult, drain, reading_steps
 from ddtreectl.operations.mode_settle import Settled, next_step, settle, undo_enable
 from ddtreectl.operations.gpus import SampleOptions, check_gpus, wait_idle
 from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
@@ -271,7 +271,7 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
             if active in ("active", "activating", "reloading"):
                 on_step(f"draining {service.unit} (up to {drain_timeout_s:g} s)")
                 result.drain = drain(transport, service.port, timeout_s=drain_timeout_s,
-                                     on_reading=lambda n: on_step(f"{n} request(s) in flight"))
+                                     on_reading=reading_steps(on_step))
                 on_step(result.drain.note)
                 if not result.drain.drained:
                     result.warnings.append(f"drain: {result.drain.note}; stopped anyway")
@@ -293,14 +293,15 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
             check = wait_idle(transport, inventory, host, sample, timeout_s=idle_timeout_s)
         result.verdict = check.verdict
         if not check.verdict.idle:
-            words = f"GPUs {check.verdict.verdict} after {check.waited_s:.0f} s: " + "; ".join(check.verdict.reasons)
+            head = f"GPUs {check.verdict.verdict} after {check.waited_s:.0f} s: "
+            words, said = head + "; ".join(check.verdict.reasons), head + _first_reasons(check.verdict.reasons, host.name)
             if not force:
                 append_audit(transport, root, "mode", to="dev", ok=False, reason=reason, stopped=result.stopped,
                              drain=result.drain.to_json() if result.drain else None, gpus=check.verdict.verdict,
                              gpu_reasons=list(check.verdict.reasons))
                 stopped = f" ({service.unit} is stopped and disabled; `ddtreectl mode {host.name} prod` " \
                           "restores it)" if service else ""
-                raise GpusBusyError(words + stopped, hint="find the holders with `ddtreectl gpus "
+                raise GpusBusyError(said + stopped, hint="find the holders with `ddtreectl gpus "
                                     f"{host.name}`, or --force to take the host anyway", host=host.name)
             result.forced.append(words)
         now = host_now(transport)  # the lease starts once the host is really free, not when we asked
@@ -318,6 +319,19 @@ def switch_to_dev(transport: Transport, inventory: Inventory, host: Host, *, rea
         return result
     finally:
         remote_lock.release(transport, root, LOCK_NAME, owner=me)
+
+
+_REASONS_SAID = 4
+
+
+def _first_reasons(reasons: Sequence[str], host_name: str) -> str:
+    """The refusal's reasons, the first few: a busy 8-GPU host has four per GPU (process, memory,
+    utilization, ...), and all of them made one error line of 2,000 characters. `gpus HOST` lists
+    every one, and --json (`gpus.reasons`) and the audit line keep them all."""
+    if len(reasons) <= _REASONS_SAID:
+        return "; ".join(reasons)
+    return ("; ".join(reasons[:_REASONS_SAID])
+            + f"; and {len(reasons) - _REASONS_SAID} more (`ddtreectl gpus {host_name}` lists them)")
 
 
 def _renew(transport: Transport, root: str, result: SwitchResult, lease: ModeLease, reason: str,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ddtreectl.errors import (
+    AuthenticationError,
     ConnectError,
     DdtreeError,
     ExitCode,
@@ -55,6 +56,14 @@ class HostStatus:
         return self.outcome == "ok"
 
     @property
+    def reach(self) -> str:
+        """The outcome in the table's words. A failed login (user, identity file) is "unreachable" in
+        the JSON's outcome, but said as such it sent operators to check a network that was fine."""
+        if self.outcome == "unreachable" and isinstance(self.exception, AuthenticationError):
+            return "login failed"
+        return _REACH_WORDS.get(self.outcome, self.outcome)
+
+    @property
     def exit_code(self) -> int:
         """What `status` exits with when this host alone is targeted: 0 answered; 4 refused,
         unreachable or silent past the deadline (as every single-host command exits on a host it
@@ -66,6 +75,9 @@ class HostStatus:
         if isinstance(self.exception, DdtreeError):
             return int(self.exception.exit_code)
         return int(ExitCode.INTERNAL if self.error.startswith("internal error") else ExitCode.REMOTE)
+
+
+_REACH_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout": "no answer", "failed": "probe failed"}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ddtreectl.errors import CommandTimeoutError, ConnectError, RemoteCommandError
+from ddtreectl.errors import AuthenticationError, CommandTimeoutError, ConnectError, RemoteCommandError
 from ddtreectl.inventory.models import Host
 from ddtreectl.transport import http_wire, openssh
 from ddtreectl.transport.base import HttpResponse, PortClosedError, RunResult
@@ -202,7 +202,7 @@ class SshTransport:
             self._authenticated = True
             return self
         self.close()
-        raise ConnectError(
+        raise AuthenticationError(
             f"authentication as {self.host.user!r} at {self.where} failed ({'; '.join(errors)})",
             hint="check identity_file/user in the inventory and the host's authorized_keys",
             host=self.host_name,
@@ -217,13 +217,13 @@ class SshTransport:
             path = os.path.expanduser(raw)
             if not os.path.exists(path):
                 if self.host.identity_file:
-                    raise ConnectError(f"identity file {raw} does not exist", host=self.host_name,
+                    raise AuthenticationError(f"identity file {raw} does not exist", host=self.host_name,
                                        hint="fix identity_file in the inventory")
                 continue
             try:
                 found.append((raw, paramiko.PKey.from_path(path)))
             except (paramiko.SSHException, OSError, ValueError) as exc:
-                raise ConnectError(f"cannot load identity file {raw}: {exc}", host=self.host_name,
+                raise AuthenticationError(f"cannot load identity file {raw}: {exc}", host=self.host_name,
                                    hint="only unencrypted keys or an ssh-agent are supported") from None
         if not self.host.identity_file:
             try:

@@ -190,11 +190,27 @@ _FIRST_FILES = 5
 _TOP_DIRS = 8
 
 
-def file_lines(tag: str, kind: str, paths: Sequence[str], *, all_files: bool = False) -> list[str]:
+def _wrapped_under(head: str, items: Sequence[str], width: int) -> list[str]:
+    """`head` then `items` joined by ", ", broken between items (never inside "src/ 120") so that each
+    line fits `width`, the lines after the first indented under the first item. Printed as one line,
+    a summary of many directories ran past an 80-column terminal, which wrapped it to column 0."""
+    pieces = [item + "," for item in items[:-1]] + list(items[-1:])
+    lines, line = [], head + pieces[0]
+    for piece in pieces[1:]:
+        if width and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = " " * len(head) + piece
+        else:
+            line += " " + piece
+    return [*lines, line]
+
+
+def file_lines(tag: str, kind: str, paths: Sequence[str], *, all_files: bool = False,
+               width: int = 0) -> list[str]:
     """The plan's lines for one kind of change. A first deploy changes every file of the engine tree
     (hundreds): it used to print 40 of them and "... N more", a screen of paths in which the build,
-    lock and GPU lines were lost. Past _FEW_FILES: the count per top directory, the first few paths
-    and how to see every one (--all-files; --json always has them all)."""
+    lock and GPU lines were lost. Past _FEW_FILES: the count per top directory (wrapped to `width`,
+    when given), the first few paths and how to see every one (--all-files; --json always has them all)."""
     ordered = sorted(paths)
     if all_files or len(ordered) <= _FEW_FILES:
         return [f"{tag} {path}" for path in ordered]
@@ -203,10 +219,11 @@ def file_lines(tag: str, kind: str, paths: Sequence[str], *, all_files: bool = F
         top = path.split("/", 1)[0] + "/" if "/" in path else "./"
         dirs[top] = dirs.get(top, 0) + 1
     by_count = sorted(dirs.items(), key=lambda item: (-item[1], item[0]))
-    summary = ", ".join(f"{d} {n}" for d, n in by_count[:_TOP_DIRS])
+    counts = [f"{d} {n}" for d, n in by_count[:_TOP_DIRS]]
     if len(by_count) > _TOP_DIRS:
-        summary += f", {len(by_count) - _TOP_DIRS} more directories"
-    return [f"{kind} by directory: {summary}", *(f"{tag} {path}" for path in ordered[:_FIRST_FILES]),
+        counts.append(f"{len(by_count) - _TOP_DIRS} more directories")
+    return [*_wrapped_under(f"{kind} by directory: ", counts, width),
+            *(f"{tag} {path}" for path in ordered[:_FIRST_FILES]),
             f"{tag} ... {len(ordered) - _FIRST_FILES} more (`--all-files` lists every path)"]
 
 
@@ -224,7 +241,7 @@ def show_plans(plans: Sequence[PlanResult], errors: Sequence[tuple[str, BaseExce
         f = p.files
         out.print(f"  files: {len(f.added)} added, {len(f.changed)} changed, {len(f.deleted)} deleted")
         for tag, kind, paths in (("+", "added", f.added), ("~", "changed", f.changed), ("-", "deleted", f.deleted)):
-            for line in file_lines(tag, kind, paths, all_files=all_files):
+            for line in file_lines(tag, kind, paths, all_files=all_files, width=out.width - 4):
                 out.print(f"    {escape(line)}")
         out.print("  units: " + ("; ".join(escape(u) for u in p.units) if p.units else "no change"))
         for diff in p.unit_diffs:

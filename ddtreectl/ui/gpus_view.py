@@ -79,13 +79,21 @@ def show_check(check: GpuCheck) -> None:
     out.print(f"[bold]{escape(check.host)}[/bold]: [{_STYLE[v.verdict]}]{v.verdict.upper()}{signals}"
               f"[/{_STYLE[v.verdict]}]{waited} — {escape(sampled(v))}")
     if v.gpus:
+        # One model on every GPU (the usual host) is named once above the table: a name column of
+        # "NVIDIA RTX PRO 6000 Blackwell Server Edition" on every row left the processes column, at
+        # 80 columns, so narrow that each command was cut ("sglang::sched…").
+        names = {g.name for g in v.gpus}
+        if len(names) == 1:
+            out.print(f"  {len(v.gpus)} × {escape(v.gpus[0].name)}")
+        columns = ("GPU", "memory", "util %", "verdict", "processes") if len(names) == 1 else (
+            "GPU", "name", "memory", "util %", "verdict", "processes")
         table = Table(header_style="bold", pad_edge=False, show_edge=False)
-        for column in ("GPU", "name", "memory", "util %", "verdict", "processes"):
+        for column in columns:
             table.add_column(column, no_wrap=column in ("GPU", "memory", "util %", "verdict"))
         for g in v.gpus:
             util = "/".join("?" if u is None else str(u) for u in g.utilization_pct)
             procs = "\n".join(escape(p.describe()) for p in g.processes) or "-"
-            table.add_row(str(g.index if g.index is not None else "?"), escape(g.name),
+            table.add_row(str(g.index if g.index is not None else "?"), *([] if len(names) == 1 else [escape(g.name)]),
                           f"{_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}", util,
                           f"[{_STYLE[g.verdict]}]{g.verdict}[/{_STYLE[g.verdict]}]", procs)
         out.print(table)

@@ -21,8 +21,6 @@ _SERVICE_STYLE: dict[ServiceKind, str] = {
     "stopped-disabled": "yellow", "stopped-static": "yellow", "masked": "red",
     "not-installed": "dim", "broken": "bold red", "unknown": "magenta",
 }
-_OUTCOME_WORDS = {"unreachable": "unreachable", "refused": "REFUSED", "timeout": "no answer",
-                  "failed": "probe failed"}
 
 
 def render_status(report: StatusReport, console: Console) -> None:
@@ -152,11 +150,11 @@ def _row(status: HostStatus) -> list[Text | str]:
         host.address if host.port == 22 else f"{host.address}:{host.port}")
     facts = status.facts
     if facts is None:
-        reach = Text(_OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
+        reach = Text(status.reach, style="bold red")
         return [host.name, address, reach, "-", "-", "-", Text("reason below", style="red")]
     latency = f"{status.probe_ms:.0f} ms" if status.probe_ms is not None else "?"
     reach = Text(f"ok {latency}", style="green") if status.outcome == "ok" else Text(
-        _OUTCOME_WORDS.get(status.outcome, status.outcome), style="bold red")
+        status.reach, style="bold red")
     warnings = list(status.warnings)
     if status.outcome != "ok":
         warnings.insert(0, "REFUSED: reason below")

@@ -17,3 +17,12 @@ def test_help_states_exit_codes(command: list[str], capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "Exit codes:" in out or "Exit codes" in " ".join(out.split())
     assert "Traceback" not in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ddtreectl --version` was "No such option: --version" (exit 2)."""
+    from importlib.metadata import version
+
+    assert run(["--version"]) == 0
+    assert capsys.readouterr().out == f"ddtreectl {version('ddtreectl')}\n"
+    assert run(["--help"]) == 0 and "--version" in capsys.readouterr().out

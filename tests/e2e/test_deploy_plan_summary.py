@@ -45,13 +45,21 @@ def test_a_long_file_list_is_summarized(testbed: Any, boot_hosts: Any, tmp_path:
     for i in range(60):
         (tmp_path / "engine/include/ddtree").mkdir(parents=True, exist_ok=True)
         (tmp_path / "engine/include/ddtree" / f"h{i:03d}.h").write_text(f"// {i}\n")
-    shipped = 120 + 60 + 1 + len(list((tmp_path / "templates").iterdir()))
+    for i in range(9):  # more top directories than the summary names: it runs past 80 columns
+        (tmp_path / f"engine/third-party-kernels-{i}").mkdir()
+        (tmp_path / f"engine/third-party-kernels-{i}/k.cu").write_text(f"// {i}\n")
+    shipped = 120 + 60 + 9 + 1 + len(list((tmp_path / "templates").iterdir()))
 
     short = plan(inventory)
     assert short.returncode == 0, short.stdout + short.stderr
     out = short.stdout
     assert f"files: {shipped} added, 0 changed, 0 deleted" in out, out
     assert "added by directory: src/ 120, include/ 60," in out, out
+    # ... kept within the 80 columns, the lines after the first wrapped under its first count
+    summary = out[out.index("    added by directory: "):out.index("    + CMakeLists.txt")].splitlines()
+    assert len(summary) > 1 and all(line.startswith(" " * 24) for line in summary[1:]), out
+    assert "more directories" in summary[-1] and "third-party-kernels-0/ 1" in out, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
     assert "+ CMakeLists.txt" in out and "+ include/ddtree/h000.h" in out, out  # the first few, sorted
     assert "+ src/k119.cu" not in out, out
     assert f"+ ... {shipped - 5} more (`--all-files` lists every path)" in out, out

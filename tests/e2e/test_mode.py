@@ -165,6 +165,9 @@ def test_prod_dev_prod_cycle_with_drain_run_and_a_gpu_holding_dev_process(hosts:
         c.join(300)
     assert dev.returncode == 0, dev.stdout + dev.stderr
     assert "request(s) in flight" in dev.stderr and "no request running or queued" in dev.stderr
+    counts = [line for line in dev.stderr.splitlines() if "request(s) in flight" in line]
+    # 0 is the note's fact, not a count line; a count is said when it changes, not at every poll
+    assert "0 request(s)" not in dev.stderr and all(a != b for a, b in zip(counts, counts[1:])), dev.stderr
     assert len(answers) == 3 and all(a[0] == 200 and a[1]["choices"][0]["finish_reason"] for a in answers), answers
     assert host.systemctl("is-active", UNIT, check=False).stdout.strip() == "inactive"
     assert host.systemctl("is-enabled", UNIT, check=False).stdout.strip() == "disabled"

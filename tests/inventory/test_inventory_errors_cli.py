@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,9 @@ CLI_CASES = [
      "error: hosts.yaml:2: hosts.a.service: unknown service profile 'nope'"),
     ("hosts:\n  a: {address: 127.0.0.2\n",
      "error: hosts.yaml:3:1: malformed YAML: while parsing a flow mapping did not find expected ',' or '}'"),
+    ("hosts:\n  a:\n  \taddress: 127.0.0.2\n",  # a tab, which the message did not name
+     "error: hosts.yaml:3:3: malformed YAML: a tab in the indentation (while scanning for the next token found "
+     "character that cannot start any token)"),
 ]
 
 
@@ -76,6 +80,81 @@ def test_cli_reports_inventory_errors_with_exit_3(
     assert lines[0] == first_line
     assert lines[-1].startswith("hint: ")
     assert "Traceback" not in err
+
+
+def test_tab_in_the_indentation_is_named_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An editor shows a tab as spaces; PyYAML's message for it ("found character that cannot start any
+    token", or "a tab character that violates indentation") named neither the tab nor what to do."""
+    from ddtreectl.cli.main import run
+
+    for text, line in (("hosts:\n  a:\n\taddress: 127.0.0.2\n", 3), ("hosts:\n\ta: {address: 127.0.0.2}\n", 2),
+                       ("hosts:\n  a: {address: 127.0.0.2}\n\t# a comment\n", 3)):
+        write(tmp_path, text)
+        assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 3
+        first, hint = capsys.readouterr().err.splitlines()
+        assert first.startswith(f"error: {tmp_path}/hosts.yaml:{line}:") and "a tab in the indentation" in first, first
+        assert hint == (f"hint: YAML indents with spaces only: replace the tab(s) at the start of line {line} with "
+                        "spaces, aligned with the lines around it"), hint
+    write(tmp_path, "hosts:\n  a:\n    address:\t127.0.0.2\n")  # a tab after the colon is YAML's space
+    assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 0
+
+
+@pytest.mark.parametrize(("argv", "first_line"), [
+    (["status", "gpu-nod1"], "error: hosts.yaml: 'gpu-nod1' is neither a host nor a group (did you mean 'gpu-node1'?)"),
+    (["gpus", "trainig"], "error: hosts.yaml: 'trainig' is neither a host nor a group (did you mean 'training'?)"),
+    (["status", "al"], "error: hosts.yaml: 'al' is neither a host nor a group (did you mean 'all'?)"),
+    (["mode", "gpu-nde1"], "error: hosts.yaml: no host named 'gpu-nde1' (did you mean 'gpu-node1'?) "
+                           "(known: gpu-node1, gpu-node2)"),
+    (["status", "zzz"], "error: hosts.yaml: 'zzz' is neither a host nor a group"),
+])
+def test_a_mistyped_target_gets_the_closest_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], first_line: str
+) -> None:
+    """Unknown inventory keys got "did you mean"; a mistyped host or group on the command line did not."""
+    from ddtreectl.cli.main import run
+
+    write(tmp_path, "hosts:\n  gpu-node1: {address: 127.0.0.2}\n  gpu-node2: {address: 127.0.0.3}\n"
+                    "groups:\n  training: [gpu-node1]\n")
+    assert run(["-i", str(tmp_path / "hosts.yaml"), *argv]) == 3
+    assert capsys.readouterr().err.splitlines()[0] == first_line
+
+
+@pytest.mark.parametrize("argv", [["status"], ["gpus"], ["deploy", "all", "--plan"], ["deploy", "all"],
+                                  ["rollback", "all"], ["status", "g"], ["gpus", "g"], ["deploy", "--group", "g"],
+                                  ["rollback", "g"], ["logs", "g"]], ids=" ".join)
+def test_no_host_to_act_on_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """An empty group, or an inventory without hosts: status printed an empty table, gpus and `deploy --plan`
+    nothing, and `deploy GROUP` exited 0 having deployed nowhere."""
+    from ddtreectl.cli.main import run
+
+    group = argv[-1] == "g"
+    write(tmp_path, "hosts:\n  a: {address: 127.0.0.2}\ngroups:\n  g: []\n" if group else "hosts: {}\n")
+    assert run(["-i", str(tmp_path / "hosts.yaml"), *argv]) == 3
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first == ("error: hosts.yaml: group 'g' is empty: no host to act on" if group
+                     else "error: hosts.yaml: the inventory has no hosts: no host to act on"), first
+    assert hint == (f"hint: list host names under groups.g in {tmp_path}/hosts.yaml" if group
+                    else f"hint: add hosts under hosts: in {tmp_path}/hosts.yaml"), hint
+
+
+def test_validate_renders_every_host_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped template name, or a template variable no profile gives, passed `validate` (exit 0) and
+    failed at `render` or `deploy`. Rendering is local, as `render HOST` is: no host is contacted."""
+    from ddtreectl.cli.main import run
+
+    profile = ("services:\n  svc:\n    template: {}\n    port: 30000\n    model_path: /m\n"
+               "    served_model_name: m\nhosts:\n  a: {{address: 127.0.0.2, service: svc}}\n")
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/own.service.j2").write_text("[Service]\nExecStart={{ no_such_variable }}\n")
+    cases = [("sglang-ddtree.service.j", "error: a: template 'sglang-ddtree.service.j' not found in"),
+             ("own.service.j2", "error: a: rendering own.service.j2 for service 'svc': 'no_such_variable' is undefined")]
+    for template, first in cases:
+        write(tmp_path, profile.format(template))
+        assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 3
+        assert capsys.readouterr().err.startswith(first)
+    shutil.copy(REPO / "templates/sglang-ddtree.service.j2", tmp_path / "templates/own.service.j2")
+    shutil.copy(REPO / "templates/sglang-ddtree.config.yaml.j2", tmp_path / "templates")
+    assert run(["-i", str(tmp_path / "hosts.yaml"), "validate"]) == 0, capsys.readouterr().err
 
 
 def test_cli_missing_inventory_via_environment(

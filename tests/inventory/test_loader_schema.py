@@ -140,6 +140,14 @@ def test_missing_address_for_ssh_host(tmp_path: Path) -> None:
     assert host_error(tmp_path, "gpus: 1") == "hosts.yaml:2: hosts.ct200: missing required key 'address'"
 
 
+def test_a_mistyped_transport_is_the_only_error_and_gets_the_closest_value(tmp_path: Path) -> None:
+    """`transport: locl` was reported second, after "missing required key 'address'" (its consequence:
+    an invalid transport read as ssh), which sent the reader to add an address to a local host."""
+    err = error_of(tmp_path, "hosts:\n  ct200:\n    transport: locl\n")
+    assert str(err) == "hosts.yaml:3: hosts.ct200.transport: 'locl' is not one of: ssh, local (did you mean 'local'?)"
+    assert host_error(tmp_path, "gpus: 1\ntransport: ssh") == "hosts.yaml:2: hosts.ct200: missing required key 'address'"
+
+
 def test_a_list_where_a_mapping_is_expected(tmp_path: Path) -> None:
     assert str(error_of(tmp_path, "hosts:\n  - ct200\n")) == (
         "hosts.yaml:2: hosts: expected a mapping of host names, got a list"

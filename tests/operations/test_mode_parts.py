@@ -11,7 +11,7 @@ import pytest
 from ddtreectl.errors import ConnectError, GpusBusyError, LockHeldError
 from ddtreectl.inventory.models import Host
 from ddtreectl.operations.dev_run import check_run_allowed
-from ddtreectl.operations.drain import drain, in_flight
+from ddtreectl.operations.drain import drain, in_flight, reading_steps
 from ddtreectl.operations.mode import HostMode
 from ddtreectl.probes.mode_lease import ModeLease, mode_words, parse_duration, parse_lease
 from ddtreectl.transport.base import HttpResponse
@@ -115,6 +115,18 @@ def test_drain_waits_until_nothing_is_in_flight() -> None:
     result = drain(MetricsTransport([3, 2, 2, 0]), 30000, timeout_s=60, on_reading=seen.append,  # type: ignore[arg-type]
                    clock=clock.now, sleep=clock.sleep)
     assert result.measured and result.drained and seen == [3, 2, 2, 0] and result.waited_s == 1.5
+
+
+def test_drain_progress_says_each_new_count_and_never_zero() -> None:
+    """`mode dev` printed "0 request(s) in flight" and then the note "no request running or queued" (the
+    same fact twice), and an unchanged count at every poll."""
+    for readings, said in (([0], []), ([3, 2, 2, 0], ["3 request(s) in flight", "2 request(s) in flight"]),
+                           ([2, 2, 5], ["2 request(s) in flight", "5 request(s) in flight"])):
+        lines: list[str] = []
+        clock = Clock()
+        drain(MetricsTransport(readings), 30000, timeout_s=60, on_reading=reading_steps(lines.append),  # type: ignore[arg-type]
+              clock=clock.now, sleep=clock.sleep)
+        assert lines == said, (readings, lines)
 
 
 def test_drain_is_bounded_and_says_what_was_left() -> None:
