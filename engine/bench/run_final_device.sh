@@ -80,6 +80,13 @@ if [ "$STAGE" = check ]; then
     echo "sanitizer $1 $2: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_$1_$2.log" | tail -1)"
   done
   wait
+  # Session 13: tree_accept's leaf mode is the default above V = 1024 only, which the self-test's small vocabularies
+  # do not reach: forced on here (DDTREE_ACCEPT_LEAF=1), as s13accept ran it.
+  for tool in memcheck racecheck synccheck; do
+    DDTREE_ACCEPT_LEAF=1 timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$B/ddtree-selftest" tree_accept \
+      > "$SUB/san_${tool}_tree_accept_leaf.log" 2>&1
+    echo "sanitizer $tool tree_accept (leaf mode forced): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SUB/san_${tool}_tree_accept_leaf.log" | tail -1)"
+  done
   [ "${FAST:-0}" = 1 ] || for tool in memcheck racecheck; do  # build_tree v10 is opt-in: its own kernel only runs when selected
     DDTREE_BUILD_TREE_IMPL=v10 timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$B/ddtree-selftest" \
       build_tree_large_budgets > "$SUB/san_${tool}_v10.log" 2>&1
@@ -108,6 +115,11 @@ if [ "$STAGE" = check ]; then
   timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu -rs engine/tests/test_decode_gpu.py "$@" \
     > "$OUT/pytest_decode.log" 2>&1
   echo "decode pytest rc=$?"; grep -E "passed|failed|^FAILED|^ERROR|match" "$OUT/pytest_decode.log" | head -15
+  # Session 13: the decode tests again with tree_accept's leaf mode forced on (the toys' vocabularies are below its
+  # default threshold, so the run above takes the old path).
+  DDTREE_ACCEPT_LEAF=1 timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu -rs engine/tests/test_decode_gpu.py -n 6 \
+    > "$SUB/pytest_decode_leaf.log" 2>&1
+  echo "decode pytest (leaf mode forced) rc=$?"; grep -E "passed|failed|^FAILED|^ERROR" "$SUB/pytest_decode_leaf.log" | head -8
   # Session 12: the bf16 graph-vs-eager decode tests failed in 4 of 5 processes run side by side (time-sliced
   # contexts) while the accept's early PDL mode was on at small vocabularies; five at once again, as they were.
   stamp "5. the bf16 graph-vs-eager decode tests in 5 processes side by side"
@@ -150,9 +162,10 @@ else
   tail -14 "$OUT/bench_e2e.log"
   fi
   stamp "bench end to end, qwen3-0.6b shape, bf16 (AR vs DDTree, CUDA graphs, CUPTI)"
-  timeout 150 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --batch 1 8 --budgets 16 64 --tokens 64 \
-    --kinds noisy --cupti > "$OUT/bench_e2e_qwen3_0.6b.log" 2>&1; echo "rc=$?"
-  tail -14 "$OUT/bench_e2e_qwen3_0.6b.log"
+  # Session 13: `noleaf` (tree_accept reading every row, session 12's default) beside the default, same process.
+  timeout 200 python3 engine/bench/bench_e2e.py --preset qwen3-0.6b --batch 1 8 --budgets 16 64 --tokens 64 \
+    --kinds noisy --variants noleaf default --cupti > "$OUT/bench_e2e_qwen3_0.6b.log" 2>&1; echo "rc=$?"
+  tail -22 "$OUT/bench_e2e_qwen3_0.6b.log"
   if [ "${SKIP_EXACT:-0}" != 1 ]; then  # SKIP_EXACT=1 when the device budget is short (~60 s)
     stamp "end to end, ~0.7B model, batch 8, exact mode (does DDTree reproduce AR without bf16 rounding?)"
     timeout 150 python3 engine/bench/bench_e2e.py --exact --batch 8 --budgets 16 --tokens 48 --kinds noisy \
