@@ -3,7 +3,7 @@
     PYTHONPATH=engine/python python3 engine/bench/bench_e2e.py [--preset toy|qwen3-0.6b|qwen3-1.7b] [--batch 1 8]
         [--budgets 16 64] [--agree 0.8] [--cupti]
 
---preset picks the target (PRESETS below: the 2-layer toy, or Qwen3-0.6B / 1.7B shapes with bf16 weights drawn on
+--preset picks the target (PRESETS in _e2e_models.py: the 2-layer toy, or Qwen3-0.6B / 1.7B shapes with bf16 weights drawn on
 the GPU); without it the model args give the shape (fp32 linears, bf16 K/V). On the GPU the distilled drafter is
 TinyDrafter at the target's width trained by `distill_drafter_batched`; the process also measures the copy rate and
 prints each forward's time against its weight-byte floor; --cupti adds the CUPTI round profile of every DDTree row.
@@ -43,7 +43,10 @@ ROUND_REPS = 20  # each replay of the whole round commits up to L + 1 tokens: le
 from ddtree_engine.backend import OpBackend, cuda_backend, default_backend, mixed_backend
 from ddtree_engine.decode import DDTreeEngine, Request
 from ddtree_engine.drafter import NoisyOracleDrafter, TinyDrafter, distill_drafter, distill_drafter_batched
-from ddtree_engine.model import ModelConfig, TinyTransformer, random_weights
+from ddtree_engine.model import TinyTransformer
+
+from _e2e_models import PRESETS, add_model_args, build_model, model_config  # noqa: F401 (PRESETS: bench_forward_ab.py)
+from _e2e_variants import VARIANTS, set_variant
 
 
 def _graph(fn: object) -> object:
@@ -89,50 +92,6 @@ def _time_batch(g: object, reps: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e-3 / reps
-
-
-# Engine-kernel variants for an A/B in one process: environment the library reads on every call (so at capture).
-VARIANTS: dict[str, dict[str, str | None]] = {
-    "default": {"DDTREE_TOPK_SMALL": None, "DDTREE_ACCEPT_ONE_CTA": None},  # the library's defaults
-    # session 5's kernels: v4 top-k, the chunked fused accept, build_tree's v8auto (no warp heap)
-    "s5": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_BUILD_TREE_IMPL": "v8auto"},
-    "s6": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "1"},  # small-row top-k, one-CTA accept
-    "topk": {"DDTREE_TOPK_SMALL": "1", "DDTREE_ACCEPT_ONE_CTA": "0"},
-    "accept": {"DDTREE_TOPK_SMALL": "0", "DDTREE_ACCEPT_ONE_CTA": "1"},
-    # Session 7, the round tail's accept (top-k and build_tree at the library's defaults): session 6's final
-    # default (chunked accept, unrolled scoring, no PDL); the compact greedy scoring; that plus the early mode
-    # (PDL launch, temperature/ctx_len with num_nodes, block-table prefetch); the one-CTA accept, compact scoring.
-    "s6final": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "unrolled", "DDTREE_ACCEPT_PDL": "0"},
-    "compact": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "0"},
-    "early": {"DDTREE_ACCEPT_ONE_CTA": "0", "DDTREE_ACCEPT_SCORE": "compact", "DDTREE_ACCEPT_PDL": "1"},
-    "onecta": {"DDTREE_ACCEPT_ONE_CTA": "1", "DDTREE_ACCEPT_SCORE": "compact"},
-    # Session 11: tree_accept's bf16 chunk of 8192 logits (session 10's default; the default is 16,384 now)
-    "narrow": {"DDTREE_ACCEPT_WIDE": "0"},
-    "widepdl": {"DDTREE_ACCEPT_WIDE": "1", "DDTREE_ACCEPT_PDL": "1"},  # that plus the early (PDL) mode, opt-in above V 1024
-    # Session 11 (s11tail): the split tail as kv_commit + round_update + a torch.where budget mask (session 10's
-    # default; the default is one commit_update launch keeping the live budget now). Read when the engine is built.
-    "splitops": {"DDTREE_SPLIT_TAIL": "ops"},
-    "cupdl": {"DDTREE_COMMIT_UPDATE_PDL": "1"},  # commit_update launched with PDL (opt-in)
-    # Session 12 (s12tail): commit_update's 16-row K/V pass (session 11's; 8 rows now)
-    "cutile16": {"DDTREE_COMMIT_UPDATE_TILE": "16"},
-    # Session 13 (s13accept): tree_accept reading every row (the leaf mode is the default above V = 1024)
-    "noleaf": {"DDTREE_ACCEPT_LEAF": "0"},
-    "leafrows": {"DDTREE_ACCEPT_LEAF": "2"},  # its first pass without leaf CTAs (opt-in)
-}
-# A variable one variant sets is left at the library's default by the others.
-for _name, _env in VARIANTS.items():
-    for _var in ("DDTREE_TOPK_SMALL", "DDTREE_ACCEPT_ONE_CTA", "DDTREE_BUILD_TREE_IMPL", "DDTREE_ACCEPT_SCORE",
-                 "DDTREE_ACCEPT_PDL", "DDTREE_ACCEPT_WIDE", "DDTREE_SPLIT_TAIL", "DDTREE_COMMIT_UPDATE_PDL",
-                 "DDTREE_COMMIT_UPDATE_TILE", "DDTREE_ACCEPT_LEAF"):
-        _env.setdefault(_var, None)
-
-
-def set_variant(name: str) -> None:
-    for k, v in VARIANTS[name].items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 STATE = ("ctx_len", "root", "hidden", "out_len", "active", "live_budget")
@@ -309,57 +268,6 @@ def round_time(eng: DDTreeEngine, batches: int = 5) -> float:
     for k, v in snap.items():
         getattr(eng, k).copy_(v)
     return statistics.median(ts)
-
-
-# Model presets. toy = the 2-layer model every session measured (fp32 linears, bf16 K/V). The qwen3 shapes are
-# TinyTransformer with Qwen3's sizes (vocab 151,936, 28 layers, 16 q / 8 kv heads of 128, SwiGLU ffn) and
-# random seeded bf16 weights drawn on the GPU; they omit Qwen3's q/k RMSNorm, tie nothing (Qwen3-0.6B ties
-# embedding and lm_head; here both are separate tensors, which reads the same lm_head bytes per forward) and
-# use rope_theta 10,000 (Qwen3: 1,000,000; no effect on cost).
-PRESETS: dict[str, dict[str, object]] = {
-    "toy": dict(cfg=dict(vocab_size=320, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=352),
-                act=torch.float32, drafter_ffn=128),
-    "qwen3-0.6b": dict(cfg=dict(vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
-                                head_dim=128, ffn_dim=3072), act=torch.bfloat16, drafter_ffn=3072),
-    "qwen3-1.7b": dict(cfg=dict(vocab_size=151936, d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8,
-                                head_dim=128, ffn_dim=6144), act=torch.bfloat16, drafter_ffn=6144),
-}
-
-
-def build_model(args: argparse.Namespace, device: str) -> tuple[TinyTransformer, int]:
-    """(fast-mode model on `device`, drafter ffn width) from --preset, else from the model args (fp32 linears,
-    bf16 K/V, weights from the CPU generator: the pre-session-9 default)."""
-    if getattr(args, "preset", None):
-        p = PRESETS[args.preset]
-        cfg = ModelConfig(**p["cfg"])  # type: ignore[arg-type]
-        act: torch.dtype = p["act"]  # type: ignore[assignment]
-        if act == torch.float32:
-            weights = random_weights(cfg, 0)
-        else:  # bf16 on the device from a CUDA generator: ~1.5 GB of weights in milliseconds
-            weights = random_weights(cfg, 0, device=device, dtype=act)
-        model = TinyTransformer(cfg, weights, device=device, exact=False, act_dtype=act, kv_dtype=torch.bfloat16)
-        return model, int(p["drafter_ffn"])  # type: ignore[call-overload]
-    cfg = model_config(args)
-    return TinyTransformer.random(cfg, seed=0, device=device, exact=False, kv_dtype=torch.bfloat16), 128
-
-
-def add_model_args(ap: argparse.ArgumentParser) -> None:
-    """The target model's shape options (shared with profile/e2e_round_profile.py)."""
-    ap.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                    help="model shape and dtypes (overrides the shape options below): toy (the 2-layer default), "
-                         "qwen3-0.6b, qwen3-1.7b (Qwen3 shapes, bf16 linears and K/V, random seeded weights)")
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=64, help="64 (the default tiny model), 128 or 256")
-    ap.add_argument("--vocab", type=int, default=320)
-
-
-def model_config(args: argparse.Namespace) -> ModelConfig:
-    d = args.d_model
-    return ModelConfig(vocab_size=args.vocab, d_model=d, n_layers=args.layers, n_heads=args.heads,
-                       n_kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_dim=(d * 8 // 3 + 15) // 16 * 16)
 
 
 def main() -> None:

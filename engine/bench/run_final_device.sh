@@ -153,7 +153,7 @@ else
     --rounds 7 > "$OUT/bench_forward_qkv_prep.log" 2>&1; echo "rc=$?"
   tail -6 "$OUT/bench_forward_qkv_prep.log"
   fi
-  # Session 9: the presets (bench_e2e.py PRESETS). toy = the 2-layer model of every session; qwen3-0.6b = the same
+  # Session 9: the presets (bench_e2e.py PRESETS, in _e2e_models.py). toy = the 2-layer model of every session; qwen3-0.6b = the same
   # TinyTransformer at Qwen3-0.6B's shape in bf16 (the fused fast path). --cupti adds the CUPTI engine-ops share.
   if [ "${FAST:-0}" != 1 ]; then
   stamp "bench end to end, toy model (AR vs DDTree, CUDA graphs, CUPTI)"
