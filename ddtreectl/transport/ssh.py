@@ -153,6 +153,8 @@ class SshTransport:
             text = "" if t.host_key is not None else "timeout"
         except (paramiko.SSHException, OSError, EOFError) as exc:
             text = str(exc) or type(exc).__name__
+            if text.startswith("Error reading SSH protocol banner") and isinstance(exc.__context__, socket.timeout):
+                text = "timeout"  # Paramiko's banner timeout beat start_client's: the same silent peer
         if text:
             t.close()
             if jump is not None:

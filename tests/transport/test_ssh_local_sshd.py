@@ -328,6 +328,28 @@ def test_not_an_ssh_server_is_a_clean_connect_error(answer: bytes | None, reason
     assert capfd.readouterr().err == ""
 
 
+def test_a_silent_listener_reads_the_same_whichever_timeout_fires_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paramiko's banner read and start_client's wait share connect_timeout: when the banner read fires
+    first it raises "Error reading SSH protocol banner" (a timeout underneath), which must still read as
+    a silent peer, never as one that closed the connection."""
+    import socket as socket_mod
+
+    import paramiko
+
+    start_client = paramiko.Transport.start_client
+    monkeypatch.setattr(paramiko.Transport, "start_client",
+                        lambda self, event=None, timeout=None: start_client(self, event, timeout=(timeout or 0) + 2))
+    srv = socket_mod.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()  # accepted by the kernel's backlog, never answered
+    port = srv.getsockname()[1]
+    try:
+        with pytest.raises(ConnectError, match=f"port {port} accepted the connection but sent no SSH greeting in 1 s"):
+            open_ssh(Host(name="web", address="127.0.0.1", port=port, connect_timeout=1))
+    finally:
+        srv.close()
+
+
 def test_nothing_runs_before_the_key_is_accepted(start_sshd: Start) -> None:
     sshd = start_sshd()
     with SshTransport.handshake(sshd.host(pinned=None)) as session:
