@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ddtreectl.cli.app import OPTIONS
 
 if TYPE_CHECKING:  # the models module is loaded with the inventory, not by every command's import
-    from ddtreectl.inventory.models import Inventory
+    from ddtreectl.inventory.models import Inventory, InventoryWarning
 
 
 def inventory_path() -> Path:
@@ -40,7 +40,11 @@ def load_inventory() -> Inventory:
 def warn_about(inventory: Inventory) -> None:
     """The inventory's warnings on stderr (with --json too: stdout is the document), as `warning:` +
     `hint:` lines in the form of the errors (file:line: key path)."""
+    print_warnings(inventory.warnings)
+
+
+def print_warnings(warnings: tuple[InventoryWarning, ...]) -> None:
     import sys
 
-    for warning in inventory.warnings:
+    for warning in warnings:
         print(f"warning: {warning.message}\nhint: {warning.hint}", file=sys.stderr)

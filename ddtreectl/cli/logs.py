@@ -31,7 +31,8 @@ def logs_command(
 
     A host without a service profile has no journal to show: reached through a group or `all` it is
     skipped (a `skipped:` line on stderr; --json: `ok` true, `entries` [], `skipped` says why) and
-    does not fail the run; named on the command line it is an error (3).
+    does not fail the run; named on the command line it is an error (3). A unit with no entries (never
+    started since boot, no journal kept, or none since --since) says so in a line, and exits 0.
 
     Exit codes: 0 shown (skipped hosts included); 2 --json with --follow; 3 inventory invalid, unknown
     target, a host named on the command line without a service profile, or no targeted host has one;
@@ -67,6 +68,11 @@ def logs_command(
     journals: dict[str, tuple[str, str]] = {}  # --json: host -> (unit, journalctl -o json output)
 
     def show(host_name: str, line: str) -> None:
+        if line == "-- No entries --":  # journalctl's words; they read as if the command had failed
+            unit = inventory.service_of(inventory.hosts[host_name])
+            name = unit.unit if unit else "the unit"
+            line = (f"no journal entries for {name} since {since!r}" if since else
+                    f"no journal entries for {name} yet (not started since boot, or no journal is kept)")
         with lock:
             print(f"{host_name}: {line}" if prefix else line, flush=True)
 

@@ -72,7 +72,10 @@ def mode(
     inventory = load_inventory()
     host = inventory.host(host_name)
     if target not in (None, "dev", "prod"):
-        raise UsageError(f"unknown mode {target!r}", hint="ddtreectl mode HOST [dev|prod]")
+        from ddtreectl.inventory.models import did_you_mean
+
+        raise UsageError(f"unknown mode {target!r}{did_you_mean(target, ('dev', 'prod'))}",
+                         hint=f"ddtreectl mode {host.name} [dev|prod]")
     if target == "dev" and not reason.strip():
         raise UsageError("--reason is required to take a host for development",
                          hint=f"ddtreectl mode {host.name} dev --reason 'benchmark the new kernel'")

@@ -18,6 +18,9 @@ def validate() -> None:
     typed on), which `set-ip` never writes. Each problem names the file, line and key path.
     Every host's unit and server config are rendered from the templates, as `render HOST` does
     (locally): a missing template or an undefined template variable fails here, not at deploy.
+    An SSH host's `identity_file` that does not exist on this machine, or is not a readable file,
+    is a warning naming file, line and host (it fails every connect to that host as "login failed"),
+    not a failure: the key belongs to the machine running the command, not to the shared file.
 
     Exit codes: 0 valid; 3 invalid, or valid with warnings (listed on stderr).
     """
@@ -36,4 +39,9 @@ def validate() -> None:
         # Local, as `render HOST` is: a template name that is mistyped or missing beside the inventory,
         # or a variable a template needs and no profile gives, passed validate and failed at deploy.
         render_service(inventory, host)
-    typer.echo(f"{inventory.path}: valid ({counts})")
+    from ddtreectl.cli.common import print_warnings
+
+    print_warnings(inventory.machine_warnings)
+    keys = len(inventory.machine_warnings)
+    typer.echo(f"{inventory.path}: valid ({counts})"
+               + (f"; {keys} identity file warning{'s' if keys > 1 else ''} above" if keys else ""))

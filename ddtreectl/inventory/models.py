@@ -121,6 +121,9 @@ class Inventory:
     groups: Mapping[str, tuple[str, ...]]
     services: Mapping[str, ServiceProfile]
     warnings: tuple[InventoryWarning, ...] = ()
+    # About the machine reading the file, not the file: an identity_file missing HERE (see
+    # loader._missing_identity_files). Only `validate` shows them; a connect says so itself.
+    machine_warnings: tuple[InventoryWarning, ...] = ()
 
     def warnings_of(self, name: str) -> tuple[InventoryWarning, ...]:
         """The inventory's warnings about host `name`'s entry."""

@@ -39,6 +39,7 @@ from ddtreectl.transport.command import (REMOTE_KILL_AFTER_S, announced_pid, rem
                                          wrap_command)
 from ddtreectl.transport.local import LineSplitter
 from ddtreectl.transport.reasons import connect_error as _connect_error
+from ddtreectl.transport.reasons import not_ssh as _not_ssh
 from ddtreectl.transport.reasons import reason_of as _reason_of
 
 
@@ -144,19 +145,28 @@ class SshTransport:
         t.auth_timeout = timeout
         if pinned is not None and restrict_to_pin:
             t.get_security_options().key_types = pinned.algorithms
+        text = ""
         try:
             t.start_client(timeout=timeout)
+            # start_client returns at its timeout WITHOUT raising when the peer has not finished (a
+            # listener that accepts and stays silent): the first use then failed as "No existing session".
+            text = "" if t.host_key is not None else "timeout"
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            text = str(exc) or type(exc).__name__
+            if text.startswith("Error reading SSH protocol banner") and isinstance(exc.__context__, socket.timeout):
+                text = "timeout"  # Paramiko's banner timeout beat start_client's: the same silent peer
+        if text:
             t.close()
             if jump is not None:
                 jump.close()
-            text = str(exc) or type(exc).__name__
             if "Incompatible ssh" in text or "no acceptable host key" in text:
                 hint = (f"the host offers no {pinned.key_type if pinned else ''} host key; "
                         f"if it was reinstalled, verify and run `ddtreectl trust {host.name} --replace`")
             else:
                 hint = "is an SSH server listening there? (timeout: connect_timeout in the inventory)"
-            raise _connect_error(host, where, f"SSH handshake failed: {text}", hint) from None
+            reason, hint = _not_ssh(text, host.port, timeout, bool(t.remote_version)) or (
+                f"SSH handshake failed: {text}", hint)
+            raise _connect_error(host, where, reason, hint) from None
         return cls(host, t, where, jump, nodelay)
 
     @property

@@ -64,11 +64,24 @@ class DeployProgress:
             elif self._plain and (self._phase.get(e.host) != e.phase or e.phase == "verify"):
                 # Each step of the restart's health gate too: a model loading for many minutes showed
                 # "verify unit active" and then nothing until the end (restore-service prints each).
-                console.stderr().print(f"{escape(e.host)}: {e.phase} {escape(e.detail)}".rstrip())
+                said = f"{e.phase} {e.detail}" if e.detail else f"{e.phase}: {_DOING[e.phase]}" \
+                    if e.phase in _DOING else e.phase
+                console.stderr().print(f"{escape(e.host)}: {escape(said)}".rstrip())
             self._phase[e.host] = e.phase
 
 
 _BAR = 16
+# What a step does, said on its line when the step gives no detail of its own: "h: lock", "h: probe",
+# "h: units", "h: switch" told an operator new to deploy little about what the host was doing.
+_DOING = {
+    "lock": "taking the host's deploy lock",
+    "probe": "reading the host's releases, GPUs and units",
+    "sync": "copying the engine tree to the host (rsync)",
+    "selftest": "running the engine self-test on the host",
+    "units": "rendering the service units, installing what changed",
+    "switch": "pointing `current` at the new release",
+    "restart": "restarting the service, then its health gate",
+}
 _FIXED = 16 + 9 + _BAR + 7 + 4  # host, phase, bar, elapsed h:mm:ss, the spaces between the columns
 
 
@@ -83,7 +96,7 @@ def progress_detail(e: DeployEvent) -> str:
         if words and words[0] in ("Building", "Linking"):  # "Building CUDA object CMakeFiles/x.dir/src/a.cu.o"
             what = ("linking " if words[0] == "Linking" else "") + words[-1].rsplit("/", 1)[-1]
         return f"[{e.completed:.0f}/{e.total:.0f}] {what}"
-    return e.detail
+    return e.detail or _DOING.get(e.phase, "")
 
 
 def _cut(text: str, width: int) -> str:

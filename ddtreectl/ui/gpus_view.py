@@ -59,6 +59,54 @@ def _mib(value: int | None) -> str:
     return "?" if value is None else f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value} MiB"
 
 
+def _memory(used: int | None, total: int | None) -> str:
+    """"87.1/95.6 GiB": one unit said once leaves the processes column room for a whole command."""
+    if used is not None and total is not None and used >= 1024 and total >= 1024:
+        return f"{used / 1024:.1f}/{total / 1024:.1f} GiB"
+    return f"{_mib(used)} / {_mib(total)}"
+
+
+def _process(p: GpuProcess) -> str:
+    """"41873 (?) sglang::scheduler_TP0": pid, owner (the service; a user; ? not visible) and command on one
+    line at 80 columns. The memory is the GPU's (its column); --json has each process's."""
+    who = "service" if p.is_service else (p.user if p.visible and p.user else "?")
+    return f"{p.pid if p.pid is not None else '?'} ({who}) {(p.command or p.process_name).strip() or '?'}"
+
+
+def _gpu_list(labels: Sequence[str]) -> str:
+    """"GPUs 0-7", "GPU 3", "GPUs 0, 2, 5": runs of consecutive indexes collapsed."""
+    if len(labels) == 1:
+        return f"GPU {labels[0]}"
+    if all(label.isdigit() for label in labels):
+        numbers = sorted(int(label) for label in labels)
+        runs: list[list[int]] = []
+        for n in numbers:
+            if runs and n == runs[-1][-1] + 1:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        labels = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return "GPUs " + ", ".join(labels)
+
+
+def _notes(v: HostVerdict) -> list[str]:
+    """The reasons the table does not already show. Each GPU's processes, memory and utilization are
+    its row; listing them again below (4 lines per busy GPU: 32 on an 8-GPU server) buried the host-level
+    reasons. What a GPU could not read is said once for all the GPUs it concerns."""
+    # Built from the report's fields, not by parsing the reason texts, except to leave out those
+    # (gpu_verdict labels every per-GPU reason "GPU <index or uuid>: ").
+    labels = [str(g.index if g.index is not None else g.uuid) for g in v.gpus]
+    # A row with processes explains its GPU; one busy by memory alone keeps its line (used vs allowed).
+    explained = tuple(f"GPU {label}: " for label, g in zip(labels, v.gpus) if g.processes)
+    unread = tuple(f"GPU {label}: unknown: " for label in labels)
+    notes = [r for r in v.reasons if not r.startswith(explained + unread)]
+    texts: dict[str, list[str]] = {}
+    for label, g in zip(labels, v.gpus):
+        for text in g.unknowns:
+            texts.setdefault(text, []).append(label)
+    return notes + [f"{_gpu_list(gpus)}: unknown: {text}" for text, gpus in texts.items()]
+
+
 def sampled(v: HostVerdict) -> str:
     """How the verdict was sampled. Without nvidia-smi the sampler stops at its first query (more
     samples cannot install it), so the line says that rather than "1 sample(s)" whatever --samples said."""
@@ -92,10 +140,10 @@ def show_check(check: GpuCheck) -> None:
             table.add_column(column, no_wrap=column in ("GPU", "memory", "util %", "verdict"))
         for g in v.gpus:
             util = "/".join("?" if u is None else str(u) for u in g.utilization_pct)
-            procs = "\n".join(escape(p.describe()) for p in g.processes) or "-"
+            procs = "\n".join(escape(_process(p)) for p in g.processes) or "-"
             table.add_row(str(g.index if g.index is not None else "?"), *([] if len(names) == 1 else [escape(g.name)]),
-                          f"{_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}", util,
+                          _memory(g.memory_used_mib, g.memory_total_mib), util,
                           f"[{_STYLE[g.verdict]}]{g.verdict}[/{_STYLE[g.verdict]}]", procs)
         out.print(table)
-    for reason in v.reasons:
+    for reason in _notes(v) if v.gpus else v.reasons:
         out.print(f"  [yellow]{escape(reason)}[/yellow]")

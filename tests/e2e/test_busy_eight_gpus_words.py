@@ -3,7 +3,8 @@ stand-in with a serving SGLang's output), at 80 columns. `mode dev`'s refusal li
 invisible owner: 32 of them) in one error line of about 2,000 characters; now it says the first few and
 how many more, with the command that lists them, while --json keeps every reason. `gpus` gave each row
 the model's 44-character name, which left the processes column so narrow that commands were cut
-("sglang::sched…"); one model is now named once above the table."""
+("sglang::sched…"); one model is now named once above the table, each busy GPU is one row, and the
+lines under the table say only what the rows do not."""
 
 from __future__ import annotations
 
@@ -48,10 +49,14 @@ def test_gpus_names_one_model_once_and_cuts_no_command(busy_eight: tuple[Any, Pa
     lines = run.stdout.splitlines()
     assert lines[1] == "  8 × NVIDIA RTX PRO 6000 Blackwell Server Edition", run.stdout
     assert run.stdout.count("Blackwell") == 1 and "…" not in run.stdout, run.stdout
-    table = run.stdout[:run.stdout.index("  GPU 0: ")]  # the table, before the reason lines
-    assert all(f"sglang::scheduler_TP{i}" in table for i in range(8)), run.stdout
-    assert max(len(line) for line in lines[:lines.index(next(x for x in lines if x.startswith("  GPU 0: ")))]) <= 80
-
+    # Compact and said once: each busy GPU is one row (it took two, its process wrapped), and the lines
+    # under the table no longer repeat every row's process, memory and utilization (32 lines).
+    rows = [line for line in lines if line[:1].isdigit()]
+    assert [row.split("│")[0].strip() for row in rows] == [str(i) for i in range(8)], run.stdout
+    assert all(f"sglang::scheduler_TP{i}" in rows[i] and "87.1/95.6 GiB" in rows[i] for i in range(8)), run.stdout
+    assert all(run.stdout.count(f"sglang::scheduler_TP{i}") == 1 for i in range(8)), run.stdout
+    assert lines[-1] == "  GPUs 0-7: unknown: 1 process(es) not visible from the host's PID namespace", run.stdout
+    assert len(lines) == 13 and max(len(line) for line in lines) <= 80, run.stdout
 
 @pytest.mark.testbed
 def test_busy_refusal_names_the_first_reasons_and_how_to_see_all(busy_eight: tuple[Any, Path]) -> None:

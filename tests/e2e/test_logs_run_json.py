@@ -51,6 +51,10 @@ def test_logs_and_run_json_on_real_hosts(testbed: Any, boot_hosts: Any, tmp_path
     (served.root / "opt/ddtree/releases/r1").mkdir(parents=True)  # the unit's working directory
     served.sh("ln -sfn releases/r1 /opt/ddtree/current")
     install_service_units(inventory, served.name)
+    # Installed, never started: journalctl's bare "-- No entries --" read like a failure.
+    never = ddtreectl(inventory, "logs", served.name)
+    assert never.returncode == 0 and never.stdout == (
+        "no journal entries for ddtree-lj.service yet (not started since boot, or no journal is kept)\n"), never
     served.systemctl("start", "ddtree-lj.service")
     deadline = time.monotonic() + 30
     while "bad" not in served.journal("ddtree-lj.service") and time.monotonic() < deadline:

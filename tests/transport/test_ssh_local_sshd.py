@@ -283,28 +283,71 @@ def test_latency_connect_and_warm_exec_with_and_without_nodelay(start_sshd: Star
     print(f"warm exec without/with TCP_NODELAY: {report[1][2] / report[0][2]:.1f}x")
 
 
-def test_not_an_ssh_server_is_a_clean_connect_error(capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("answer", "reason"), [
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "something answered on port {port} but closed the connection without an "
+                                         "SSH greeting"),
+    (b"", "something answered on port {port} but closed the connection without an SSH greeting"),
+    (b"hello\r\n" * 120, "port {port} answered \"hello\" instead of an SSH greeting"),
+    (None, "port {port} accepted the connection but sent no SSH greeting in 1 s"),
+])
+def test_not_an_ssh_server_is_a_clean_connect_error(answer: bytes | None, reason: str,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    """Whatever answers on the port without speaking SSH (a web server, a closed-at-once socket, chatter,
+    a silent listener) is said in words with what to check. It was Paramiko's "SSH handshake failed:
+    Error reading SSH protocol banner"; a silent listener even escaped as a bare "No existing session"."""
     import socket as socket_mod
 
     srv = socket_mod.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
     port = srv.getsockname()[1]
+    held = []
 
     def serve() -> None:
         conn, _ = srv.accept()
-        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        if answer is None:
+            held.append(conn)  # accepted and silent until the client gives up
+            return
+        conn.sendall(answer)
+        if len(answer) > 100:
+            time.sleep(3)  # Paramiko reads 100 lines before it calls the version indecipherable
         conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
     try:
-        with pytest.raises(ConnectError, match="SSH handshake failed") as err:
-            open_ssh(Host(name="web", address="127.0.0.1", port=port, connect_timeout=3))
+        with pytest.raises(ConnectError, match="no SSH server there") as err:
+            open_ssh(Host(name="web", address="127.0.0.1", port=port, connect_timeout=1))
     finally:
         srv.close()
+        for conn in held:
+            conn.close()
     assert err.value.host == "web" and f"127.0.0.1:{port}" in err.value.message
+    assert reason.format(port=port) in err.value.message, err.value.message
+    assert err.value.hint and err.value.hint.startswith(f"wrong port or address? check `address:` and `port:` ({port})")
     time.sleep(0.2)  # Paramiko's reader thread logs after the failure; it must stay silent
     assert capfd.readouterr().err == ""
+
+
+def test_a_silent_listener_reads_the_same_whichever_timeout_fires_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paramiko's banner read and start_client's wait share connect_timeout: when the banner read fires
+    first it raises "Error reading SSH protocol banner" (a timeout underneath), which must still read as
+    a silent peer, never as one that closed the connection."""
+    import socket as socket_mod
+
+    import paramiko
+
+    start_client = paramiko.Transport.start_client
+    monkeypatch.setattr(paramiko.Transport, "start_client",
+                        lambda self, event=None, timeout=None: start_client(self, event, timeout=(timeout or 0) + 2))
+    srv = socket_mod.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()  # accepted by the kernel's backlog, never answered
+    port = srv.getsockname()[1]
+    try:
+        with pytest.raises(ConnectError, match=f"port {port} accepted the connection but sent no SSH greeting in 1 s"):
+            open_ssh(Host(name="web", address="127.0.0.1", port=port, connect_timeout=1))
+    finally:
+        srv.close()
 
 
 def test_nothing_runs_before_the_key_is_accepted(start_sshd: Start) -> None:

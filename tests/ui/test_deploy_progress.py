@@ -72,5 +72,26 @@ def test_plain_lines_show_each_step_of_the_restart_gate(monkeypatch: pytest.Monk
                   DeployEvent("h", "verify", detail="liveness"), DeployEvent("h", "done", detail="activated")]:
             progress.event(e)
     assert out.file.getvalue().splitlines() == [  # type: ignore[attr-defined]
-        "h: switch", "h: restart", "h: verify unit active", "h: verify unit active: active (running)",
+        "h: switch: pointing `current` at the new release", "h: restart: restarting the service, then its health gate",
+        "h: verify unit active", "h: verify unit active: active (running)",
         "h: verify liveness", "h: done activated"]
+
+
+def test_each_step_says_what_it_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"h: lock", "h: probe", "h: units", "h: switch" said only the step's name: each now says in a few
+    words what the host is doing, on one line, in a log (plain) as on a terminal (after the bar)."""
+    out = Console(file=io.StringIO(), width=80, force_terminal=False, color_system=None)
+    monkeypatch.setattr(console, "stderr", lambda: out)
+    steps = ["lock", "probe", "sync", "selftest", "units", "switch"]
+    with deploy_view.DeployProgress(["h"]) as progress:
+        for step in steps:
+            progress.event(DeployEvent("h", step))
+    lines = out.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert lines == [
+        "h: lock: taking the host's deploy lock", "h: probe: reading the host's releases, GPUs and units",
+        "h: sync: copying the engine tree to the host (rsync)", "h: selftest: running the engine self-test on the host",
+        "h: units: rendering the service units, installing what changed",
+        "h: switch: pointing `current` at the new release"], lines
+    assert all(len(line) <= 80 for line in lines)
+    one, _ = lines_after([DeployEvent("gpu-node-01", "units")], 100, monkeypatch)
+    assert "rendering the service units" in one, one
