@@ -16,16 +16,13 @@ LOCKS = {"deploy": "deploy and rollback", "mode": "mode switches"}
 
 def _known_lock(name: str) -> str:
     """`name` if ddtreectl takes a lock of that name, else UsageError (exit 2) with the closest one."""
-    import difflib
-
     from ddtreectl.errors import UsageError
+    from ddtreectl.inventory.models import did_you_mean
     from ddtreectl.operations.remote_lock import check_name
 
     check_name(name)  # the path-safety message first: it says why such a name can never be a lock
     if name not in LOCKS:
-        close = difflib.get_close_matches(name, list(LOCKS), n=1)
-        raise UsageError(f"{name!r} is not a lock name ddtreectl takes"
-                         + (f" (did you mean {close[0]!r}?)" if close else ""),
+        raise UsageError(f"{name!r} is not a lock name ddtreectl takes{did_you_mean(name, LOCKS)}",
                          hint="; ".join(f"--name {k}: the lock of {v}" for k, v in LOCKS.items()))
     return name
 
