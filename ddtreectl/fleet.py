@@ -20,7 +20,6 @@ from ddtreectl.errors import (
     ExitCode,
     HostKeyError,
     IdentityMismatchError,
-    InterruptedByOperatorError,
     fan_out_exit_code,
 )
 from ddtreectl.inventory.models import Host
@@ -160,57 +159,3 @@ def run_on_hosts(
                     now - started,
                 )
     return FleetResult(tuple(done[i] for i in range(len(host_list))), deadline_s)
-
-
-CLEANUP_GRACE_S = 20.0  # after Ctrl-C: how long the hosts get to release their locks
-
-
-def fan_out(hosts: list[Host], fn: Callable[[Host, threading.Event], T], deadline_s: float,
-            deadline_option: str | None = None,
-            finished: Callable[[T], str] = lambda value: "finished before the interrupt") -> FleetResult[T]:
-    """run_on_hosts with Ctrl-C handling: the hosts are told to stop at their next step (a remote
-    command in progress is stopped on the host by the transport) and given CLEANUP_GRACE_S to
-    release their locks before ddtreectl exits 130, saying per host what state it was left in
-    (`finished` words a host that completed before it saw the interrupt)."""
-    cancel = threading.Event()
-    active = [0]
-    cond = threading.Condition()
-    left: dict[str, str] = {}  # per host, once its work ended: the state it is left in
-    hints: dict[str, str] = {}  # per host: what to do next about that state (a restart left unverified)
-
-    def wrapped(host: Host) -> T:
-        with cond:
-            active[0] += 1
-        try:
-            value = fn(host, cancel)
-            left[host.name] = finished(value)
-            return value
-        except BaseException as err:
-            left[host.name] = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
-            if getattr(err, "hint", None):
-                hints[host.name] = str(getattr(err, "hint"))
-            raise
-        finally:
-            with cond:
-                active[0] -= 1
-                cond.notify_all()
-
-    try:
-        return run_on_hosts(hosts, wrapped, deadline_s=deadline_s, deadline_option=deadline_option)
-    except KeyboardInterrupt:
-        cancel.set()
-        end = time.monotonic() + CLEANUP_GRACE_S
-        with cond:
-            while active[0] and time.monotonic() < end:
-                cond.wait(max(0.0, end - time.monotonic()))
-            unsettled = [h.name for h in hosts if h.name not in left]
-            states = [f"{h.name}: " + left.get(h.name, f"still working after {CLEANUP_GRACE_S:g} s (a switch or a "
-                                                        f"restart is not broken off half way); `ddtreectl status "
-                                                        f"{h.name}` shows where it ended") for h in hosts]
-        lock_hint = (f"`ddtreectl lock status {unsettled[0] if len(unsettled) == 1 else 'HOST'}` shows whether "
-                     "its lock is still held") if unsettled else None
-        host_hints = [hints[h.name] if len(hosts) == 1 else f"{h.name}: {hints[h.name]}" for h in hosts
-                      if h.name in hints]
-        raise InterruptedByOperatorError(
-            "interrupted:\n  " + "\n  ".join(states),
-            hint="\n      ".join(filter(None, [*host_hints, lock_hint])) or None) from None

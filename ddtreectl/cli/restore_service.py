@@ -48,7 +48,7 @@ def restore_service_command(
     """
     import threading
 
-    from ddtreectl.fleet import fan_out
+    from ddtreectl.cli.deploy import fan_out
     from ddtreectl.inventory.models import Host
     from ddtreectl.operations.restore import RestoreOptions, RestoreResult, restore_host
     from ddtreectl.transport import connect

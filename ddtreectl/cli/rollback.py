@@ -9,8 +9,7 @@ import typer
 
 from ddtreectl.cli.app import app
 from ddtreectl.cli.common import load_inventory
-from ddtreectl.cli.deploy import exit_code_of, resolve_targets
-from ddtreectl.fleet import fan_out
+from ddtreectl.cli.deploy import exit_code_of, fan_out, resolve_targets
 from ddtreectl.inventory.models import Host
 
 
